@@ -1,0 +1,132 @@
+"""The `tucano` console script (PRODUCT §6): serve, train, eval, adapters, bootstrap, bench.
+
+Settings come from TUCANO_* variables (see the README); a bad one stops the command with a
+message naming it and exit code 2, as do unknown subcommands and options.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from foundation.config import ConfigError, Settings, load_settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="tucano-commerce: PT-BR e-commerce analysis on vLLM that keeps improving its own adapters.")
+adapters_app = typer.Typer(no_args_is_help=True, help="List, promote and roll back adapter versions.")
+bench_app = typer.Typer(no_args_is_help=True, help="Performance benchmarks (results under <data dir>/bench).")
+app.add_typer(adapters_app, name="adapters")
+app.add_typer(bench_app, name="bench")
+console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    console.print(f"[red]{message}[/red]", soft_wrap=True, highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as error:
+        raise _fail(str(error), 2) from None
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every `with` block (embedded Redis, engines) stops cleanly."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def _not_yet(what: str, issue: int) -> None:
+    console.print(f"[yellow]`tucano {what}` is not available yet: it arrives with issue #{issue}.[/yellow]")
+    raise typer.Exit(1)
+
+
+@app.command()
+def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even if it is up to date.")] = False) -> None:
+    """Build the commerce DB, the task datasets and the two tiny demo models in the data dir."""
+    from trainer.bootstrap import STEPS, BootstrapError, check_writable, run
+
+    settings = _settings()
+    _exit_cleanly_on_sigterm()
+    try:
+        check_writable(settings.root)
+    except BootstrapError as error:
+        raise _fail(f"bootstrap failed: {error}") from None
+    columns = (TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bars:
+        tasks = {step: bars.add_task(step, total=None) for step in STEPS}
+
+        def report(step: str, completed: float, total: float) -> None:
+            bars.update(tasks[step], completed=completed, total=total)
+
+        try:
+            manifest = run(settings, report, force=force)
+        except BootstrapError as error:
+            failure = error
+        else:
+            failure = None
+    if failure:
+        raise _fail(f"bootstrap failed: {failure}")
+    for step in STEPS:
+        entry = manifest["steps"][step]
+        extra = f", {entry['parameters']:,} parameters" if "parameters" in entry else ""
+        console.print(f"{step:<12} {entry['seconds']:>8.1f} s{extra}")
+    console.print(f"manifest: {settings.manifest_path}")
+
+
+@app.command()
+def serve() -> None:
+    """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
+    _not_yet("serve", 4)
+
+
+@app.command()
+def train(once: Annotated[bool, typer.Option("--once", help="Run one round now.")] = False,
+          task: Annotated[str | None, typer.Option(help="Only this task.")] = None) -> None:
+    """Run a training round (or rounds periodically)."""
+    _not_yet("train", 5)
+
+
+@app.command("eval")
+def evaluate() -> None:
+    """The held-out benchmark table per task and adapter."""
+    _not_yet("eval", 5)
+
+
+@adapters_app.command("list")
+def adapters_list() -> None:
+    """List adapter versions and the active route of each task."""
+    _not_yet("adapters list", 5)
+
+
+@adapters_app.command("promote")
+def adapters_promote(version: str) -> None:
+    """Load a version into every engine and flip its task's route to it."""
+    _not_yet("adapters promote", 5)
+
+
+@adapters_app.command("rollback")
+def adapters_rollback(task: str) -> None:
+    """Flip a task's route back to its previous version."""
+    _not_yet("adapters rollback", 5)
+
+
+@bench_app.command("rewards")
+def bench_rewards() -> None:
+    """Scores per second per task on one core."""
+    _not_yet("bench rewards", 3)
+
+
+@app.command()
+def settings() -> None:
+    """Print the effective settings (secrets masked)."""
+    console.print_json(json.dumps(_settings().model_dump(mode="json")))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,66 @@
+"""The PT-BR prompts of every task: one system prompt and one user-message template each.
+
+The same functions render the prompts that serving sends to vLLM, that bootstrap trains the
+tiny models on, and that training rounds regenerate completions for, so a model always sees
+the exact wording it was trained with.
+"""
+from __future__ import annotations
+
+import json
+
+from foundation.commerce_db import TABLES, VIEW_COLUMNS
+
+SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in TABLES.items()) + \
+    f"\norders_enriched({', '.join(VIEW_COLUMNS)})"
+
+SYSTEM_PROMPTS = {
+    "extraction": (
+        "Você extrai dados de avaliações de clientes de e-commerce. Responda só com um objeto JSON com os campos: "
+        "sentiment (positive|neutral|negative), sentiment_score (1.0 a 5.0), complaint_category (delivery_delay|"
+        "product_defect|wrong_item|missing_item|quality|customer_service|price|packaging|other|none), "
+        "product_mentioned (texto ou null), delivery_issue (true|false), would_recommend (true|false|null), "
+        "urgency (low|medium|high), key_phrases (até 5 trechos da avaliação), summary (até 200 caracteres), "
+        "requires_response (true|false)."
+    ),
+    "sql": (
+        "Você escreve uma única consulta SQLite SELECT, somente leitura, que responde à pergunta sobre a loja. "
+        "Responda só com o SQL. Esquema:\n" + SCHEMA_TEXT
+    ),
+    "push": (
+        "Você escreve notificações push em português do Brasil. Responda só com JSON {\"title\", \"body\"}: "
+        "título até 40 caracteres, corpo até 140, a informação principal no começo do corpo, no máximo 2 emojis, "
+        "sem palavras em CAIXA ALTA, sem \"!!\", com o nome e o produto quando houver e um verbo de ação."
+    ),
+    "insights": (
+        "Você é analista de e-commerce. Pense no problema e responda em português do Brasil com um resumo, "
+        "pontos em lista com os números dos dados e uma recomendação."
+    ),
+}
+
+PUSH_FIELD_LABELS = {
+    "campaign": "campanha", "customer_name": "cliente", "product": "produto", "discount_pct": "desconto (%)",
+    "coupon": "cupom", "deadline": "prazo",
+}
+
+
+def user_message(task: str, task_input: dict) -> str:
+    if task == "extraction":
+        return f"Avaliação:\n{task_input['review']}"
+    if task == "sql":
+        return f"Pergunta: {task_input['question']}"
+    if task == "push":
+        return "\n".join(f"{PUSH_FIELD_LABELS.get(k, k)}: {v}" for k, v in task_input.items() if v not in (None, ""))
+    if task == "insights":
+        text = f"Pergunta: {task_input['question']}"
+        if task_input.get("rows"):
+            text += "\nDados (JSON):\n" + json.dumps(
+                {"columns": task_input.get("columns", []), "rows": task_input["rows"]}, ensure_ascii=False)
+        return text
+    raise KeyError(task)
+
+
+def build_messages(task: str, task_input: dict) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": SYSTEM_PROMPTS[task]},
+        {"role": "user", "content": user_message(task, task_input)},
+    ]

