@@ -117,9 +117,20 @@ def adapters_rollback(task: str) -> None:
 
 
 @bench_app.command("rewards")
-def bench_rewards() -> None:
-    """Scores per second per task on one core."""
-    _not_yet("bench rewards", 3)
+def bench_rewards(seconds: Annotated[float, typer.Option(help="Seconds of scoring per task.")] = 3.0) -> None:
+    """Scores per second per task on one core (eval-split answers and realistic variants)."""
+    from foundation.benchmarks import write_result
+    from rewards import bench
+    from trainer.bootstrap import is_built
+
+    settings = _settings()
+    if not is_built(settings):
+        raise _fail(f"no bootstrap in {settings.root}: run `tucano bootstrap` first")
+    results = bench.run(settings.datasets_dir, settings.db_path, seconds)
+    table = bench.table(results)
+    json_path, _ = write_result(settings.bench_dir, "rewards", results, table)
+    console.print(table, highlight=False)
+    console.print(f"written to {json_path}")
 
 
 @app.command()

@@ -75,6 +75,13 @@ CREATE INDEX idx_items_order ON olist_order_items_dataset(order_id);
 CREATE INDEX idx_payments_order ON olist_order_payments_dataset(order_id);
 CREATE INDEX idx_reviews_order ON olist_order_reviews_dataset(order_id);
 CREATE INDEX idx_orders_customer ON olist_orders_dataset(customer_id);
+CREATE INDEX idx_orders_status ON olist_orders_dataset(order_status);
+CREATE INDEX idx_orders_purchase ON olist_orders_dataset(order_purchase_timestamp);
+CREATE INDEX idx_items_product ON olist_order_items_dataset(product_id);
+CREATE INDEX idx_items_seller ON olist_order_items_dataset(seller_id);
+CREATE INDEX idx_products_category ON olist_products_dataset(product_category_name);
+CREATE INDEX idx_customers_state ON olist_customers_dataset(customer_state);
+CREATE INDEX idx_payments_type ON olist_order_payments_dataset(payment_type);
 CREATE VIEW orders_enriched AS
 SELECT o.order_id, o.customer_id, c.customer_unique_id, c.customer_city, c.customer_state,
        o.order_status, o.order_purchase_timestamp, o.order_approved_at,

@@ -102,7 +102,7 @@ def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = 
 
     try:
         # 1. commerce DB (+ the labels of its written reviews)
-        fp_db = _fingerprint("db-v1", settings.seed, settings.bootstrap_orders)
+        fp_db = _fingerprint("db-v2", settings.seed, settings.bootstrap_orders)
         labels_path = root / "review_labels.jsonl"
         if not (done("commerce_db", fp_db, settings.db_path) and labels_path.exists()
                 and commerce_db.file_sha256(settings.db_path) == steps["commerce_db"].get("sha256")):

@@ -1,0 +1,140 @@
+"""Robust parsing of what small models write around their answer: a `<think>` block (closed,
+unclosed, or closed without its opening tag because the chat template opened it), markdown
+fences, prose around the JSON, PT-BR decimal commas, trailing commas, single quotes and
+Python's True/False/None.
+
+`parse_json_object` reports how much repair it needed, so format cleanliness can be scored
+apart from content: a correct answer in a quirky wrapper keeps its content score.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import json_repair
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.S)
+# A number with a decimal comma in value position: `: 4,5` followed by a delimiter.
+# json_repair is quadratic on pathological input ("{" * 200_000 takes ~25 s); answers of
+# these tasks are a few KB, so only candidates of a plausible size and nesting are repaired.
+MAX_REPAIR_CHARS = 8_000
+MAX_REPAIR_BRACKETS = 200
+STRING_OR_DECIMAL = re.compile(r'"(?:[^"\\]|\\.)*"|(:\s*-?\d+),(\d+)(?=\s*[,}\]\n])')
+
+
+@dataclass(frozen=True)
+class Thought:
+    think: str | None  # the reasoning, None when there is no think block
+    closed: bool  # False when the block never closed (the answer is then empty)
+    answer: str
+
+
+def split_think(text: str) -> Thought:
+    start = text.find(THINK_OPEN)
+    end = text.find(THINK_CLOSE)
+    if end != -1 and (start == -1 or start < end):
+        begin = start + len(THINK_OPEN) if start != -1 else 0
+        return Thought(text[begin:end].strip(), True, text[end + len(THINK_CLOSE):].strip())
+    if start != -1:
+        return Thought(text[start + len(THINK_OPEN):].strip(), False, text[:start].strip())
+    return Thought(None, True, text.strip())
+
+
+def strip_fences(text: str) -> tuple[str, bool]:
+    match = FENCE.search(text)
+    if match:
+        return match.group(1).strip(), True
+    return text, False
+
+
+def _fix_decimal_commas(text: str) -> str:
+    """Replace decimal commas in value position; strings are matched first and left alone."""
+    return STRING_OR_DECIMAL.sub(lambda m: m.group(0) if m.group(1) is None else f"{m.group(1)}.{m.group(2)}", text)
+
+
+CLOSERS = {"{": "}", "[": "]"}
+TRAILING_PARTIAL = re.compile(r'(,?\s*"[^"]*"\s*:\s*[^\s,\[\]{}"]*|,\s*"[^"]*"|,\s*[^\s,\[\]{}":]*)\s*$')
+STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*("?)|[\[\]{}]')
+
+
+def _close_truncated(text: str) -> list[str]:
+    """Ways to close what a completion cut at max_tokens left open (a string, objects, lists):
+    as it stands, then without a dangling key, comma or half-written literal (`fal`, `1.`).
+    Empty when the text is not simply truncated. Far cheaper than a general repair."""
+    stack, open_string = [], False
+    for match in STRUCTURE.finditer(text):
+        token = match.group(0)
+        if token[0] == '"':
+            open_string = match.group(1) == ""
+        elif token in CLOSERS:
+            stack.append(CLOSERS[token])
+        elif not stack or stack.pop() != token:
+            return []
+    if not stack:
+        return []
+    closers = "".join(reversed(stack))
+    if open_string:
+        return [text + '"' + closers]
+    return [text + closers, TRAILING_PARTIAL.sub("", text) + closers]
+
+
+def _outer_object(text: str) -> str | None:
+    start = text.find("{")
+    if start == -1:
+        return None
+    end = text.rfind("}")
+    return text[start:end + 1] if end > start else text[start:]
+
+
+@dataclass(frozen=True)
+class ParsedJSON:
+    value: dict | None
+    wrapped: bool  # think block, fences or prose had to be removed
+    repaired: bool  # syntax had to be repaired (quotes, trailing commas, Python literals, truncation)
+
+
+def _loads(text: str):
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def parse_json_object(text: str) -> ParsedJSON:
+    thought = split_think(text)
+    body, fenced = strip_fences(thought.answer)
+    candidate = _outer_object(body)
+    if candidate is None:
+        return ParsedJSON(None, False, False)
+    wrapped = thought.think is not None or fenced or candidate != body.strip()
+    value, repaired = _loads(candidate), False
+    if value is None and "," in candidate:  # PT-BR decimals are understood, never penalised
+        candidate = _fix_decimal_commas(candidate)
+        value = _loads(candidate)
+    if value is None:
+        repaired = True
+        for closed in _close_truncated(candidate):
+            value = _loads(closed)
+            if value is not None:
+                break
+    if value is None:
+        repairable = len(candidate) <= MAX_REPAIR_CHARS and candidate.count("{") + candidate.count("[") <= MAX_REPAIR_BRACKETS
+        try:
+            value = json_repair.loads(candidate) if repairable else None
+        except (ValueError, RecursionError, TypeError, IndexError):
+            value = None
+    if not isinstance(value, dict):
+        return ParsedJSON(None, wrapped, repaired)
+    return ParsedJSON(value, wrapped, repaired)
+
+
+def format_score(parsed: ParsedJSON) -> tuple[float, str]:
+    if parsed.value is None:
+        return 0.0, "no JSON object could be read"
+    if parsed.repaired:
+        return 0.5, "JSON needed syntax repair"
+    if parsed.wrapped:
+        return 0.75, "JSON was wrapped in think/fences/prose"
+    return 1.0, "clean JSON"

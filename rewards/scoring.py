@@ -1,0 +1,79 @@
+"""The scoring entry point: `score(task, completion, reference=None, context=None)`.
+
+Each task module returns its components in [0, 1], their weights and readable reasons; the
+total is their weighted mean (a refused SQL statement has every component at 0). The
+record of a scored answer stores `REWARD_VERSION`, so scores from different reward code are
+never mixed in training or promotion decisions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from foundation.config import load_settings
+from foundation.tasks import TASKS
+from rewards import extraction, insights, push, sql
+
+REWARD_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Score:
+    total: float
+    components: dict[str, float]
+    reference_used: bool
+    valid: bool
+    details: dict[str, str] = field(default_factory=dict)
+    output: object = None  # the parsed answer: a dict, the SQL text, or the insights answer
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "components": self.components, "reference_used": self.reference_used,
+                "valid": self.valid, "details": self.details, "version": REWARD_VERSION}
+
+
+@lru_cache(maxsize=1)
+def _default_db_path() -> Path:
+    return load_settings().db_path
+
+
+def normalise_reference(task: str, reference):
+    """PRODUCT §3: sql accepts `{"sql": ...}` or a plain string; insights takes none."""
+    if task == "sql" and isinstance(reference, str):
+        return {"sql": reference} if reference.strip() else None
+    if task == "insights":
+        return None
+    if task == "sql" and isinstance(reference, dict) and not isinstance(reference.get("sql"), str):
+        return None
+    return reference if isinstance(reference, dict) and reference else None
+
+
+def _valid(task: str, components: dict[str, float], output) -> bool:
+    if task == "extraction":
+        return output is not None and components["schema"] == 1.0
+    if task == "push":
+        return output is not None and components["title_length"] == 1.0 and components["body_length"] == 1.0
+    if task == "sql":
+        return components["safety"] == 1.0 and components["executes"] == 1.0
+    return bool(output) and components["thinking"] > 0.0
+
+
+def score(task: str, completion: str, reference=None, context: dict | None = None) -> Score:
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
+    completion = completion if isinstance(completion, str) else ""
+    context = context or {}
+    reference = normalise_reference(task, reference)
+    if task == "extraction":
+        components, weights, details, output = extraction.score(completion, reference, context)
+    elif task == "sql":
+        db_path = Path(context["db_path"]) if context.get("db_path") else _default_db_path()
+        components, weights, details, output = sql.score(completion, reference, context, db_path)
+    elif task == "push":
+        components, weights, details, output = push.score(completion, reference, context)
+    else:
+        components, weights, details, output = insights.score(completion, reference, context)
+    components = {k: round(min(1.0, max(0.0, v)), 4) for k, v in components.items()}
+    total = sum(weights[k] * components[k] for k in weights) / sum(weights.values())
+    return Score(round(min(1.0, max(0.0, total)), 4), components, reference is not None,
+                 _valid(task, components, output), details, output)
