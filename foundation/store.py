@@ -1,0 +1,223 @@
+"""The Redis store: records, feedback, the adapter registry and the routing table (PRODUCT §9).
+
+- Records live in a Stream (`tucano:records`), one entry per answered request, the record as
+  JSON in field `record`; `tucano:record:<id>` maps a record id to its entry id. Trainers read
+  with the consumer group `trainers` and acknowledge only what a finished round used; trimming
+  (`trim_records`) never removes entries newer than the oldest unacknowledged one.
+- Feedback is a hash per record (`tucano:feedback:<id>`), merged into the record when read.
+- Engine failures go to their own stream (`tucano:failures`), so no trainer reads them.
+- Routes: one hash `tucano:routes` (task -> JSON {active, previous, canary, canary_share}) and a
+  counter `tucano:routes:version` bumped in the same transaction, which gateways poll.
+- Adapters: `tucano:adapter:<version>` JSON metadata, `tucano:adapters:<task>` the set of a
+  task's versions, `tucano:adapters:seq:<task>` the counter that names new versions.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import redis
+
+RECORDS = "tucano:records"
+FAILURES = "tucano:failures"
+GROUP = "trainers"
+ROUTES = "tucano:routes"
+ROUTES_VERSION = "tucano:routes:version"
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis cannot be reached; callers answer 503."""
+
+
+class UnknownRecord(KeyError):
+    pass
+
+
+def _record_key(record_id: str) -> str:
+    return f"tucano:record:{record_id}"
+
+
+def _feedback_key(record_id: str) -> str:
+    return f"tucano:feedback:{record_id}"
+
+
+@dataclass
+class StoredRecord:
+    entry_id: str
+    record: dict
+
+
+class Store:
+    def __init__(self, url: str, maxlen: int = 200_000):
+        self.url = url
+        self.maxlen = maxlen
+        self.redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+        self._add_record_script = self.redis.register_script(
+            "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) "
+            "redis.call('SET', KEYS[2], id) return id"
+        )
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.redis.ping())
+        except redis.RedisError:
+            return False
+
+    # --- records ------------------------------------------------------------------------
+
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(RECORDS, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+
+    def add_record(self, record: dict) -> str:
+        """Write a record atomically (stream entry + id index, one Lua call): either both exist or
+        neither. Raise StoreUnavailable when Redis cannot take it."""
+        try:
+            entry_id = self._add_record_script(keys=[RECORDS, _record_key(record["id"])],
+                                               args=[json.dumps(record, ensure_ascii=False)])
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        return entry_id
+
+    def add_failure(self, failure: dict) -> None:
+        try:
+            self.redis.xadd(FAILURES, {"failure": json.dumps(failure, ensure_ascii=False)}, maxlen=self.maxlen, approximate=True)
+        except redis.RedisError:
+            pass  # the failure is also counted in metrics; the client already gets a 503
+
+    def get_record(self, record_id: str) -> StoredRecord:
+        try:
+            entry_id = self.redis.get(_record_key(record_id))
+            if entry_id is None:
+                raise UnknownRecord(record_id)
+            entries = self.redis.xrange(RECORDS, entry_id, entry_id)
+            feedback = self.redis.hgetall(_feedback_key(record_id))
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        if not entries:
+            raise UnknownRecord(record_id)
+        return StoredRecord(entry_id, self._merge(json.loads(entries[0][1]["record"]), feedback))
+
+    @staticmethod
+    def _merge(record: dict, feedback: dict) -> dict:
+        if feedback:
+            record["feedback"] = {"rating": int(feedback["rating"]), "at": float(feedback["at"])}
+            if "correction" in feedback:
+                record["feedback"]["correction"] = json.loads(feedback["correction"])
+                record["reference"] = record["feedback"]["correction"]
+        return record
+
+    def add_feedback(self, record_id: str, rating: int, correction=None) -> dict:
+        try:
+            if not self.redis.exists(_record_key(record_id)):
+                raise UnknownRecord(record_id)
+            mapping = {"rating": rating, "at": time.time()}
+            if correction is not None:
+                mapping["correction"] = json.dumps(correction, ensure_ascii=False)
+            self.redis.hset(_feedback_key(record_id), mapping=mapping)
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        return self.get_record(record_id).record
+
+    def read_new_records(self, consumer: str, count: int = 1000) -> list[StoredRecord]:
+        """Records never delivered to the trainers' group; re-delivers this consumer's pending ones first."""
+        self.ensure_group()
+        out: list[StoredRecord] = []
+        for start in ("0", ">"):
+            for _, entries in self.redis.xreadgroup(GROUP, consumer, {RECORDS: start}, count=count) or []:
+                for entry_id, fields in entries:
+                    if not fields:  # trimmed while pending
+                        continue
+                    record = json.loads(fields["record"])
+                    feedback = self.redis.hgetall(_feedback_key(record.get("id", "")))
+                    out.append(StoredRecord(entry_id, self._merge(record, feedback)))
+        return out
+
+    def ack(self, entry_ids: list[str]) -> int:
+        return self.redis.xack(RECORDS, GROUP, *entry_ids) if entry_ids else 0
+
+    def recent_records(self, count: int = 100) -> list[dict]:
+        return [json.loads(fields["record"]) for _, fields in self.redis.xrevrange(RECORDS, count=count)]
+
+    def trim_records(self) -> int:
+        """Drop the oldest records beyond `maxlen`, but never one the trainers have not acknowledged."""
+        self.ensure_group()
+        length = self.redis.xlen(RECORDS)
+        excess = length - self.maxlen
+        if excess <= 0:
+            return 0
+        oldest_kept = self.redis.xrange(RECORDS, count=excess + 1)[-1][0]
+        group = next(g for g in self.redis.xinfo_groups(RECORDS) if g["name"] == GROUP)
+        pending = self.redis.xpending(RECORDS, GROUP)
+        limits = [oldest_kept, _next_id(group["last-delivered-id"])]
+        if pending["pending"]:
+            limits.append(pending["min"])
+        return self.redis.xtrim(RECORDS, minid=min(limits, key=_id_key), approximate=False)
+
+    # --- routes -------------------------------------------------------------------------
+
+    def routes(self) -> tuple[int, dict[str, dict]]:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(ROUTES_VERSION)
+        pipe.hgetall(ROUTES)
+        version, raw = pipe.execute()
+        return int(version or 0), {task: json.loads(value) for task, value in raw.items()}
+
+    def routes_version(self) -> int:
+        return int(self.redis.get(ROUTES_VERSION) or 0)
+
+    def set_active(self, task: str, version: str | None) -> dict:
+        """Point a task's `active` alias at a version in one atomic step; keep the previous one."""
+        def flip(pipe: redis.client.Pipeline) -> dict:
+            current = json.loads(pipe.hget(ROUTES, task) or "{}")
+            route = {**current, "active": version, "previous": current.get("active")}
+            pipe.multi()
+            pipe.hset(ROUTES, task, json.dumps(route))
+            pipe.incr(ROUTES_VERSION)
+            return route
+        return self.redis.transaction(flip, ROUTES, value_from_callable=True)
+
+    # --- adapters -----------------------------------------------------------------------
+
+    def next_adapter_version(self, task: str) -> str:
+        return f"{task}-v{self.redis.incr(f'tucano:adapters:seq:{task}')}"
+
+    def put_adapter(self, meta: dict) -> None:
+        """Register a version once; an existing version is never overwritten (versions are immutable)."""
+        key = f"tucano:adapter:{meta['version']}"
+        if not self.redis.set(key, json.dumps(meta), nx=True):
+            raise ValueError(f"adapter version {meta['version']} already exists")
+        self.redis.sadd(f"tucano:adapters:{meta['task']}", meta["version"])
+
+    def update_adapter_status(self, version: str, status: str, **extra) -> dict:
+        key = f"tucano:adapter:{version}"
+        meta = json.loads(self.redis.get(key) or "null")
+        if meta is None:
+            raise KeyError(version)
+        meta.update(status=status, **extra)
+        self.redis.set(key, json.dumps(meta))
+        return meta
+
+    def adapter(self, version: str) -> dict | None:
+        raw = self.redis.get(f"tucano:adapter:{version}")
+        return json.loads(raw) if raw else None
+
+    def adapters(self, task: str | None = None) -> list[dict]:
+        from foundation.tasks import TASKS
+        versions = [v for t in ([task] if task else TASKS) for v in self.redis.smembers(f"tucano:adapters:{t}")]
+        metas = [self.adapter(v) for v in versions]
+        return sorted((m for m in metas if m), key=lambda m: (m["task"], m.get("created", 0)))
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}"

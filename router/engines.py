@@ -1,0 +1,162 @@
+"""Clients of the vLLM engines: one pool per model kind (`base`: one or more servers, a fleet;
+`think`), each request sent to the next healthy server. The gateway renders prompts itself
+(the model's own chat template, loaded from its tokenizer) and calls vLLM's `/v1/completions`,
+so the record holds exactly the text the model saw and the hash of the template that made it.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from router.registry import Sampling
+
+
+class EngineUnavailable(RuntimeError):
+    """No engine of a kind answered; the gateway turns this into 503 with Retry-After."""
+
+
+@dataclass
+class Engine:
+    url: str
+    model: str | None = None  # the base model's served name, discovered from /v1/models
+    healthy: bool = False
+    last_error: str | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+    engine: str
+    model: str
+
+
+@dataclass
+class ChatTemplate:
+    """A model's chat template, rendered locally exactly as vLLM would render it."""
+    tokenizer: object
+    sha256: str = field(init=False)
+
+    def __post_init__(self):
+        self.sha256 = hashlib.sha256((self.tokenizer.chat_template or "").encode()).hexdigest()[:16]
+
+    def render(self, messages: list[dict]) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    @classmethod
+    def load(cls, model_path: str) -> "ChatTemplate":
+        from transformers import AutoTokenizer
+        return cls(AutoTokenizer.from_pretrained(model_path))
+
+
+class EnginePool:
+    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = 120.0):
+        if not urls:
+            raise ValueError(f"no {kind} engine URL")
+        self.kind = kind
+        self.engines = [Engine(u.rstrip("/")) for u in urls]
+        self.template = template
+        self._cycle = itertools.cycle(range(len(self.engines)))
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=2.0),
+                                        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+
+    async def check(self) -> bool:
+        """Refresh every engine's health and served model name; True when at least one is up."""
+        async def probe(engine: Engine) -> None:
+            try:
+                response = await self.client.get(f"{engine.url}/v1/models", timeout=3.0)
+                response.raise_for_status()
+                roots = [m["id"] for m in response.json()["data"] if not m.get("parent")]
+                engine.model, engine.healthy, engine.last_error = roots[0], True, None
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
+                engine.healthy, engine.last_error = False, f"{type(error).__name__}: {error}"
+        await asyncio.gather(*(probe(e) for e in self.engines))
+        return any(e.healthy for e in self.engines)
+
+    def _pick(self) -> Engine:
+        for _ in range(len(self.engines)):
+            engine = self.engines[next(self._cycle)]
+            if engine.healthy:
+                return engine
+        raise EngineUnavailable(f"no healthy {self.kind} engine: " + "; ".join(
+            f"{e.url} ({e.last_error or 'not checked'})" for e in self.engines))
+
+    def _body(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
+              stream: bool) -> dict:
+        body = {"model": adapter or engine.model, "prompt": prompt, "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "stream": stream}
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if json_schema is not None:
+            body["structured_outputs"] = {"json": json_schema}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _failed(self, engine: Engine, error: Exception) -> EngineUnavailable:
+        if isinstance(error, (httpx.ConnectError, httpx.RemoteProtocolError)):
+            engine.healthy = False
+        engine.last_error = f"{type(error).__name__}: {error}"
+        return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}")
+
+    async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
+        engine = self._pick()
+        try:
+            response = await self.client.post(f"{engine.url}/v1/completions",
+                                              json=self._body(engine, prompt, adapter, sampling, json_schema, False))
+            response.raise_for_status()
+            data = response.json()
+        except httpx.HTTPStatusError as error:
+            raise self._failed(engine, RuntimeError(f"HTTP {error.response.status_code}: {error.response.text[:200]}")) from None
+        except (httpx.HTTPError, ValueError) as error:
+            raise self._failed(engine, error) from None
+        choice, usage = data["choices"][0], data.get("usage") or {}
+        return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                          choice.get("finish_reason"), engine.url, body_model(adapter, engine))
+
+    async def stream(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
+                     result: dict) -> AsyncIterator[str]:
+        """Yield text deltas; fill `result` with usage, finish reason and engine once done."""
+        engine = self._pick()
+        body = self._body(engine, prompt, adapter, sampling, json_schema, True)
+        started = False
+        try:
+            async with self.client.stream("POST", f"{engine.url}/v1/completions", json=body) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode(errors="replace")
+                    raise self._failed(engine, RuntimeError(f"HTTP {response.status_code}: {text[:200]}"))
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        result["usage"] = chunk["usage"]
+                    for choice in chunk.get("choices") or []:
+                        if choice.get("finish_reason"):
+                            result["finish_reason"] = choice["finish_reason"]
+                        if choice.get("text"):
+                            started = True
+                            yield choice["text"]
+        except httpx.HTTPError as error:
+            raise self._failed(engine, error) from None
+        result.update(engine=engine.url, model=body_model(adapter, engine), started=started)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def body_model(adapter: str | None, engine: Engine) -> str:
+    return adapter or engine.model or "unknown"
+
+
+def monotonic_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

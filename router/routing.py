@@ -1,0 +1,56 @@
+"""The routing table as a gateway sees it: task -> the adapter version its `active` alias (or a
+canary share) points at, kept in memory and refreshed by a background poll of one Redis
+counter, so a flip is seen within `poll_s` without a Redis round trip on every request."""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+import redis
+
+from foundation.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class RouteTable:
+    def __init__(self, store: Store, poll_s: float = 0.25):
+        self.store = store
+        self.poll_s = poll_s
+        self.version = -1
+        self.routes: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> None:
+        version = self.store.routes_version()
+        if version != self.version:
+            self.version, self.routes = self.store.routes()
+
+    def start(self) -> "RouteTable":
+        try:
+            self.refresh()
+        except redis.RedisError as error:
+            log.warning("routing table not loaded yet: %s", error)
+        self._thread = threading.Thread(target=self._run, name="route-poll", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.refresh()
+            except redis.RedisError as error:  # keep serving the last known routes
+                log.warning("route poll failed: %s", error)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def adapter_for(self, task: str) -> str | None:
+        """The version that serves this request: the canary for its share of traffic, else active."""
+        route = self.routes.get(task) or {}
+        canary, share = route.get("canary"), float(route.get("canary_share") or 0)
+        if canary and share > 0 and random.random() < share:
+            return canary
+        return route.get("active")

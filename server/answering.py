@@ -1,0 +1,156 @@
+"""The answering pipeline every endpoint shares: render the task prompt with the model's own
+chat template, call vLLM (the task's LoRA version when its route points at one), score the raw
+completion with `rewards`, write the record to Redis, and only then answer."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+
+from foundation.store import StoreUnavailable
+from rewards import REWARD_VERSION, score
+from rewards.parsing import split_think
+from rewards.sql_sandbox import run_readonly
+from router.engines import Completion, EngineUnavailable
+from router.prompts import build_messages
+from router.registry import REGISTRY, Sampling
+from server import metrics
+from server.errors import ApiError
+from server.state import GatewayState
+
+RETRY_AFTER_S = "5"
+
+
+@dataclass
+class Prepared:
+    task: str
+    task_input: dict
+    prompt: str
+    template_sha256: str
+    adapter: str | None
+    sampling: Sampling
+    reference: object
+    source: str
+    started: float
+
+
+def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str) -> Prepared:
+    spec = REGISTRY[task]
+    pool = state.pools[spec.engine]
+    adapter = state.routes.adapter_for(task) if spec.engine == "base" else None
+    prompt = pool.template.render(build_messages(task, task_input))
+    return Prepared(task, task_input, prompt, pool.template.sha256, adapter,
+                    spec.sampling.override(**sampling_overrides), reference, source, time.perf_counter())
+
+
+def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailable) -> ApiError:
+    kind = REGISTRY[prepared.task].engine
+    metrics.ENGINE_ERRORS.labels(kind).inc()
+    metrics.REQUESTS.labels(prepared.task, prepared.adapter or "base", "503").inc()
+    state.store.add_failure({"time": time.time(), "task": prepared.task, "engine_kind": kind, "adapter": prepared.adapter,
+                             "error": str(error)[:500], "source": prepared.source})
+    return ApiError(503, "engine_unavailable", f"the {kind} engine is unavailable; retry shortly",
+                    {"Retry-After": RETRY_AFTER_S})
+
+
+def _output(task: str, raw: str, scored, execute: bool, include_think: bool, state: GatewayState):
+    if task == "insights":
+        thought = split_think(raw)
+        out = {"answer": thought.answer}
+        if include_think:
+            out["think"] = thought.think
+        return out
+    if task == "sql":
+        out = {"sql": scored.output if isinstance(scored.output, str) else None}
+        if execute and out["sql"]:
+            result = run_readonly(state.settings.db_path, out["sql"], timeout_s=2.0, row_cap=500)
+            out.update(columns=result.columns, rows=[list(r) for r in result.rows], truncated=result.truncated,
+                       error=result.error)
+        return out
+    return scored.output
+
+
+async def finish(state: GatewayState, prepared: Prepared, completion: Completion, execute: bool = False,
+                 include_think: bool = False) -> dict:
+    """Score and record a completion; return the record (the answer is built from it)."""
+    context = dict(prepared.task_input, db_path=str(state.settings.db_path))
+    scored = await run_in_threadpool(score, prepared.task, completion.text, prepared.reference, context)
+    output = await run_in_threadpool(_output, prepared.task, completion.text, scored, execute, include_think, state)
+    version = prepared.adapter or "base"
+    record = {
+        "id": uuid.uuid4().hex,
+        "time": time.time(),
+        "task": prepared.task,
+        "source": prepared.source,
+        "input": prepared.task_input,
+        "prompt": prepared.prompt,
+        "chat_template_sha256": prepared.template_sha256,
+        "raw": completion.text,
+        "output": output,
+        "valid": scored.valid,
+        "sampling": {"temperature": prepared.sampling.temperature, "top_p": prepared.sampling.top_p,
+                     "max_tokens": prepared.sampling.max_tokens, "seed": prepared.sampling.seed},
+        "engine": completion.engine,
+        "model": completion.model,
+        "adapter": prepared.adapter,
+        "served_by": "adapter" if prepared.adapter else "base model (no adapter yet)",
+        "usage": {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens},
+        "finish_reason": completion.finish_reason,
+        "latency_ms": round((time.perf_counter() - prepared.started) * 1000, 2),
+        "reward": {"total": scored.total, "components": scored.components, "reference_used": scored.reference_used,
+                   "details": scored.details},
+        "reward_version": REWARD_VERSION,
+        "reference": prepared.reference,
+    }
+    try:
+        await run_in_threadpool(state.store.add_record, record)
+    except StoreUnavailable:
+        metrics.RECORD_FAILURES.inc()
+        metrics.REQUESTS.labels(prepared.task, version, "503").inc()
+        raise ApiError(503, "store_unavailable", "the record store is unavailable; retry shortly",
+                       {"Retry-After": RETRY_AFTER_S}) from None
+    metrics.REQUESTS.labels(prepared.task, version, "200").inc()
+    metrics.LATENCY.labels(prepared.task, version).observe(record["latency_ms"] / 1000)
+    metrics.REWARD.labels(prepared.task, version).observe(scored.total)
+    return record
+
+
+async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> dict:
+    pool = state.pools[REGISTRY[prepared.task].engine]
+    try:
+        completion = await pool.complete(prepared.prompt, prepared.adapter, prepared.sampling, REGISTRY[prepared.task].json_schema)
+    except EngineUnavailable as error:
+        raise _engine_down(state, prepared, error) from None
+    return await finish(state, prepared, completion, execute, include_think)
+
+
+async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator[str], dict]:
+    """Text deltas from the engine; after the last one, `done["record"]` holds the written record.
+    The first delta is awaited before returning, so an engine that is down still gets a 503."""
+    pool = state.pools[REGISTRY[prepared.task].engine]
+    info: dict = {}
+    deltas = pool.stream(prepared.prompt, prepared.adapter, prepared.sampling, REGISTRY[prepared.task].json_schema, info)
+    try:
+        first = await deltas.__anext__()
+    except StopAsyncIteration:
+        first = ""
+    except EngineUnavailable as error:
+        raise _engine_down(state, prepared, error) from None
+    done: dict = {}
+
+    async def text() -> AsyncIterator[str]:
+        parts = [first]
+        if first:
+            yield first
+        async for delta in deltas:
+            parts.append(delta)
+            yield delta
+        usage = info.get("usage") or {}
+        completion = Completion("".join(parts), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                                info.get("finish_reason"), info.get("engine", ""), info.get("model", ""))
+        done["record"] = await finish(state, prepared, completion)
+
+    return text(), done

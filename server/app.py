@@ -1,0 +1,78 @@
+"""Builds the FastAPI app around a `GatewayState`."""
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from server import errors
+from server.errors import error_body
+from server.routes import adapters, chat, feedback, health, tasks
+from server.state import GatewayState
+
+
+class BodyLimit:
+    """Refuses a body over the limit with 413, by Content-Length or by counting a streamed body."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._refuse(send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send):
+        import json
+        body = json.dumps(error_body("payload_too_large", f"request body over {self.max_bytes} bytes")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(state: GatewayState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.routes.start()
+        await asyncio.gather(*(pool.check() for pool in state.pools.values()))
+        checker = asyncio.create_task(_watch_engines(state))
+        yield
+        checker.cancel()
+        state.routes.stop()
+
+    app = FastAPI(title="tucano-commerce", version="0.1.0", lifespan=lifespan,
+                  description="PT-BR e-commerce analysis on vLLM: extraction, text-to-SQL, push copy, insights.")
+    app.state.gateway = state
+    errors.install(app)
+    for module in (tasks, chat, feedback, adapters, health):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, max_bytes=state.settings.max_request_bytes)
+    return app
+
+
+async def _watch_engines(state: GatewayState, every_s: float = 2.0) -> None:
+    """Re-probe engines so one that comes back (or goes away) is noticed without a request failing first."""
+    while True:
+        await asyncio.sleep(every_s)
+        await asyncio.gather(*(pool.check() for pool in state.pools.values()), return_exceptions=True)

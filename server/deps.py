@@ -1,0 +1,50 @@
+"""FastAPI dependencies, as `Annotated` aliases the routes declare."""
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from server.errors import ApiError
+from server.state import GatewayState
+
+bearer = HTTPBearer(auto_error=False)
+
+
+def get_state(request: Request) -> GatewayState:
+    return request.app.state.gateway
+
+
+State = Annotated[GatewayState, Depends(get_state)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def _matches(credentials: HTTPAuthorizationCredentials | None, *keys) -> bool:
+    given = credentials.credentials if credentials else ""
+    return any(key is not None and hmac.compare_digest(given, key.get_secret_value()) for key in keys)
+
+
+def require_user(state: State, credentials: Credentials) -> None:
+    settings = state.settings
+    if settings.user_api_key is None and settings.admin_api_key is None:
+        return
+    if credentials is None:
+        raise ApiError(401, "unauthorized", "missing API key (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+    if not _matches(credentials, settings.user_api_key, settings.admin_api_key):
+        raise ApiError(401, "unauthorized", "invalid API key", {"WWW-Authenticate": "Bearer"})
+
+
+def require_admin(state: State, credentials: Credentials) -> None:
+    settings = state.settings
+    if settings.admin_api_key is None:
+        return
+    if credentials is None:
+        raise ApiError(401, "unauthorized", "missing admin key", {"WWW-Authenticate": "Bearer"})
+    if not _matches(credentials, settings.admin_api_key):
+        raise ApiError(403, "forbidden", "this needs the admin key")
+
+
+User = Depends(require_user)
+Admin = Depends(require_admin)

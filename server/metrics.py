@@ -1,0 +1,11 @@
+"""Prometheus metrics of the gateway (exposed at /metrics)."""
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter("tucano_requests_total", "Answered requests", ["task", "version", "status"], registry=REGISTRY)
+LATENCY = Histogram("tucano_request_latency_seconds", "End-to-end latency", ["task", "version"], registry=REGISTRY,
+                    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+ENGINE_ERRORS = Counter("tucano_engine_errors_total", "Engine call failures", ["engine_kind"], registry=REGISTRY)
+REWARD = Histogram("tucano_reward", "Reward total of answers", ["task", "version"], registry=REGISTRY,
+                   buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0))
+RECORD_FAILURES = Counter("tucano_record_write_failures_total", "Records Redis did not take", registry=REGISTRY)

@@ -1,0 +1,51 @@
+"""Adapter versions and routes; promote and rollback need the admin key and are carried out by
+the adapter action deploy/ hands to the gateway."""
+from __future__ import annotations
+
+import re
+
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+
+from foundation.tasks import TASKS
+from server.deps import Admin, State, User
+from server.errors import ApiError
+from server.schemas import AdapterList, ErrorResponse
+
+router = APIRouter(tags=["adapters"])
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 501, 503)}
+VERSION = re.compile(r"^[a-z]+-v\d+$")
+
+
+@router.get("/v1/adapters", response_model=AdapterList, dependencies=[User], responses=ERRORS)
+async def list_adapters(state: State) -> AdapterList:
+    adapters = await run_in_threadpool(state.store.adapters)
+    _, routes = await run_in_threadpool(state.store.routes)
+    return AdapterList(adapters=adapters, routes=routes)
+
+
+async def _act(state, action: str, target: str) -> dict:
+    if state.adapter_action is None:
+        raise ApiError(501, "not_implemented", f"{action} is not available in this deployment")
+    try:
+        return await state.adapter_action(action, target)
+    except LookupError as error:
+        raise ApiError(404, "unknown_adapter", str(error)) from None
+    except ValueError as error:
+        raise ApiError(409, "conflict", str(error)) from None
+
+
+@router.post("/v1/adapters/{task}/promote", dependencies=[Admin], responses=ERRORS)
+async def promote(task: str, state: State, version: str) -> dict:
+    if task not in TASKS:
+        raise ApiError(404, "unknown_task", f"unknown task {task!r}")
+    if not VERSION.match(version) or not version.startswith(task + "-"):
+        raise ApiError(422, "invalid_request", f"version {version!r} is not a version of {task} (like {task}-v3)")
+    return await _act(state, "promote", version)
+
+
+@router.post("/v1/adapters/{task}/rollback", dependencies=[Admin], responses=ERRORS)
+async def rollback(task: str, state: State) -> dict:
+    if task not in TASKS:
+        raise ApiError(404, "unknown_task", f"unknown task {task!r}")
+    return await _act(state, "rollback", task)

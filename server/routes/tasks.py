@@ -1,0 +1,40 @@
+"""POST /v1/tasks/{task}: one answer to one task request, scored and recorded."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import ValidationError
+
+from foundation.tasks import TASKS
+from server import answering
+from server.deps import State, User
+from server.errors import ApiError
+from server.schemas import INPUT_MODELS, ErrorResponse, TaskRequest, TaskResponse
+
+router = APIRouter(tags=["tasks"], dependencies=[User])
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
+
+
+def _problems(error: ValidationError, prefix: str) -> str:
+    return "; ".join(f"{prefix}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()[:10])
+
+
+@router.post("/v1/tasks/{task}", response_model=TaskResponse, responses=ERRORS)
+async def run_task(task: str, body: TaskRequest, state: State) -> TaskResponse:
+    if task not in TASKS:
+        raise ApiError(404, "unknown_task", f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
+    try:
+        task_input = INPUT_MODELS[task].model_validate(body.input).model_dump(exclude_none=True)
+    except ValidationError as error:
+        raise ApiError(422, "invalid_request", _problems(error, "input")) from None
+    if task == "push" and not task_input:
+        raise ApiError(422, "invalid_request", "input: push needs at least one of campaign, customer_name, product, briefing")
+    options = body.options
+    overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed}
+    prepared = answering.prepare(state, task, task_input, overrides, body.reference, "tasks")
+    record = await answering.answer(state, prepared, execute=options.execute and task == "sql",
+                                    include_think=options.include_think)
+    return TaskResponse(
+        id=record["id"], task=task, output=record["output"], raw=record["raw"], valid=record["valid"],
+        route={"model": record["model"], "adapter": record["adapter"], "version": record["adapter"] or "base"},
+        scores=record["reward"], usage=record["usage"], latency_ms=record["latency_ms"],
+    )

@@ -1,0 +1,157 @@
+"""The API's pydantic models: the single source of the OpenAPI schema."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TaskName = Literal["extraction", "sql", "push", "insights"]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+# --- task inputs (validated against the task in the path) -------------------------------
+
+class ExtractionInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    review: str = Field(min_length=1, max_length=20_000, description="The customer review, PT-BR.")
+
+
+class SqlInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=2_000)
+
+
+class PushInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    campaign: str | None = Field(None, max_length=100)
+    customer_name: str | None = Field(None, max_length=100)
+    product: str | None = Field(None, max_length=200)
+    discount_pct: int | None = Field(None, ge=0, le=100)
+    coupon: str | None = Field(None, max_length=50)
+    deadline: str | None = Field(None, max_length=100)
+    briefing: str | None = Field(None, max_length=2_000)
+
+
+class InsightsInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=4_000)
+    columns: list[str] | None = Field(None, max_length=50)
+    rows: list[list[str | int | float | bool | None]] | None = Field(None, max_length=500)
+
+
+INPUT_MODELS: dict[str, type[BaseModel]] = {
+    "extraction": ExtractionInput, "sql": SqlInput, "push": PushInput, "insights": InsightsInput,
+}
+
+
+class TaskOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1, le=2048)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    execute: bool = Field(False, description="sql: run the answer read-only and return its rows.")
+    include_think: bool = Field(False, description="insights: also return the <think> block.")
+
+
+class TaskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input: dict[str, Any] = Field(description="The task's input: extraction {review}, sql {question}, "
+                                              "push {campaign, customer_name, product, ...}, insights {question, columns, rows}.")
+    options: TaskOptions = Field(default_factory=TaskOptions)
+    reference: dict[str, Any] | str | None = Field(None, description="Optional reference answer to score against.")
+
+
+class Route(BaseModel):
+    model: str
+    adapter: str | None
+    version: str
+
+
+class Scores(BaseModel):
+    total: float
+    components: dict[str, float]
+    reference_used: bool
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class TaskResponse(BaseModel):
+    id: str
+    task: TaskName
+    output: Any
+    raw: str
+    valid: bool
+    route: Route
+    scores: Scores
+    usage: Usage
+    latency_ms: float
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=64)
+    rating: Literal[-1, 0, 1]
+    correction: dict[str, Any] | str | None = None
+
+
+class FeedbackResponse(BaseModel):
+    id: str
+    rating: int
+    reference_set: bool
+
+
+# --- OpenAI-compatible -------------------------------------------------------------------
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    model: str = Field(description="tucano-extraction, tucano-sql, tucano-push, tucano-insights or tucano-auto")
+    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1, le=2048)
+    max_completion_tokens: int | None = Field(None, ge=1, le=2048)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    stream: bool = False
+    n: int = Field(1, ge=1, le=1)
+    stream_options: dict[str, Any] | None = None
+    user: str | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tucano"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class AdapterInfo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    version: str
+    task: str
+    status: str
+
+
+class AdapterList(BaseModel):
+    adapters: list[AdapterInfo]
+    routes: dict[str, dict[str, Any]]

@@ -1,0 +1,22 @@
+"""What one gateway process holds: settings, the store, the routing table, the engine pools,
+and the adapter-change callable handed in by deploy/ (None until it is)."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from foundation.config import Settings
+from foundation.store import Store
+from router.engines import EnginePool
+from router.routing import RouteTable
+
+AdapterAction = Callable[[str, str], Awaitable[dict]]  # (action, task or version) -> result
+
+
+@dataclass
+class GatewayState:
+    settings: Settings
+    store: Store
+    routes: RouteTable
+    pools: dict[str, EnginePool]  # "base", "think"
+    adapter_action: AdapterAction | None = None
