@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -13,7 +14,8 @@ from server.state import GatewayState
 
 
 class BodyLimit:
-    """Refuses a body over the limit with 413, by Content-Length or by counting a streamed body."""
+    """Refuses a body over the limit with 413: by Content-Length, or by reading a chunked body
+    up to the limit before the app sees it (then replaying it)."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -24,31 +26,32 @@ class BodyLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await self._refuse(send)
-        seen = 0
-
-        async def counted():
-            nonlocal seen
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _TooLarge()
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(send)
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message]), send)
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self._refuse(send)
+            if not message.get("more_body"):
+                break
+        await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive), send)
 
     async def _refuse(self, send):
-        import json
         body = json.dumps(error_body("payload_too_large", f"request body over {self.max_bytes} bytes")).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(messages: list[dict], then=None):
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        return await then() if then else {"type": "http.disconnect"}
+    return receive
 
 
 def create_app(state: GatewayState) -> FastAPI:

