@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+from contextlib import nullcontext
 import sys
 from typing import Annotated
 
@@ -82,7 +83,23 @@ def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even 
 @app.command()
 def serve() -> None:
     """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
-    _not_yet("serve", 4)
+    from deploy.serve import serve as run_stack
+    from trainer.bootstrap import BootstrapError, is_built
+    from trainer.bootstrap import run as run_bootstrap
+
+    settings = _settings()
+    _exit_cleanly_on_sigterm()
+    uses_demo_models = settings.base_model is None or settings.think_model is None
+    if uses_demo_models and not is_built(settings):
+        console.print("no bootstrap in the data dir yet: building the demo models, DB and datasets first")
+        try:
+            run_bootstrap(settings, lambda step, done, total: None)
+        except BootstrapError as error:
+            raise _fail(f"bootstrap failed: {error}") from None
+    try:
+        run_stack(settings, say=lambda text: console.print(text, highlight=False))
+    except RuntimeError as error:
+        raise _fail(str(error)) from None
 
 
 @app.command()
@@ -101,7 +118,22 @@ def evaluate() -> None:
 @adapters_app.command("list")
 def adapters_list() -> None:
     """List adapter versions and the active route of each task."""
-    _not_yet("adapters list", 5)
+    from rich.table import Table
+
+    from foundation.embedded_redis import EmbeddedRedis
+    from foundation.store import Store
+
+    settings = _settings()
+    with EmbeddedRedis(settings.redis_dir) if settings.redis_url is None else nullcontext(settings.redis_url) as url:
+        store = Store(url)
+        _, routes = store.routes()
+        table = Table("version", "task", "status", "method", "eval total", "created")
+        for meta in store.adapters():
+            table.add_row(meta["version"], meta["task"], meta.get("status", "?"), meta.get("method", "-"),
+                          str((meta.get("eval") or {}).get("total", "-")), str(meta.get("created", "-")))
+        console.print(table)
+        for task, route in sorted(routes.items()):
+            console.print(f"route {task}: active={route.get('active')} previous={route.get('previous')}")
 
 
 @adapters_app.command("promote")

@@ -1,0 +1,80 @@
+"""`tucano serve` as a user runs it: embedded Redis, two vLLM engines, the gateway; an engine
+that dies is restarted while its tasks answer 503; SIGTERM stops everything cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import REPO
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.slow
+def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tmp_path):
+    port = _free_port()
+    env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_PORT=str(port), TUCANO_TRAIN_ENABLED="false")
+    env.pop("TUCANO_REDIS_URL", None)
+    log = (tmp_path / "serve.log").open("wb")
+    serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _ready(url) or serve.poll() is not None, 500, "serve to be ready")
+        assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+        answer = httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos existem?"}}, timeout=120)
+        assert answer.status_code == 200
+        record_id = answer.json()["id"]
+
+        engines = [p for p in psutil.Process(serve.pid).children(recursive=True) if "--served-model-name" in p.cmdline()]
+        base = next(p for p in engines if p.cmdline()[p.cmdline().index("--served-model-name") + 1] == "base")
+        base.kill()
+        down = _wait(lambda: httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos?"}},
+                                         timeout=60).status_code == 503, 30, "a 503 while the engine is down")
+        assert down
+        _wait(lambda: _ready(url), 300, "the engine to be restarted")
+        again = httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos existem?"}}, timeout=120)
+        assert again.status_code == 200
+        children = psutil.Process(serve.pid).children(recursive=True)
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=90)
+        log.close()
+    assert code in (0, 143), (tmp_path / "serve.log").read_text()[-3000:]
+    assert not (built.redis_dir / "server.json").exists()  # the embedded Valkey was stopped
+    time.sleep(2)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]  # engines stopped too
+    # the record written before the stop is still there after a restart of the embedded Redis
+    from foundation.embedded_redis import EmbeddedRedis
+    from foundation.store import Store
+
+    with EmbeddedRedis(built.redis_dir) as redis_url:
+        assert Store(redis_url).get_record(record_id).record["task"] == "sql"
