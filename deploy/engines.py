@@ -81,9 +81,17 @@ class VllmServer:
         self.process = subprocess.Popen(
             vllm_command(self.model, self.name, self.port, self.lora, self.device),
             env=vllm_env(self.device, self.lora), stdout=log_file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, start_new_session=True,
         )
         log_file.close()
+
+    def _kill_group(self, sig: int) -> None:
+        """vLLM runs its engine core in child processes: signal the server's whole process group,
+        so none is left holding memory when the API server itself died or was killed."""
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -105,13 +113,16 @@ class VllmServer:
             time.sleep(0.5)
 
     def stop(self, timeout_s: float = 30) -> None:
-        if self.process and self.process.poll() is None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._kill_group(signal.SIGKILL)  # whatever of the group outlived the API server
         self.process = None
 
 
@@ -134,6 +145,7 @@ class Supervisor:
                 if not self.stopping and not server.alive():
                     log.warning("vLLM %s died; restarting", server.name)
                     server.restarts += 1
+                    server.stop()  # reap it and any orphaned engine-core process of its group
                     server.start()
                     try:
                         server.wait_ready()

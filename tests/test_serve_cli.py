@@ -56,11 +56,13 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
 
         engines = [p for p in psutil.Process(serve.pid).children(recursive=True) if "--served-model-name" in p.cmdline()]
         base = next(p for p in engines if p.cmdline()[p.cmdline().index("--served-model-name") + 1] == "base")
+        base_group = [base, *base.children(recursive=True)]  # the API server and its engine core
         base.kill()
         down = _wait(lambda: httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos?"}},
                                          timeout=60).status_code == 503, 30, "a 503 while the engine is down")
         assert down
         _wait(lambda: _ready(url), 300, "the engine to be restarted")
+        assert not [p for p in base_group if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # no orphans left
         again = httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos existem?"}}, timeout=120)
         assert again.status_code == 200
         children = psutil.Process(serve.pid).children(recursive=True)
