@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import signal
-from contextlib import nullcontext
 import sys
+from contextlib import nullcontext
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -23,6 +24,7 @@ bench_app = typer.Typer(no_args_is_help=True, help="Performance benchmarks (resu
 app.add_typer(adapters_app, name="adapters")
 app.add_typer(bench_app, name="bench")
 console = Console(stderr=True)
+_BAR_COLUMNS = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -42,11 +44,6 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
-def _not_yet(what: str, issue: int) -> None:
-    console.print(f"[yellow]`tucano {what}` is not available yet: it arrives with issue #{issue}.[/yellow]")
-    raise typer.Exit(1)
-
-
 @app.command()
 def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even if it is up to date.")] = False) -> None:
     """Build the commerce DB, the task datasets and the two tiny demo models in the data dir."""
@@ -58,8 +55,7 @@ def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even 
         check_writable(settings.root)
     except BootstrapError as error:
         raise _fail(f"bootstrap failed: {error}") from None
-    columns = (TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as bars:
+    with Progress(*_BAR_COLUMNS, console=console) as bars:
         tasks = {step: bars.add_task(step, total=None) for step in STEPS}
 
         def report(step: str, completed: float, total: float) -> None:
@@ -102,17 +98,113 @@ def serve() -> None:
         raise _fail(str(error)) from None
 
 
+def _store_url(settings: Settings):
+    """The configured Redis, else the embedded one in the data dir (shared with a running `serve`)."""
+    from foundation.embedded_redis import EmbeddedRedis
+
+    return EmbeddedRedis(settings.redis_dir) if settings.redis_url is None else nullcontext(settings.redis_url)
+
+
+def _task_option(task: str | None) -> tuple[str, ...] | None:
+    from deploy.rounds import TRAINED_TASKS
+
+    if task is not None and task not in TRAINED_TASKS:
+        raise _fail(f"--task must be one of {', '.join(TRAINED_TASKS)} (insights runs on the Think model, without adapters)", 2)
+    return (task,) if task else None
+
+
 @app.command()
-def train(once: Annotated[bool, typer.Option("--once", help="Run one round now.")] = False,
+def train(once: Annotated[bool, typer.Option("--once", help="Run one round now and exit.")] = False,
           task: Annotated[str | None, typer.Option(help="Only this task.")] = None) -> None:
-    """Run a training round (or rounds periodically)."""
-    _not_yet("train", 5)
+    """Run one training round now (--once), or rounds every TUCANO_TRAIN_INTERVAL_MINUTES."""
+    from deploy.rounds import RoundError, run_round
+    from foundation.store import Store
+
+    settings = _settings()
+    tasks = _task_option(task)
+    _exit_cleanly_on_sigterm()
+    with _store_url(settings) as url:
+        store = Store(url, maxlen=settings.records_stream_maxlen)
+
+        def one_round() -> None:
+            with Progress(*_BAR_COLUMNS, console=console, transient=True) as bars:
+                bar = bars.add_task("round", total=None)
+
+                def say(text: str) -> None:
+                    bars.console.print(text, highlight=False)
+
+                def step(name: str, done: int, total: int) -> None:
+                    bars.update(bar, description=name, completed=done, total=total)
+                try:
+                    run_round(settings, store, tasks, say=say, progress=step)
+                except RoundError as error:
+                    raise _fail(str(error)) from None
+        if once:
+            one_round()
+            return
+        from apscheduler.schedulers.blocking import BlockingScheduler
+
+        scheduler = BlockingScheduler()
+        scheduler.add_job(one_round, "interval", minutes=settings.train_interval_minutes, max_instances=1,
+                          coalesce=True, next_run_time=datetime.now())
+        console.print(f"a round every {settings.train_interval_minutes} min; Ctrl-C stops")
+        try:
+            scheduler.start()
+        except (KeyboardInterrupt, SystemExit):
+            pass
 
 
 @app.command("eval")
-def evaluate() -> None:
-    """The held-out benchmark table per task and adapter."""
-    _not_yet("eval", 5)
+def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] = None,
+             version: Annotated[list[str] | None, typer.Option(help="Also score these versions (repeatable).")] = None,
+             json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False) -> None:
+    """Score the base model, the active version and any given versions on the held-out eval split."""
+    import asyncio
+
+    from deploy.adapters import load_everywhere
+    from deploy.rounds import TRAINED_TASKS
+    from foundation.store import Store
+    from router.engines import ChatTemplate, EnginePool, EngineUnavailable
+    from trainer.evaluate import evaluate as score_versions
+    from trainer.evaluate import table
+
+    settings = _settings()
+    tasks = _task_option(task) or TRAINED_TASKS
+    with _store_url(settings) as url:
+        store = Store(url)
+        urls = settings.base_engine_urls or store.engine_urls("base")
+        if not urls:
+            raise _fail("no base engine is registered: start `tucano serve` (or set TUCANO_BASE_ENGINE_URLS)")
+        _, routes = store.routes()
+        extra = {}
+        for name in version or []:
+            meta = store.adapter(name)
+            if meta is None:
+                raise _fail(f"unknown adapter version {name!r}", 2)
+            extra.setdefault(meta["task"], []).append(meta)
+
+        async def run() -> dict:
+            out = {}
+            for t in tasks:
+                versions = [None] + ([routes[t]["active"]] if routes.get(t, {}).get("active") else [])
+                for meta in extra.get(t, []):
+                    await load_everywhere(urls, meta["version"], meta["path"])
+                    versions.append(meta["version"])
+                pool = EnginePool("base", urls, ChatTemplate.load(settings.base_model_path))
+                try:
+                    out[t] = await score_versions(pool, settings, t, list(dict.fromkeys(versions)))
+                finally:
+                    await pool.close()
+            return out
+        try:
+            results = asyncio.run(run())
+        except EngineUnavailable as error:
+            raise _fail(str(error)) from None
+    if json_out:
+        print(json.dumps({t: [s.as_dict() for s in scores] for t, scores in results.items()}, indent=2))
+        return
+    for t, scores in results.items():
+        console.print(table(t, scores), highlight=False)
 
 
 @adapters_app.command("list")
@@ -120,11 +212,10 @@ def adapters_list() -> None:
     """List adapter versions and the active route of each task."""
     from rich.table import Table
 
-    from foundation.embedded_redis import EmbeddedRedis
     from foundation.store import Store
 
     settings = _settings()
-    with EmbeddedRedis(settings.redis_dir) if settings.redis_url is None else nullcontext(settings.redis_url) as url:
+    with _store_url(settings) as url:
         store = Store(url)
         _, routes = store.routes()
         table = Table("version", "task", "status", "method", "eval total", "created")
@@ -138,14 +229,36 @@ def adapters_list() -> None:
 
 @adapters_app.command("promote")
 def adapters_promote(version: str) -> None:
-    """Load a version into every engine and flip its task's route to it."""
-    _not_yet("adapters promote", 5)
+    """Load a version into every base engine, verify it answers, flip its task's route, drain, unload the old one."""
+    _hotswap("promote", version)
 
 
 @adapters_app.command("rollback")
 def adapters_rollback(task: str) -> None:
-    """Flip a task's route back to its previous version."""
-    _not_yet("adapters rollback", 5)
+    """Flip a task's route back to its previous version (re-loading it if needed)."""
+    _task_option(task)
+    _hotswap("rollback", task)
+
+
+def _hotswap(action: str, target: str) -> None:
+    import asyncio
+
+    from deploy.adapters import AdapterLoadError, HotSwap, PromotionRefused
+    from foundation.store import Store
+
+    settings = _settings()
+    with _store_url(settings) as url:
+        store = Store(url)
+        hotswap = HotSwap(store, settings.base_model_path, settings.base_engine_urls or None, settings.drain_seconds)
+        if not hotswap.urls():
+            console.print("[yellow]no base engine is registered: the route flips now and engines load it when they start[/yellow]")
+        try:
+            result = asyncio.run(hotswap.act(action, target))
+        except LookupError as error:
+            raise _fail(str(error).strip("'\""), 2) from None
+        except (PromotionRefused, AdapterLoadError) as error:
+            raise _fail(f"{action} refused, nothing flipped: {error}") from None
+    console.print(f"{result['task']}: active={result['active']} previous={result['previous']}")
 
 
 @bench_app.command("rewards")
@@ -161,6 +274,29 @@ def bench_rewards(seconds: Annotated[float, typer.Option(help="Seconds of scorin
     results = bench.run(settings.datasets_dir, settings.db_path, seconds)
     table = bench.table(results)
     json_path, _ = write_result(settings.bench_dir, "rewards", results, table)
+    console.print(table, highlight=False)
+    console.print(f"written to {json_path}")
+
+
+@bench_app.command("gateway")
+def bench_gateway(
+    concurrency: Annotated[list[int], typer.Option(help="Concurrency levels (repeat the option).")] = [1, 8, 32],  # noqa: B006
+    requests: Annotated[int, typer.Option(min=8, help="Requests per level (at least twice the concurrency).")] = 64,
+    max_tokens: Annotated[int, typer.Option(min=1, max=2048, help="Completion tokens per request.")] = 32,
+) -> None:
+    """Latency and throughput straight to vLLM and through the gateway, side by side."""
+    from deploy import bench_gateway as bench
+    from foundation.benchmarks import write_result
+    from trainer.bootstrap import is_built
+
+    settings = _settings()
+    if not is_built(settings):
+        raise _fail(f"no bootstrap in {settings.root}: run `tucano bootstrap` first")
+    if any(c < 1 or c > 256 for c in concurrency):
+        raise _fail("--concurrency must be between 1 and 256", 2)
+    results = bench.run(settings, sorted(set(concurrency)), requests, max_tokens, say=console.print)
+    table = bench.table(results)
+    json_path, _ = write_result(settings.bench_dir, "gateway", results, table)
     console.print(table, highlight=False)
     console.print(f"written to {json_path}")
 

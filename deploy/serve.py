@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 from contextlib import ExitStack
 
 import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from deploy import adapters as adapter_ops
 from deploy.engines import Supervisor, VllmServer, has_gpu
@@ -49,7 +53,33 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
         "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
         "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
     }
-    return GatewayState(settings, store, RouteTable(store), pools)
+    hotswap = adapter_ops.HotSwap(store, settings.base_model_path, base_urls, settings.drain_seconds, wait_for_drain=False)
+    return GatewayState(settings, store, RouteTable(store), pools, adapter_action=hotswap.act)
+
+
+def _run_round_process(settings: Settings, redis_url: str, say) -> None:
+    """A round runs as its own process (`tucano train --once`): training never blocks the gateway,
+    and a trainer that crashes or is killed takes nothing else down (its lock expires)."""
+    log_path = settings.root / "logs" / "train.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))  # the engines keep the other half
+    with log_path.open("ab") as log_file:
+        code = subprocess.run([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    say(f"training round finished with exit code {code}; log {log_path}")
+
+
+def periodic_jobs(settings: Settings, store: Store, redis_url: str, say) -> BackgroundScheduler:
+    """Trimming of the records stream, and (when enabled) the periodic training rounds."""
+    scheduler = BackgroundScheduler()
+    scheduler.add_job(store.trim_records, "interval", seconds=settings.records_trim_seconds, max_instances=1, coalesce=True)
+    if settings.train_enabled:
+        scheduler.add_job(_run_round_process, "interval", args=(settings, redis_url, say), max_instances=1, coalesce=True,
+                          minutes=settings.train_interval_minutes)
+        say(f"training rounds every {settings.train_interval_minutes} min (log {settings.root / 'logs' / 'train.log'})")
+    scheduler.start()
+    return scheduler
 
 
 def serve(settings: Settings, say=print) -> None:
@@ -71,12 +101,14 @@ def serve(settings: Settings, say=print) -> None:
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
         state = build_state(settings, redis_url, base_urls, think_url)
+        state.store.register_engines("base", base_urls)  # trainers and the CLI load adapters into these
+        state.store.register_engines("think", [think_url])
         reload_active_adapters(state.store, base_urls)
         supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(state.store, [s.url]) if s.lora else None)
         stack.callback(supervisor.stop)
         supervisor.start()
-        if settings.train_enabled:
-            say("periodic training rounds arrive with issue #5; serving without them")
+        scheduler = periodic_jobs(settings, state.store, redis_url, say)
+        stack.callback(scheduler.shutdown, wait=False)
         say(f"gateway on http://{settings.host}:{settings.port} (OpenAI base URL http://{settings.host}:{settings.port}/v1)")
         server = uvicorn.Server(uvicorn.Config(create_app(state), host=settings.host, port=settings.port, log_level="info"))
         server.run()  # returns on SIGINT/SIGTERM (uvicorn's handlers), then the stack unwinds

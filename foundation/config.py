@@ -56,6 +56,19 @@ class Settings(BaseSettings):
     train_enabled: bool = Field(True, description="Whether `serve` runs periodic rounds.")
     min_records_per_task: int = Field(32, ge=1, description="New records a task needs before a round trains it.")
     train_method: Literal["grpo", "dpo", "auto"] = Field("auto", description="GRPO, DPO, or DPO where enough pairs exist.")
+    min_dpo_pairs: int = Field(16, ge=1, description="Pairs a task needs for `auto` to pick DPO.")
+    train_max_steps: int = Field(30, ge=1, description="Optimizer steps per task per round.")
+    train_learning_rate: float = Field(5e-4, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up).")
+    grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")
+    grpo_max_completion_tokens: int = Field(160, ge=8, le=2048, description="Longest GRPO completion.")
+    lora_rank: int = Field(16, ge=1, le=16, description="LoRA rank (the engines accept up to 16).")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    eval_rows_per_task: int = Field(48, ge=4, description="Held-out eval rows per task scored by the promotion gate.")
+    promote_margin: float = Field(0.01, ge=0, le=1, description="How much better a candidate's total must be to promote.")
+    promote_tolerance: float = Field(0.05, ge=0, le=1, description="How far any one component may drop on promotion.")
+    drain_seconds: float = Field(30.0, ge=0, description="How long an old version keeps serving in-flight requests before it is unloaded.")
+    round_lock_seconds: float = Field(120.0, ge=5, description="Lifetime of the round lock unless renewed; a crashed trainer's lock expires after it.")
+    records_trim_seconds: float = Field(60.0, gt=0, description="How often `serve` trims the records stream.")
 
     # Bootstrap sizes
     bootstrap_orders: int = Field(6000, ge=500, description="Orders in the synthetic commerce DB.")
@@ -112,6 +125,10 @@ class Settings(BaseSettings):
     @property
     def adapters_dir(self) -> Path:
         return self.root / "adapters"
+
+    @property
+    def rounds_dir(self) -> Path:
+        return self.root / "rounds"
 
     @property
     def redis_dir(self) -> Path:

@@ -13,9 +13,11 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
@@ -24,6 +26,8 @@ FAILURES = "tucano:failures"
 GROUP = "trainers"
 ROUTES = "tucano:routes"
 ROUTES_VERSION = "tucano:routes:version"
+ENGINES = "tucano:engines"
+ROUND_LOCK = "tucano:lock:round"
 
 
 class StoreUnavailable(RuntimeError):
@@ -45,7 +49,7 @@ def _feedback_key(record_id: str) -> str:
 @dataclass
 class StoredRecord:
     entry_id: str
-    record: dict
+    record: dict | None  # None: the entry does not hold a parseable record
 
 
 class Store:
@@ -56,6 +60,9 @@ class Store:
         self._add_record_script = self.redis.register_script(
             "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) "
             "redis.call('SET', KEYS[2], id) return id"
+        )
+        self._put_adapter_script = self.redis.register_script(
+            "if redis.call('SET', KEYS[1], ARGV[1], 'NX') then redis.call('SADD', KEYS[2], ARGV[2]) return 1 end return 0"
         )
 
     def ping(self) -> bool:
@@ -132,9 +139,13 @@ class Store:
                 for entry_id, fields in entries:
                     if not fields:  # trimmed while pending
                         continue
-                    record = json.loads(fields["record"])
-                    feedback = self.redis.hgetall(_feedback_key(record.get("id", "")))
-                    out.append(StoredRecord(entry_id, self._merge(record, feedback)))
+                    try:
+                        record = json.loads(fields.get("record", ""))
+                    except ValueError:
+                        record = None  # kept as None: the trainer counts and acknowledges it
+                    if isinstance(record, dict) and isinstance(record.get("id"), str):
+                        record = self._merge(record, self.redis.hgetall(_feedback_key(record["id"])))
+                    out.append(StoredRecord(entry_id, record))
         return out
 
     def ack(self, entry_ids: list[str]) -> int:
@@ -181,17 +192,32 @@ class Store:
             return route
         return self.redis.transaction(flip, ROUTES, value_from_callable=True)
 
+    # --- engines and the round lock ------------------------------------------------------
+
+    def register_engines(self, kind: str, urls: list[str]) -> None:
+        """Where the live engines of a kind are, so trainers and the CLI load adapters into all of them."""
+        self.redis.hset(ENGINES, kind, json.dumps(urls))
+
+    def engine_urls(self, kind: str) -> list[str]:
+        return json.loads(self.redis.hget(ENGINES, kind) or "[]")
+
+    def round_lock(self, seconds: float) -> redis.lock.Lock:
+        """One training round at a time across every trainer; it expires unless renewed, so a
+        crashed trainer never holds it for longer than `seconds`."""
+        return self.redis.lock(ROUND_LOCK, timeout=seconds, blocking=False, thread_local=False)
+
     # --- adapters -----------------------------------------------------------------------
 
     def next_adapter_version(self, task: str) -> str:
         return f"{task}-v{self.redis.incr(f'tucano:adapters:seq:{task}')}"
 
     def put_adapter(self, meta: dict) -> None:
-        """Register a version once; an existing version is never overwritten (versions are immutable)."""
-        key = f"tucano:adapter:{meta['version']}"
-        if not self.redis.set(key, json.dumps(meta), nx=True):
+        """Register a version once, in one atomic step (metadata and task index together); an
+        existing version is never overwritten (versions are immutable)."""
+        created = self._put_adapter_script(keys=[f"tucano:adapter:{meta['version']}", f"tucano:adapters:{meta['task']}"],
+                                           args=[json.dumps(meta), meta["version"]])
+        if not created:
             raise ValueError(f"adapter version {meta['version']} already exists")
-        self.redis.sadd(f"tucano:adapters:{meta['task']}", meta["version"])
 
     def update_adapter_status(self, version: str, status: str, **extra) -> dict:
         key = f"tucano:adapter:{version}"
@@ -211,6 +237,15 @@ class Store:
         versions = [v for t in ([task] if task else TASKS) for v in self.redis.smembers(f"tucano:adapters:{t}")]
         metas = [self.adapter(v) for v in versions]
         return sorted((m for m in metas if m), key=lambda m: (m["task"], m.get("created", 0)))
+
+
+def content_sha256(directory: Path) -> str:
+    """Hash of an adapter's files (names and bytes): recorded at registration, checked on promotion."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

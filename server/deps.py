@@ -4,9 +4,10 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from foundation.tasks import TASKS
 from server.errors import ApiError
 from server.state import GatewayState
 
@@ -18,6 +19,9 @@ def get_state(request: Request) -> GatewayState:
 
 
 State = Annotated[GatewayState, Depends(get_state)]
+# Documented as an enum so clients see the tasks, but validated by the routes so that an unknown
+# task is a 404 (a missing resource), not a 422.
+TaskPath = Annotated[str, Path(description="extraction, sql, push or insights", json_schema_extra={"enum": list(TASKS)})]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 

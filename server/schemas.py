@@ -5,6 +5,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from router.registry import AUTO_MODEL, PUBLIC_MODELS
+
 TaskName = Literal["extraction", "sql", "push", "insights"]
 
 
@@ -64,8 +66,11 @@ class TaskOptions(BaseModel):
 
 class TaskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # Validated against the task in the path by the route; documented as the four shapes.
     input: dict[str, Any] = Field(description="The task's input: extraction {review}, sql {question}, "
-                                              "push {campaign, customer_name, product, ...}, insights {question, columns, rows}.")
+                                              "push {campaign, customer_name, product, ...}, insights {question, columns, rows}.",
+                                  json_schema_extra=lambda schema: schema.update(
+                                      anyOf=[model.model_json_schema() for model in INPUT_MODELS.values()]))
     options: TaskOptions = Field(default_factory=TaskOptions)
     reference: dict[str, Any] | str | None = Field(None, description="Optional reference answer to score against.")
 
@@ -120,7 +125,8 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    model: str = Field(description="tucano-extraction, tucano-sql, tucano-push, tucano-insights or tucano-auto")
+    model: str = Field(description="tucano-extraction, tucano-sql, tucano-push, tucano-insights or tucano-auto",
+                       json_schema_extra={"enum": [*PUBLIC_MODELS, AUTO_MODEL]})
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)

@@ -54,6 +54,7 @@ def engines(built, tmp_path_factory):
 
 
 def make_state(settings, store_url, base_urls, think_url):
+    from deploy.adapters import HotSwap
     from foundation.store import Store
     from router.engines import ChatTemplate, EnginePool
     from router.routing import RouteTable
@@ -64,7 +65,8 @@ def make_state(settings, store_url, base_urls, think_url):
         "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
         "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
     }
-    return GatewayState(settings, store, RouteTable(store, poll_s=0.2), pools)
+    hotswap = HotSwap(store, settings.base_model_path, base_urls, drain_seconds=1.0, wait_for_drain=False)
+    return GatewayState(settings, store, RouteTable(store, poll_s=0.2), pools, adapter_action=hotswap.act)
 
 
 class RunningServer:

@@ -211,7 +211,7 @@ def test_api_keys(built, redis_url, engines):
         as_user = httpx.post(f"{url}/v1/adapters/sql/rollback", headers={"Authorization": "Bearer user-key"})
         assert as_user.status_code == 403
         as_admin = httpx.post(f"{url}/v1/adapters/sql/rollback", headers={"Authorization": "Bearer admin-key"})
-        assert as_admin.status_code == 501  # no adapter action handed to this gateway
+        assert as_admin.status_code == 409 and "no active version" in as_admin.json()["error"]["message"]
         assert httpx.get(f"{url}/healthz").status_code == 200
         records = running_records = state.store.recent_records(50)
         assert all("user-key" not in json.dumps(r) and "admin-key" not in json.dumps(r) for r in running_records)

