@@ -123,7 +123,7 @@ def run_round(settings: Settings, store: Store, tasks: tuple[str, ...] | None = 
             raise RoundError("no base engine is registered: start `tucano serve` (or set TUCANO_BASE_ENGINE_URLS)")
         round_id = time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         started = time.perf_counter()
-        orphans, stale = clean_orphans(settings, store), _abandon_stale_candidates(store)
+        orphans, stale = clean_orphans(settings), _abandon_stale_candidates(store)
         template = ChatTemplate.load(settings.base_model_path)
         stored = store.read_new_records(CONSUMER, count=1_000_000)
         held_out = frozenset(input_key(row) for t in TRAINED_TASKS for row in load_split(settings.datasets_dir, t, "eval"))

@@ -24,16 +24,24 @@ def choose_method(setting: str, pairs: int, min_pairs: int) -> str:
     return setting
 
 
-def clean_orphans(settings, store: Store) -> list[str]:
-    """Remove adapter dirs no registered version owns (a round killed between writing and registering)."""
-    removed = []
+def clean_orphans(settings) -> list[str]:
+    """Remove the `.partial` dirs of rounds killed while writing. A complete dir that was never
+    registered (killed between rename and registration) is left alone: it may be another
+    deployment's, and deleting stored adapters is never a trainer's call."""
     if not settings.adapters_dir.is_dir():
-        return removed
-    for path in settings.adapters_dir.iterdir():
-        if path.is_dir() and (path.name.endswith(".partial") or store.adapter(path.name) is None):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path.name)
-    return removed
+        return []
+    partial = [p for p in settings.adapters_dir.iterdir() if p.is_dir() and p.name.endswith(".partial")]
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)
+    return [p.name for p in partial]
+
+
+def _new_version(settings, store: Store, task: str) -> str:
+    """The next version whose dir is free (a data dir reused with a fresh Redis keeps its old dirs)."""
+    while True:
+        version = store.next_adapter_version(task)
+        if not (settings.adapters_dir / version).exists():
+            return version
 
 
 def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, progress=None) -> dict:
@@ -52,11 +60,11 @@ def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, 
         result = optimize.grpo(settings, model, tokenizer, task, task_data.prompts, progress)
     else:
         result = optimize.dpo(settings, model, tokenizer, task, task_data.pairs, progress)
-    version = store.next_adapter_version(task)
+    version = _new_version(settings, store, task)
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"
     model.save_pretrained(partial)
-    os.replace(partial, final)
+    os.rename(partial, final)
     meta = {
         "version": version, "task": task, "parent": active, "round": round_id, "method": method, "path": str(final),
         "base_model": settings.base_model_path, "sha256": content_sha256(final), "created": time.time(),
