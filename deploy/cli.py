@@ -165,8 +165,8 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     from deploy.rounds import TRAINED_TASKS
     from foundation.store import Store
     from router.engines import ChatTemplate, EnginePool, EngineUnavailable
-    from trainer.evaluate import evaluate as score_versions
-    from trainer.evaluate import table
+    from deploy.evaluate import evaluate as score_versions
+    from deploy.evaluate import table
 
     settings = _settings()
     tasks = _task_option(task) or TRAINED_TASKS

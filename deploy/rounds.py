@@ -26,7 +26,7 @@ from foundation.store import Store
 from router.engines import ChatTemplate, EnginePool
 from router.registry import REGISTRY
 from trainer.candidate import clean_orphans, train_candidate
-from trainer.evaluate import decide, evaluate, table
+from deploy.evaluate import decide, evaluate, table
 from trainer.records import collect
 
 TRAINED_TASKS = tuple(task for task, spec in REGISTRY.items() if spec.engine == "base")  # the Think model has no adapters
