@@ -301,6 +301,26 @@ def bench_gateway(
     console.print(f"written to {json_path}")
 
 
+@bench_app.command("train")
+def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A round id (default: the latest that trained).")] = None) -> None:
+    """Wall time per phase and tokens per second of a finished training round."""
+    from deploy import bench_train as bench
+    from foundation.benchmarks import write_result
+
+    settings = _settings()
+    try:
+        summary = bench.find_round(settings.rounds_dir, round_id)
+    except LookupError as error:
+        raise _fail(str(error)) from None
+    manifest = json.loads(settings.manifest_path.read_text()) if settings.manifest_path.is_file() else {}
+    parameters = manifest.get("steps", {}).get("base_model", {}).get("parameters")
+    results = bench.results(summary, parameters)
+    table = bench.table(results)
+    json_path, _ = write_result(settings.bench_dir, "train", results, table)
+    console.print(table, highlight=False)
+    console.print(f"written to {json_path}")
+
+
 @app.command()
 def settings() -> None:
     """Print the effective settings (secrets masked)."""

@@ -28,6 +28,7 @@ class Engine:
     model: str | None = None  # the base model's served name, discovered from /v1/models
     healthy: bool = False
     last_error: str | None = None
+    slow_probes: int = 0  # consecutive health probes that timed out
 
 
 @dataclass
@@ -58,13 +59,20 @@ class ChatTemplate:
         return cls(AutoTokenizer.from_pretrained(model_path))
 
 
+# A busy engine on shared cores can miss a probe's deadline while it is serving fine; only a
+# refused connection, or this many timeouts in a row, takes it out of the rotation.
+SLOW_PROBES_BEFORE_DOWN = 3
+
+
 class EnginePool:
-    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = 120.0):
+    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = 120.0,
+                 probe_timeout_s: float = 3.0):
         if not urls:
             raise ValueError(f"no {kind} engine URL")
         self.kind = kind
         self.engines = [Engine(u.rstrip("/")) for u in urls]
         self.template = template
+        self.probe_timeout_s = probe_timeout_s
         self._cycle = itertools.cycle(range(len(self.engines)))
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=2.0),
                                         limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
@@ -73,10 +81,15 @@ class EnginePool:
         """Refresh every engine's health and served model name; True when at least one is up."""
         async def probe(engine: Engine) -> None:
             try:
-                response = await self.client.get(f"{engine.url}/v1/models", timeout=3.0)
+                response = await self.client.get(f"{engine.url}/v1/models", timeout=self.probe_timeout_s)
                 response.raise_for_status()
                 roots = [m["id"] for m in response.json()["data"] if not m.get("parent")]
-                engine.model, engine.healthy, engine.last_error = roots[0], True, None
+                engine.model, engine.healthy, engine.last_error, engine.slow_probes = roots[0], True, None, 0
+            except httpx.TimeoutException as error:
+                engine.slow_probes += 1
+                engine.last_error = f"{type(error).__name__} on health probe {engine.slow_probes} time(s) in a row"
+                if engine.slow_probes >= SLOW_PROBES_BEFORE_DOWN:
+                    engine.healthy = False
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
                 engine.healthy, engine.last_error = False, f"{type(error).__name__}: {error}"
         await asyncio.gather(*(probe(e) for e in self.engines))

@@ -13,7 +13,7 @@ import pytest
 from deploy.rounds import RoundError, run_round
 from foundation.config import load_settings
 from foundation.datasets import load_split
-from foundation.store import Store
+from foundation.store import FAILURES, Store
 
 LOOP_TASKS = ("extraction", "push")
 TRAFFIC_PER_TASK = 120
@@ -27,23 +27,30 @@ def loop_settings(built, redis_url, **overrides):
     return load_settings(**values)
 
 
-async def _send(url: str, task: str, bodies: list[dict], concurrency: int = 8) -> list[dict]:
+def _last_engine_failure(store: Store) -> str:
+    entries = store.redis.xrevrange(FAILURES, count=1)
+    return entries[0][1]["failure"] if entries else "no engine failure recorded"
+
+
+async def _send(gateway, task: str, bodies: list[dict], concurrency: int = 8) -> list[dict]:
     gate = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=300) as client:
         async def one(body):
             async with gate:
-                response = await client.post(f"{url}/v1/tasks/{task}", json=body)
+                response = await client.post(f"{gateway.url}/v1/tasks/{task}", json=body)
+                if response.status_code == 503:
+                    raise AssertionError(f"{response.text}; {_last_engine_failure(gateway.state.store)}")
                 assert response.status_code == 200, response.text
                 return response.json()
         return await asyncio.gather(*(one(b) for b in bodies))
 
 
-def served_eval_score(url: str, settings, task: str) -> tuple[float, set[str]]:
+def served_eval_score(gateway, settings, task: str) -> tuple[float, set[str]]:
     """Mean reward of the gateway's answers on the held-out eval rows, with fixed per-row seeds."""
     rows = load_split(settings.datasets_dir, task, "eval")[:EVAL_ROWS]
     bodies = [{"input": row["input"], "reference": row["reference"], "options": {"seed": settings.seed + i}}
               for i, row in enumerate(rows)]
-    answers = asyncio.run(_send(url, task, bodies))
+    answers = asyncio.run(_send(gateway, task, bodies))
     return sum(a["scores"]["total"] for a in answers) / len(answers), {a["route"]["version"] for a in answers}
 
 
@@ -79,11 +86,11 @@ def test_round_refuses_without_engines(built, redis_url):
 
 def test_closed_loop_round_trains_evaluates_and_gates(gateway, loop):
     settings, store = loop
-    before = {task: served_eval_score(gateway.url, settings, task) for task in LOOP_TASKS}
+    before = {task: served_eval_score(gateway, settings, task) for task in LOOP_TASKS}
     # extraction: plain traffic, and users correct most answers (feedback) -> DPO pairs;
     # push: traffic that carries its reference copy (labelled requests) -> GRPO with content rewards
     rows = load_split(settings.datasets_dir, "extraction", "train")[:TRAFFIC_PER_TASK]
-    answers = asyncio.run(_send(gateway.url, "extraction", [{"input": row["input"]} for row in rows]))
+    answers = asyncio.run(_send(gateway, "extraction", [{"input": row["input"]} for row in rows]))
     corrected = 0
     for row, answer in zip(rows, answers):
         if answer["scores"]["total"] < 0.999 and corrected < 0.6 * len(rows):
@@ -92,7 +99,7 @@ def test_closed_loop_round_trains_evaluates_and_gates(gateway, loop):
             assert response.status_code == 200
             corrected += 1
     rows = load_split(settings.datasets_dir, "push", "train")[:TRAFFIC_PER_TASK]
-    asyncio.run(_send(gateway.url, "push", [{"input": row["input"], "reference": row["reference"]} for row in rows]))
+    asyncio.run(_send(gateway, "push", [{"input": row["input"], "reference": row["reference"]} for row in rows]))
     messages: list[str] = []
     summary = run_round(settings, store, LOOP_TASKS, say=messages.append)
     print("\n".join(messages))
@@ -116,13 +123,21 @@ def test_closed_loop_round_trains_evaluates_and_gates(gateway, loop):
         assert (store.routes()[1].get(task, {}).get("active") == candidate["version"]) == (task in promoted)
     time.sleep(0.5)  # gateways see a flip within a second
     for task in LOOP_TASKS:
-        after = served_eval_score(gateway.url, settings, task)
+        after = served_eval_score(gateway, settings, task)
         print(f"{task}: served eval score before {before[task][0]:.4f} ({before[task][1]}) "
               f"after {after[0]:.4f} ({after[1]}); {summary['tasks'][task]['status']}")
         if task in promoted:
             assert after[1] == {summary["tasks"][task]["version"]} and after[0] > before[task][0]
         else:
             assert after[1] == before[task][1]
+    # `tucano bench train` reads this round's per-phase costs back
+    from deploy import bench_train
+    costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary["round"]), None)
+    assert set(costs["tasks"]) == set(LOOP_TASKS)
+    assert all(costs["tasks"][t]["seconds"]["optimisation"] > 0 and costs["tasks"][t]["seconds"]["evaluation"] > 0
+               for t in LOOP_TASKS)
+    assert costs["tasks"]["push"]["completion_tokens"] > 0  # GRPO generated
+    print(bench_train.table(costs))
     # the round read its records once: the next one finds nothing new for these tasks
     again = run_round(settings, store, LOOP_TASKS, say=lambda _: None)
     assert all("too few usable records" in again["tasks"][t]["status"] for t in LOOP_TASKS)
@@ -146,7 +161,7 @@ def test_trainer_killed_mid_training_leaves_everything_as_it_was(built, redis_ur
 
     settings, store = loop
     rows = load_split(settings.datasets_dir, "sql", "train")[:40]
-    asyncio.run(_send(gateway.url, "sql", [{"input": row["input"]} for row in rows]))
+    asyncio.run(_send(gateway, "sql", [{"input": row["input"]} for row in rows]))
     routes_before, versions_before = store.routes()[1], {m["version"] for m in store.adapters("sql")}
     env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_REDIS_URL=redis_url, TUCANO_MIN_RECORDS_PER_TASK="8",
                TUCANO_TRAIN_MAX_STEPS="1000", TUCANO_ROUND_LOCK_SECONDS="6", OMP_NUM_THREADS="1")

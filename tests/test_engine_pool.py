@@ -1,0 +1,66 @@
+"""Engine health as the gateway sees it, against a real HTTP server that answers slowly or not
+at all: a busy engine stays in rotation, a refused connection or repeated timeouts take it out."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from router.engines import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineUnavailable
+
+
+class SlowModels(BaseHTTPRequestHandler):
+    delay_s = 0.0
+
+    def do_GET(self):
+        time.sleep(type(self).delay_s)
+        body = b'{"data": [{"id": "base-model", "parent": null}]}'
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up first
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def slow_engine():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowModels)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    SlowModels.delay_s = 0.0
+
+
+def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engine):
+    pool = EnginePool("base", [slow_engine], template=None, probe_timeout_s=0.2)
+
+    async def probes() -> list[bool]:
+        seen = [await pool.check()]
+        SlowModels.delay_s = 0.5
+        for _ in range(SLOW_PROBES_BEFORE_DOWN):
+            seen.append(await pool.check())
+        SlowModels.delay_s = 0.0
+        seen.append(await pool.check())
+        await pool.client.aclose()
+        return seen
+
+    seen = asyncio.run(probes())
+    assert seen == [True] * SLOW_PROBES_BEFORE_DOWN + [False, True]
+    assert pool.engines[0].model == "base-model"
+
+
+def test_refused_connection_is_down_at_once():
+    pool = EnginePool("base", ["http://127.0.0.1:9"], template=None, probe_timeout_s=0.2)
+    assert asyncio.run(pool.check()) is False
+    with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
+        pool._pick()
