@@ -34,55 +34,89 @@ def as_score(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _valid_score(value) -> bool:
+    number = as_score(value)
+    return number is not None and 1.0 <= number <= 5.0
+
+
+def _short_text(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 200
+
+
+def _valid_phrases(value) -> bool:
+    return isinstance(value, list) and len(value) <= 5 and all(isinstance(p, str) and 0 < len(p) <= 120 for p in value)
+
+
+# One check per field (a dispatch table: scoring runs tens of thousands of times per round).
+FIELD_CHECKS = {
+    "sentiment": lambda v: v in SENTIMENTS,
+    "sentiment_score": _valid_score,
+    "complaint_category": lambda v: v in COMPLAINT_CATEGORIES,
+    "product_mentioned": lambda v: v is None or _short_text(v),
+    "delivery_issue": lambda v: isinstance(v, bool),
+    "would_recommend": lambda v: v is None or isinstance(v, bool),
+    "requires_response": lambda v: isinstance(v, bool),
+    "urgency": lambda v: v in URGENCIES,
+    "key_phrases": _valid_phrases,
+    "summary": _short_text,
+}
+assert set(FIELD_CHECKS) == set(EXTRACTION_FIELDS)
+
+
 def field_valid(name: str, value) -> bool:
-    if name == "sentiment":
-        return value in SENTIMENTS
-    if name == "sentiment_score":
-        number = as_score(value)
-        return number is not None and 1.0 <= number <= 5.0
-    if name == "complaint_category":
-        return value in COMPLAINT_CATEGORIES
-    if name == "product_mentioned":
-        return value is None or (isinstance(value, str) and 0 < len(value) <= 200)
-    if name in ("delivery_issue", "requires_response"):
-        return isinstance(value, bool)
-    if name == "would_recommend":
-        return value is None or isinstance(value, bool)
-    if name == "urgency":
-        return value in URGENCIES
-    if name == "key_phrases":
-        return isinstance(value, list) and len(value) <= 5 and all(isinstance(p, str) and 0 < len(p) <= 120 for p in value)
-    if name == "summary":
-        return isinstance(value, str) and 0 < len(value) <= 200
-    return False
+    check = FIELD_CHECKS.get(name)
+    try:
+        return check is not None and check(value)
+    except TypeError:  # an unhashable value (a list, a dict) tested against an enum
+        return False
 
 
 def _phrases(value) -> list[str]:
     return [p for p in value if isinstance(p, str)] if isinstance(value, list) else []
 
 
-def field_credit(name: str, predicted, expected) -> float:
-    if name == "sentiment":
-        if predicted == expected:
-            return 1.0
-        if predicted in SENTIMENT_ORDER and expected in SENTIMENT_ORDER:
-            return 0.5 if abs(SENTIMENT_ORDER[predicted] - SENTIMENT_ORDER[expected]) == 1 else 0.0
-        return 0.0
-    if name == "sentiment_score":
-        p, e = as_score(predicted), as_score(expected)
-        return 0.0 if p is None or e is None else max(0.0, 1.0 - abs(p - e) / 4.0)
-    if name == "product_mentioned":
-        if expected is None or predicted is None:
-            return 1.0 if predicted is expected else 0.0
-        return 1.0 if fold(str(predicted)) == fold(str(expected)) else token_f1(str(predicted), str(expected))
-    if name == "key_phrases":
-        p, e = _phrases(predicted), _phrases(expected)
-        if not e:
-            return 1.0 if not p else 0.5
-        return token_f1(" ".join(p), " ".join(e))
-    if name == "summary":
-        return token_f1(predicted, expected) if isinstance(predicted, str) and isinstance(expected, str) else 0.0
+def _sentiment_credit(predicted, expected) -> float:
+    if predicted == expected:
+        return 1.0
+    if isinstance(predicted, str) and predicted in SENTIMENT_ORDER and expected in SENTIMENT_ORDER:
+        return 0.5 if abs(SENTIMENT_ORDER[predicted] - SENTIMENT_ORDER[expected]) == 1 else 0.0
+    return 0.0
+
+
+def _score_credit(predicted, expected) -> float:
+    p, e = as_score(predicted), as_score(expected)
+    return 0.0 if p is None or e is None else max(0.0, 1.0 - abs(p - e) / 4.0)
+
+
+def _product_credit(predicted, expected) -> float:
+    if expected is None or predicted is None:
+        return 1.0 if predicted is expected else 0.0
+    return 1.0 if fold(str(predicted)) == fold(str(expected)) else token_f1(str(predicted), str(expected))
+
+
+def _phrases_credit(predicted, expected) -> float:
+    p, e = _phrases(predicted), _phrases(expected)
+    if not e:
+        return 1.0 if not p else 0.5
+    return token_f1(" ".join(p), " ".join(e))
+
+
+def _summary_credit(predicted, expected) -> float:
+    return token_f1(predicted, expected) if isinstance(predicted, str) and isinstance(expected, str) else 0.0
+
+
+def _exact_credit(predicted, expected) -> float:
     return 1.0 if predicted == expected and type(predicted) is type(expected) else 0.0
+
+
+FIELD_CREDITS = {
+    "sentiment": _sentiment_credit, "sentiment_score": _score_credit, "product_mentioned": _product_credit,
+    "key_phrases": _phrases_credit, "summary": _summary_credit,
+}
+
+
+def field_credit(name: str, predicted, expected) -> float:
+    return FIELD_CREDITS.get(name, _exact_credit)(predicted, expected)
 
 
 def _grounding(value: dict, review: str | None) -> tuple[float, str]:

@@ -63,11 +63,11 @@ def _close_truncated(text: str) -> list[str]:
     """Ways to close what a completion cut at max_tokens left open (a string, objects, lists):
     as it stands, then without a dangling key, comma or half-written literal (`fal`, `1.`).
     Empty when the text is not simply truncated. Far cheaper than a general repair."""
-    stack, open_string = [], False
+    stack, open_string_at = [], None
     for match in STRUCTURE.finditer(text):
         token = match.group(0)
         if token[0] == '"':
-            open_string = match.group(1) == ""
+            open_string_at = match.start() if match.group(1) == "" else None
         elif token in CLOSERS:
             stack.append(CLOSERS[token])
         elif not stack or stack.pop() != token:
@@ -75,8 +75,8 @@ def _close_truncated(text: str) -> list[str]:
     if not stack:
         return []
     closers = "".join(reversed(stack))
-    if open_string:
-        return [text + '"' + closers]
+    if open_string_at is not None:  # a cut value is closed; a cut key is dropped with its comma
+        return [text + '"' + closers, text[:open_string_at].rstrip().rstrip(",") + closers]
     return [text + closers, TRAILING_PARTIAL.sub("", text) + closers]
 
 

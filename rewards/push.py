@@ -26,6 +26,8 @@ WEIGHTS = {
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF]")
 SHOUTING = re.compile(r"(?<![\w])[A-ZÀ-Ý]{5,}(?![\w])")
 VERBS = frozenset(PUSH_ACTION_VERBS)
+# One encoder for every payload: json.dumps with options builds a new encoder on each call.
+PAYLOAD_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 def key_information(context: dict) -> str | None:
@@ -59,12 +61,14 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     components["body_length"] = _length(body, PUSH_BODY_MAX)
     details["lengths"] = f"title {len(title)}/{PUSH_TITLE_MAX}, body {len(body)}/{PUSH_BODY_MAX}"
 
+    folded_text = fold(text)
     key = key_information(context)
     if key is None:
         components["key_info_early"], details["key_info_early"] = 1.0, "no key information in context"
     else:
-        position = fold(body).find(fold(key))
-        components["key_info_early"] = 1.0 if 0 <= position < PUSH_KEY_INFO_WITHIN else (0.5 if position >= 0 or fold(key) in fold(title) else 0.0)
+        folded_key = fold(key)
+        position = fold(body).find(folded_key)
+        components["key_info_early"] = 1.0 if 0 <= position < PUSH_KEY_INFO_WITHIN else (0.5 if folded_key in folded_text else 0.0)
         details["key_info_early"] = f"{key!r} at body position {position}"
 
     emoji = len(EMOJI.findall(text))
@@ -76,7 +80,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     details["style"] = f"{emoji} emoji, caps words {shouting[:3]}, {'with' if '!!' in text else 'no'} '!!'"
 
     wanted = [str(context[k]) for k in ("customer_name", "product") if context.get(k)]
-    found = [w for w in wanted if fold(w) in fold(text)]
+    found = [w for w in wanted if fold(w) in folded_text]
     components["personalised"] = len(found) / len(wanted) if wanted else 1.0
     details["personalised"] = f"{len(found)}/{len(wanted)} of name/product present"
 
@@ -84,7 +88,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     components["action_verb"] = 1.0 if verbs else 0.0
     details["action_verb"] = f"verbs {verbs[:3]}" if verbs else "no action verb"
 
-    payload = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    payload = len(PAYLOAD_ENCODER.encode(value).encode("utf-8"))
     components["payload_bytes"] = 1.0 if payload < PUSH_MAX_PAYLOAD_BYTES else 0.0
     details["payload_bytes"] = f"{payload} bytes"
     components["ptbr"] = ptbr_score(text)

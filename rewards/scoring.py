@@ -73,7 +73,7 @@ def score(task: str, completion: str, reference=None, context: dict | None = Non
         components, weights, details, output = push.score(completion, reference, context)
     else:
         components, weights, details, output = insights.score(completion, reference, context)
-    components = {k: round(min(1.0, max(0.0, v)), 4) for k, v in components.items()}
+    components = {k: round(v, 4) if 0.0 <= v <= 1.0 else (1.0 if v > 1.0 else 0.0) for k, v in components.items()}
     total = sum(weights[k] * components[k] for k in weights) / sum(weights.values())
     return Score(round(min(1.0, max(0.0, total)), 4), components, reference is not None,
                  _valid(task, components, output), details, output)

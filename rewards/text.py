@@ -17,19 +17,27 @@ EN_WORDS = frozenset(
     "from by at as be have has not more most our their".split()
 )
 
+ONLY_EN_WORDS = EN_WORDS - PT_WORDS
 
-# Accented Latin letters -> their base letter, applied with str.translate (C speed).
+# Accented Latin letters -> their base letter. A regex over the few accented characters is
+# several times faster than str.translate, which looks up every character of the text.
 _ACCENTS = {
-    code: unicodedata.normalize("NFD", chr(code))[0]
+    chr(code): unicodedata.normalize("NFD", chr(code))[0]
     for code in range(0xC0, 0x250)
     if len(unicodedata.normalize("NFD", chr(code))) > 1
 }
+_ACCENTED = re.compile("[" + "".join(_ACCENTS) + "]")
+
+
+def _base_letter(match: re.Match) -> str:
+    return _ACCENTS[match.group()]
 
 
 @lru_cache(maxsize=65536)
 def fold(text: str) -> str:
     """Lower case without accents, for comparisons that a typo in an accent should not fail."""
-    return text.lower().translate(_ACCENTS)
+    lowered = text.lower()
+    return lowered if lowered.isascii() else _ACCENTED.sub(_base_letter, lowered)
 
 
 @lru_cache(maxsize=65536)
@@ -38,16 +46,16 @@ def words(text: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=65536)
-def _bag(text: str) -> tuple[dict[str, int], int]:
+def _bag(text: str) -> tuple[Counter, int]:
     tokens = words(text)
-    return dict(Counter(tokens)), len(tokens)
+    return Counter(tokens), len(tokens)
 
 
 def token_f1(predicted: str, reference: str) -> float:
     (p, p_len), (r, r_len) = _bag(predicted), _bag(reference)
     if not p_len and not r_len:
         return 1.0
-    common = sum(min(count, r.get(word, 0)) for word, count in p.items())
+    common = sum(min(p[word], r[word]) for word in p.keys() & r.keys())
     if common == 0:
         return 0.0
     precision, recall = common / p_len, common / r_len
@@ -56,11 +64,11 @@ def token_f1(predicted: str, reference: str) -> float:
 
 def ptbr_score(text: str) -> float:
     """Share of function words that are Portuguese rather than English; 0 for no words."""
-    tokens = words(text)
-    pt = sum(t in PT_WORDS for t in tokens)
-    en = sum(t in EN_WORDS and t not in PT_WORDS for t in tokens)
+    bag, count = _bag(text)
+    pt = sum(bag[w] for w in PT_WORDS.intersection(bag))
+    en = sum(bag[w] for w in ONLY_EN_WORDS.intersection(bag))
     if pt + en == 0:
-        return 0.0 if not tokens else 0.5
+        return 0.0 if not count else 0.5
     return pt / (pt + en)
 
 

@@ -123,3 +123,51 @@ def test_refused_promotions_flip_nothing(swap_gateway, built, engines, tmp_path)
     response = httpx.post(f"{swap_gateway.url}/v1/adapters/extraction/promote", params={"version": foreign["version"]})
     assert response.status_code == 409 and "trained on base model" in response.json()["error"]["message"]
     assert store.routes()[1] == routes_before
+
+
+def test_engine_killed_mid_promotion_flips_nothing(swap_gateway, built, engines, tmp_path):
+    """A fleet of two real base engines; the second is frozen, then SIGKILLed while its load
+    request hangs (the first has already loaded the version): the first unloads it again,
+    the route and the version's status are as before, and the gateway keeps serving."""
+    import os
+    import signal
+
+    from deploy.engines import VllmServer
+
+    second = VllmServer("base-second", built.base_model_path, lora=True, device="cpu", log_dir=tmp_path)
+    second.start()
+    try:
+        second.wait_ready(timeout_s=400)
+        store, first_url = swap_gateway.state.store, engines["base"].url
+        meta = register(store, built, tmp_path, seed=4)
+        routes_before = store.routes()[1]
+        fleet = HotSwap(store, built.base_model_path, [first_url, second.url], drain_seconds=0)
+        os.killpg(second.process.pid, signal.SIGSTOP)
+        outcome: dict = {}
+
+        def promote():
+            try:
+                outcome["result"] = asyncio.run(fleet.promote(meta["version"]))
+            except Exception as error:  # noqa: BLE001 - the test inspects what was raised
+                outcome["error"] = error
+
+        promoting = threading.Thread(target=promote)
+        promoting.start()
+        deadline = time.monotonic() + 60
+        while meta["version"] not in {m["id"] for m in httpx.get(f"{first_url}/v1/models").json()["data"]}:
+            assert time.monotonic() < deadline and promoting.is_alive(), outcome
+            time.sleep(0.05)
+        os.killpg(second.process.pid, signal.SIGKILL)  # mid-promotion: loaded on one engine, hanging on the other
+        promoting.join(timeout=120)
+        assert isinstance(outcome.get("error"), AdapterLoadError), outcome
+        assert store.routes()[1] == routes_before
+        assert store.adapter(meta["version"])["status"] == "candidate"
+        assert meta["version"] not in {m["id"] for m in httpx.get(f"{first_url}/v1/models").json()["data"]}
+        response = httpx.post(f"{swap_gateway.url}/v1/tasks/extraction", json={"input": INPUTS["extraction"]}, timeout=120)
+        assert response.status_code == 200 and response.json()["route"]["version"] == "base"
+        # the fleet without the dead engine promotes the same version cleanly
+        survivors = HotSwap(store, built.base_model_path, [first_url], drain_seconds=0)
+        assert asyncio.run(survivors.promote(meta["version"]))["active"] == meta["version"]
+        asyncio.run(survivors.rollback("extraction"))
+    finally:
+        second.stop()
