@@ -65,10 +65,7 @@ assert set(FIELD_CHECKS) == set(EXTRACTION_FIELDS)
 
 def field_valid(name: str, value) -> bool:
     check = FIELD_CHECKS.get(name)
-    try:
-        return check is not None and check(value)
-    except TypeError:  # an unhashable value (a list, a dict) tested against an enum
-        return False
+    return check is not None and check(value)
 
 
 def _phrases(value) -> list[str]:
