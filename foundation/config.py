@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     # Bootstrap sizes
     bootstrap_orders: int = Field(6000, ge=500, description="Orders in the synthetic commerce DB.")
     bootstrap_lm_steps: int = Field(100, ge=0, description="Language-model steps per tiny model.")
-    bootstrap_sft_steps: int = Field(250, ge=0, description="Supervised steps per tiny model on the task train splits.")
+    bootstrap_sft_steps: int = Field(120, ge=0, description="Supervised steps per tiny model on the task train splits.")
 
     @field_validator("base_engine_urls")
     @classmethod
