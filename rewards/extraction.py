@@ -63,9 +63,8 @@ FIELD_CHECKS = {
 assert set(FIELD_CHECKS) == set(EXTRACTION_FIELDS)
 
 
-def field_valid(name: str, value) -> bool:
-    check = FIELD_CHECKS.get(name)
-    return check is not None and check(value)
+def _valid_fields(value: dict) -> list[str]:
+    return [name for name, check in FIELD_CHECKS.items() if name in value and check(value[name])]
 
 
 def _phrases(value) -> list[str]:
@@ -112,8 +111,7 @@ FIELD_CREDITS = {
 }
 
 
-def field_credit(name: str, predicted, expected) -> float:
-    return FIELD_CREDITS.get(name, _exact_credit)(predicted, expected)
+CREDIT_PLAN = tuple((name, FIELD_CREDITS.get(name, _exact_credit)) for name in EXTRACTION_FIELDS)
 
 
 def _grounding(value: dict, review: str | None) -> tuple[float, str]:
@@ -138,13 +136,13 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
         components["content" if reference else "grounding"] = 0.0
         weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE
         return components, weights, {"format": fmt_reason}, None
-    valid = [name for name in EXTRACTION_FIELDS if name in value and field_valid(name, value[name])]
+    valid = _valid_fields(value)
     extra = [k for k in value if k not in EXTRACTION_FIELDS]
     schema = max(0.0, len(valid) / len(EXTRACTION_FIELDS) - 0.05 * len(extra))
     details = {"format": fmt_reason,
                "schema": f"{len(valid)}/10 fields valid" + (f", unknown keys {extra[:3]}" if extra else "")}
     if reference:
-        credits = {name: field_credit(name, value.get(name), reference.get(name)) for name in EXTRACTION_FIELDS}
+        credits = {name: credit(value.get(name), reference.get(name)) for name, credit in CREDIT_PLAN}
         components = {"format": fmt, "schema": schema, "content": sum(credits.values()) / len(credits)}
         misses = [f"{k}={v:.2f}" for k, v in credits.items() if v < 1.0]
         details["content"] = "all fields match" if not misses else "partial: " + ", ".join(misses)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import json_repair
+import msgspec
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.S)
@@ -21,11 +22,11 @@ FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.S)
 # these tasks are a few KB, so only candidates of a plausible size and nesting are repaired.
 MAX_REPAIR_CHARS = 8_000
 MAX_REPAIR_BRACKETS = 200
+DECIMAL_COMMA = re.compile(r":\s*-?\d+,\d")
 STRING_OR_DECIMAL = re.compile(r'"(?:[^"\\]|\\.)*"|(:\s*-?\d+),(\d+)(?=\s*[,}\]\n])')
 
 
-@dataclass(frozen=True)
-class Thought:
+class Thought(NamedTuple):  # NamedTuples: built on every score, 3x cheaper than frozen dataclasses
     think: str | None  # the reasoning, None when there is no think block
     closed: bool  # False when the block never closed (the answer is then empty)
     answer: str
@@ -43,7 +44,7 @@ def split_think(text: str) -> Thought:
 
 
 def strip_fences(text: str) -> tuple[str, bool]:
-    match = FENCE.search(text)
+    match = FENCE.search(text) if "```" in text else None
     if match:
         return match.group(1).strip(), True
     return text, False
@@ -56,28 +57,41 @@ def _fix_decimal_commas(text: str) -> str:
 
 CLOSERS = {"{": "}", "[": "]"}
 TRAILING_PARTIAL = re.compile(r'(,?\s*"[^"]*"\s*:\s*[^\s,\[\]{}"]*|,\s*"[^"]*"|,\s*[^\s,\[\]{}":]*)\s*$')
-STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*("?)|[\[\]{}]')
+# strings (their body, and their closing quote if they have one) and brackets outside strings
+STRUCTURE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*)("?)|([\[\]{}])')
 
 
 def _close_truncated(text: str) -> list[str]:
     """Ways to close what a completion cut at max_tokens left open (a string, objects, lists):
     as it stands, then without a dangling key, comma or half-written literal (`fal`, `1.`).
     Empty when the text is not simply truncated. Far cheaper than a general repair."""
-    stack, open_string_at = [], None
-    for match in STRUCTURE.finditer(text):
-        token = match.group(0)
-        if token[0] == '"':
-            open_string_at = match.start() if match.group(1) == "" else None
-        elif token in CLOSERS:
-            stack.append(CLOSERS[token])
-        elif not stack or stack.pop() != token:
+    stack, cut_string = [], None
+    for string, closing_quote, bracket in STRUCTURE.findall(text):
+        if string:
+            cut_string = None if closing_quote else string  # only the last string can be cut
+        elif bracket in CLOSERS:
+            stack.append(CLOSERS[bracket])
+        elif not stack or stack.pop() != bracket:
             return []
     if not stack:
         return []
     closers = "".join(reversed(stack))
-    if open_string_at is not None:  # a cut value is closed; a cut key is dropped with its comma
-        return [text + '"' + closers, text[:open_string_at].rstrip().rstrip(",") + closers]
-    return [text + closers, TRAILING_PARTIAL.sub("", text) + closers]
+    if cut_string is not None:  # a cut value is closed; a cut key is dropped with its comma
+        return [text + '"' + closers, text[:text.rfind(cut_string)].rstrip().rstrip(",") + closers]
+    return [text + closers, _drop_dangling(text) + closers]
+
+
+def _drop_dangling(text: str) -> str:
+    """The text without what TRAILING_PARTIAL matches at its end. A match holds at most two
+    quotes, the text's last two, so the search starts after the third last: from the start it
+    would try every position of the answer."""
+    start = len(text)
+    for _ in range(3):
+        start = text.rfind('"', 0, start)
+        if start == -1:
+            break
+    match = TRAILING_PARTIAL.search(text, start + 1)
+    return text if match is None else text[:match.start()] + text[match.end():]
 
 
 def _outer_object(text: str) -> str | None:
@@ -88,14 +102,33 @@ def _outer_object(text: str) -> str | None:
     return text[start:end + 1] if end > start else text[start:]
 
 
-@dataclass(frozen=True)
-class ParsedJSON:
+class ParsedJSON(NamedTuple):
     value: dict | None
     wrapped: bool  # think block, fences or prose had to be removed
     repaired: bool  # syntax had to be repaired (quotes, trailing commas, Python literals, truncation)
 
 
+# msgspec decodes JSON about 5x faster than the json module, and fails faster too (scoring
+# decodes every completion, and truncated ones several times). It refuses an escaped lone
+# surrogate (`"\\ud800"`), which has no UTF-8 form and would break every later encode of the
+# answer: it becomes U+FFFD. Python's json still reads what msgspec refuses but a model may
+# write (NaN, Infinity, numbers out of float range, raw surrogate characters).
+_DECODER = msgspec.json.Decoder()
+LONE_SURROGATE_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
 def _loads(text: str):
+    try:
+        return _DECODER.decode(text)
+    except (msgspec.ValidationError, UnicodeEncodeError):
+        pass
+    except (msgspec.DecodeError, RecursionError):
+        if "\\u" in text and LONE_SURROGATE_ESCAPE.search(text):
+            return _loads(LONE_SURROGATE_ESCAPE.sub(r"\\ufffd", text))
+        if "NaN" not in text and "Infinity" not in text:
+            return None
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
@@ -110,7 +143,7 @@ def parse_json_object(text: str) -> ParsedJSON:
         return ParsedJSON(None, False, False)
     wrapped = thought.think is not None or fenced or candidate != body.strip()
     value, repaired = _loads(candidate), False
-    if value is None and "," in candidate:  # PT-BR decimals are understood, never penalised
+    if value is None and DECIMAL_COMMA.search(candidate):  # PT-BR decimals are understood, never penalised
         candidate = _fix_decimal_commas(candidate)
         value = _loads(candidate)
     if value is None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import msgspec
+
 from foundation.tasks import (
     PUSH_ACTION_VERBS,
     PUSH_BODY_MAX,
@@ -24,10 +26,16 @@ WEIGHTS = {
     "exclamations": 0.05, "personalised": 0.15, "action_verb": 0.1, "payload_bytes": 0.05, "ptbr": 0.1,
 }
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF]")
-SHOUTING = re.compile(r"(?<![\w])[A-ZÀ-Ý]{5,}(?![\w])")
+SHOUTING = re.compile(r"\b[A-ZÀ-Ý]{5,}\b")
 VERBS = frozenset(PUSH_ACTION_VERBS)
-# One encoder for every payload: json.dumps with options builds a new encoder on each call.
-PAYLOAD_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def payload_bytes(value: dict) -> int:
+    """Bytes of the payload as sent: compact JSON in UTF-8."""
+    try:
+        return len(msgspec.json.encode(value))
+    except UnicodeEncodeError:  # a lone surrogate (from a `\\ud800` escape) has no UTF-8 form
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
 def key_information(context: dict) -> str | None:
@@ -88,7 +96,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     components["action_verb"] = 1.0 if verbs else 0.0
     details["action_verb"] = f"verbs {verbs[:3]}" if verbs else "no action verb"
 
-    payload = len(PAYLOAD_ENCODER.encode(value).encode("utf-8"))
+    payload = payload_bytes(value)
     components["payload_bytes"] = 1.0 if payload < PUSH_MAX_PAYLOAD_BYTES else 0.0
     details["payload_bytes"] = f"{payload} bytes"
     components["ptbr"] = ptbr_score(text)

@@ -65,6 +65,7 @@ nasty_text = st.one_of(
         "SELECT", "SELECT * FROM sqlite_master", "'; DROP TABLE olist_orders_dataset; --", "\x00\x01\ufffd",
         "SELECT 1 UNION SELECT load_extension('/tmp/x')", "null", "[]", "1e999", "{\"title\": 1e999}",
         "🎉" * 500, "ÁÉÍÓÚ" * 300, "\u202e\u200b\u2028", "{\"sentiment_score\": NaN}",
+        '{"title": "a\\ud800", "body": "Confira \\udfff"}', '{"summary": "\\ud83d", "key_phrases": ["\\udc00"]}',
     ]),
 )
 
@@ -188,6 +189,16 @@ def test_each_push_rule_is_its_own_component(variant, component):
     bad = score("push", json.dumps(variant, ensure_ascii=False), None, PUSH_CONTEXT)
     assert bad.components[component] < good.components[component] == 1.0
     assert bad.total < good.total
+
+
+def test_escaped_lone_surrogates_are_read_as_replacement_characters():
+    # "\ud800" is valid JSON text but no UTF-8 string: an answer holding one must still be scored,
+    # recorded and returned, so it reads as U+FFFD (a surrogate pair stays the character it spells)
+    value = parse_json_object('{"title": "Oi \\ud800", "body": "Confira \\ud83c\\udf89 \\udfff"}').value
+    assert value == {"title": "Oi \ufffd", "body": "Confira 🎉 \ufffd"}
+    json.dumps(value, ensure_ascii=False).encode("utf-8")
+    result = score("push", '{"title": "Ana, \\ud800", "body": "Confira o fone com 20% off"}', None, PUSH_CONTEXT)
+    assert result.components["format"] == 1.0 and result.components["payload_bytes"] == 1.0
 
 
 def test_push_payload_counts_bytes_not_characters():
