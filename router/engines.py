@@ -2,6 +2,10 @@
 `think`), each request sent to the next healthy server. The gateway renders prompts itself
 (the model's own chat template, loaded from its tokenizer) and calls vLLM's `/v1/completions`,
 so the record holds exactly the text the model saw and the hash of the template that made it.
+
+The client is aiohttp: every answered request makes one engine call, and aiohttp spends about a
+third of httpx's CPU time on one (measured here, 0.47 vs 1.47 ms per local call), which is most
+of what the gateway adds to a request.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from router.registry import Sampling
 
@@ -74,23 +78,33 @@ class EnginePool:
         self.template = template
         self.probe_timeout_s = probe_timeout_s
         self._cycle = itertools.cycle(range(len(self.engines)))
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=2.0),
-                                        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s, connect=2.0)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The session of the running event loop (an aiohttp session is bound to the loop that made it)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=aiohttp.TCPConnector(limit=256))
+            self._session_loop = loop
+        return self._session
 
     async def check(self) -> bool:
         """Refresh every engine's health and served model name; True when at least one is up."""
         async def probe(engine: Engine) -> None:
             try:
-                response = await self.client.get(f"{engine.url}/v1/models", timeout=self.probe_timeout_s)
-                response.raise_for_status()
-                roots = [m["id"] for m in response.json()["data"] if not m.get("parent")]
+                async with self._client().get(f"{engine.url}/v1/models",
+                                              timeout=aiohttp.ClientTimeout(total=self.probe_timeout_s)) as response:
+                    response.raise_for_status()
+                    roots = [m["id"] for m in (await response.json(content_type=None))["data"] if not m.get("parent")]
                 engine.model, engine.healthy, engine.last_error, engine.slow_probes = roots[0], True, None, 0
-            except httpx.TimeoutException as error:
+            except TimeoutError:
                 engine.slow_probes += 1
-                engine.last_error = f"{type(error).__name__} on health probe {engine.slow_probes} time(s) in a row"
+                engine.last_error = f"timeout on health probe {engine.slow_probes} time(s) in a row"
                 if engine.slow_probes >= SLOW_PROBES_BEFORE_DOWN:
                     engine.healthy = False
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
+            except (aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError) as error:
                 engine.healthy, engine.last_error = False, f"{type(error).__name__}: {error}"
         await asyncio.gather(*(probe(e) for e in self.engines))
         return any(e.healthy for e in self.engines)
@@ -116,21 +130,21 @@ class EnginePool:
         return body
 
     def _failed(self, engine: Engine, error: Exception) -> EngineUnavailable:
-        if isinstance(error, (httpx.ConnectError, httpx.RemoteProtocolError)):
-            engine.healthy = False
-        engine.last_error = f"{type(error).__name__}: {error}"
+        if isinstance(error, aiohttp.ClientConnectionError) and not isinstance(error, aiohttp.ServerTimeoutError):
+            engine.healthy = False  # refused, reset or dropped: out of rotation until a probe finds it back
+        engine.last_error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}")
 
     async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
         engine = self._pick()
         try:
-            response = await self.client.post(f"{engine.url}/v1/completions",
-                                              json=self._body(engine, prompt, adapter, sampling, json_schema, False))
-            response.raise_for_status()
-            data = response.json()
-        except httpx.HTTPStatusError as error:
-            raise self._failed(engine, RuntimeError(f"HTTP {error.response.status_code}: {error.response.text[:200]}")) from None
-        except (httpx.HTTPError, ValueError) as error:
+            async with self._client().post(f"{engine.url}/v1/completions",
+                                           json=self._body(engine, prompt, adapter, sampling, json_schema, False)) as response:
+                if response.status != 200:
+                    text = await response.text(errors="replace")
+                    raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+                data = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             raise self._failed(engine, error) from None
         choice, usage = data["choices"][0], data.get("usage") or {}
         return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
@@ -143,11 +157,12 @@ class EnginePool:
         body = self._body(engine, prompt, adapter, sampling, json_schema, True)
         started = False
         try:
-            async with self.client.stream("POST", f"{engine.url}/v1/completions", json=body) as response:
-                if response.status_code != 200:
-                    text = (await response.aread()).decode(errors="replace")
-                    raise self._failed(engine, RuntimeError(f"HTTP {response.status_code}: {text[:200]}"))
-                async for line in response.aiter_lines():
+            async with self._client().post(f"{engine.url}/v1/completions", json=body) as response:
+                if response.status != 200:
+                    text = await response.text(errors="replace")
+                    raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+                async for raw in response.content:  # one server-sent-event line at a time
+                    line = raw.decode("utf-8", errors="replace").strip()
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[6:])
@@ -159,12 +174,13 @@ class EnginePool:
                         if choice.get("text"):
                             started = True
                             yield choice["text"]
-        except httpx.HTTPError as error:
+        except (aiohttp.ClientError, TimeoutError) as error:
             raise self._failed(engine, error) from None
         result.update(engine=engine.url, model=body_model(adapter, engine), started=started)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 def body_model(adapter: str | None, engine: Engine) -> str:

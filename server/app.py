@@ -63,6 +63,7 @@ def create_app(state: GatewayState) -> FastAPI:
         yield
         checker.cancel()
         state.routes.stop()
+        await asyncio.gather(*(pool.close() for pool in state.pools.values()))
 
     app = FastAPI(title="tucano-commerce", version="0.1.0", lifespan=lifespan,
                   description="PT-BR e-commerce analysis on vLLM: extraction, text-to-SQL, push copy, insights.")

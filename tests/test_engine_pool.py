@@ -51,7 +51,7 @@ def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engin
             seen.append(await pool.check())
         SlowModels.delay_s = 0.0
         seen.append(await pool.check())
-        await pool.client.aclose()
+        await pool.close()
         return seen
 
     seen = asyncio.run(probes())
@@ -61,6 +61,13 @@ def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engin
 
 def test_refused_connection_is_down_at_once():
     pool = EnginePool("base", ["http://127.0.0.1:9"], template=None, probe_timeout_s=0.2)
-    assert asyncio.run(pool.check()) is False
+
+    async def probe() -> bool:
+        try:
+            return await pool.check()
+        finally:
+            await pool.close()
+
+    assert asyncio.run(probe()) is False
     with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
         pool._pick()

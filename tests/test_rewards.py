@@ -127,6 +127,8 @@ def test_ptbr_decimal_comma_and_quirky_json_are_understood():
 def test_think_block_variants():
     assert split_think("<think>a</think> b").answer == "b"
     assert split_think("a</think>b").think == "a"
+    twice = split_think("<think>a</think>b</think> c")
+    assert twice.think == "a</think>b" and twice.answer == "c"
     unclosed = split_think("<think>pensando sem parar")
     assert not unclosed.closed and unclosed.answer == ""
     assert score("insights", "<think>pensando sem parar", None, ROWS).components["thinking"] == 0.0
