@@ -299,3 +299,26 @@ def test_lora_version_serves_its_task_after_the_flip(gateway, built, engines, tm
     other = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=120).json()
     assert other["route"]["adapter"] is None  # other tasks keep their own route
     store.set_active("push", None)
+
+
+def test_bench_gateway_cli_compares_both_paths(built, engines):
+    """`tucano bench gateway` against the session's engine (a configured URL: it starts none)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {"TUCANO_DATA_DIR": str(built.data_dir), "TUCANO_BASE_ENGINE_URLS": json.dumps([engines["base"].url]),
+           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "gateway", "--concurrency", "1",
+                             "--concurrency", "4", "--requests", "8", "--max-tokens", "8"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    written = json.loads((built.bench_dir / "gateway.json").read_text())["results"]
+    assert [row["concurrency"] for row in written["levels"]] == [1, 4]
+    for row in written["levels"]:
+        assert row["blocks"] >= 4 and row["blocks"] % 2 == 0  # ABBA: both sides equally often first
+        for side in ("vllm", "gateway"):
+            assert row[side]["failed"] == 0 and row[side]["requests"] == row["blocks"] * 8
+        assert row["gateway_cpu_ms_per_request"] > 0 and row["throughput_ratio"] > 0
+    assert "gateway CPU ms/request" in (built.bench_dir / "gateway.md").read_text()
