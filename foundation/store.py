@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import redis.asyncio
 
 RECORDS = "tucano:records"
 FAILURES = "tucano:failures"
@@ -57,7 +58,11 @@ class Store:
         self.url = url
         self.maxlen = maxlen
         self.redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
-        self._add_record_script = self.redis.register_script(
+        # The gateway writes a record per request from its event loop: an asyncio client there
+        # costs less than the thread hop a blocking call needs.
+        self.async_redis = redis.asyncio.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2,
+                                                        decode_responses=True)
+        self._add_record_script = self.async_redis.register_script(
             "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) "
             "redis.call('SET', KEYS[2], id) return id"
         )
@@ -80,12 +85,12 @@ class Store:
             if "BUSYGROUP" not in str(error):
                 raise
 
-    def add_record(self, record: dict) -> str:
+    async def add_record(self, record: dict) -> str:
         """Write a record atomically (stream entry + id index, one Lua call): either both exist or
         neither. Raise StoreUnavailable when Redis cannot take it."""
         try:
-            entry_id = self._add_record_script(keys=[RECORDS, _record_key(record["id"])],
-                                               args=[json.dumps(record, ensure_ascii=False)])
+            entry_id = await self._add_record_script(keys=[RECORDS, _record_key(record["id"])],
+                                                     args=[json.dumps(record, ensure_ascii=False)])
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
         return entry_id

@@ -110,7 +110,7 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
         "reference": prepared.reference,
     }
     try:
-        await run_in_threadpool(state.store.add_record, record)
+        await state.store.add_record(record)
     except StoreUnavailable:
         metrics.RECORD_FAILURES.inc()
         metrics.REQUESTS.labels(prepared.task, version, "503").inc()

@@ -1,4 +1,6 @@
-"""FastAPI dependencies, as `Annotated` aliases the routes declare."""
+"""FastAPI dependencies, as `Annotated` aliases the routes declare. They are `async def`
+though they never await: FastAPI runs a plain `def` dependency in its thread pool, a thread
+hop per dependency per request."""
 from __future__ import annotations
 
 import hmac
@@ -14,7 +16,7 @@ from server.state import GatewayState
 bearer = HTTPBearer(auto_error=False)
 
 
-def get_state(request: Request) -> GatewayState:
+async def get_state(request: Request) -> GatewayState:
     return request.app.state.gateway
 
 
@@ -30,7 +32,7 @@ def _matches(credentials: HTTPAuthorizationCredentials | None, *keys) -> bool:
     return any(key is not None and hmac.compare_digest(given, key.get_secret_value()) for key in keys)
 
 
-def require_user(state: State, credentials: Credentials) -> None:
+async def require_user(state: State, credentials: Credentials) -> None:
     settings = state.settings
     if settings.user_api_key is None and settings.admin_api_key is None:
         return
@@ -40,7 +42,7 @@ def require_user(state: State, credentials: Credentials) -> None:
         raise ApiError(401, "unauthorized", "invalid API key", {"WWW-Authenticate": "Bearer"})
 
 
-def require_admin(state: State, credentials: Credentials) -> None:
+async def require_admin(state: State, credentials: Credentials) -> None:
     settings = state.settings
     if settings.admin_api_key is None:
         return
