@@ -49,25 +49,26 @@ async def _drive(send, payloads: list, concurrency: int) -> dict:
     """Send every payload with at most `concurrency` in flight; latencies in ms and throughput."""
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
-    failures = 0
+    failures: list[str] = []
 
     async def one(payload) -> None:
-        nonlocal failures
         async with gate:
             started = time.perf_counter()
-            status = await send(payload)
+            status, text = await send(payload)
             latencies.append((time.perf_counter() - started) * 1000)
-            failures += status != 200
+            if status != 200:
+                failures.append(f"HTTP {status}: {text[:300]}")
 
     started = time.perf_counter()
     await asyncio.gather(*(one(p) for p in payloads))
-    return {"latencies": latencies, "failed": failures, "wall_s": time.perf_counter() - started}
+    return {"latencies": latencies, "failures": failures, "wall_s": time.perf_counter() - started}
 
 
 def _merge(runs: list[dict]) -> dict:
     latencies = [ms for run in runs for ms in run["latencies"]]
     wall = sum(run["wall_s"] for run in runs)
-    return {"requests": len(latencies), "failed": sum(run["failed"] for run in runs),
+    failures = [f for run in runs for f in run["failures"]]
+    return {"requests": len(latencies), "failed": len(failures), "first_failure": failures[0] if failures else None,
             "p50_ms": round(statistics.median(latencies), 2), "p99_ms": round(_percentile(latencies, 0.99), 2),
             "throughput_rps": round(len(latencies) / wall, 2)}
 
@@ -97,10 +98,9 @@ async def _compare(base_url: str, gateway_url: str, base_model: str, reviews: li
     # takes as little CPU from the engine as the gateway's client does
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as client:
-        async def post(url: str, body: dict) -> int:
+        async def post(url: str, body: dict) -> tuple[int, str]:
             async with client.post(url, json=body) as response:
-                await response.read()
-                return response.status
+                return response.status, (await response.read()).decode(errors="replace")
 
         async def direct(body):
             return await post(f"{base_url}/v1/completions", body)
@@ -197,6 +197,11 @@ def table(results: dict) -> str:
         lines.append(f"| {row['concurrency']} | {v['p50_ms']} | {g['p50_ms']} | {row['added_p50_ms']} | {v['p99_ms']} | "
                      f"{g['p99_ms']} | {v['throughput_rps']} | {g['throughput_rps']} | {row['throughput_ratio']} | "
                      f"{row['gateway_cpu_ms_per_request']} |")
+    for row in results["levels"]:
+        for side in ("vllm", "gateway"):
+            if row[side]["failed"]:
+                lines.append(f"\nconcurrency {row['concurrency']}, {side}: {row[side]['failed']} failed; first: "
+                             f"{row[side]['first_failure']}")
     lines.append(f"\n{results['task']} requests, max_tokens {results['max_tokens']}, greedy, JSON-schema constrained; "
                  f"target: at most +{results['target']['added_p50_ms']} ms p50 and a throughput ratio of at least "
                  f"{results['target']['throughput_ratio']}.")
