@@ -33,6 +33,7 @@ class Engine:
     healthy: bool = False
     last_error: str | None = None
     slow_probes: int = 0  # consecutive health probes that timed out
+    last_answer: float = 0.0  # time.monotonic() of the last completion it returned
 
 
 @dataclass
@@ -64,8 +65,10 @@ class ChatTemplate:
 
 
 # A busy engine on shared cores can miss a probe's deadline while it is serving fine; only a
-# refused connection, or this many timeouts in a row, takes it out of the rotation.
+# refused connection, or this many timeouts in a row, takes it out of the rotation, and a probe
+# that times out does not count while the engine is still returning completions.
 SLOW_PROBES_BEFORE_DOWN = 3
+ANSWERING_WITHIN_S = 10.0
 
 
 class EnginePool:
@@ -100,6 +103,9 @@ class EnginePool:
                     roots = [m["id"] for m in (await response.json(content_type=None))["data"] if not m.get("parent")]
                 engine.model, engine.healthy, engine.last_error, engine.slow_probes = roots[0], True, None, 0
             except TimeoutError:
+                if time.monotonic() - engine.last_answer < ANSWERING_WITHIN_S:
+                    engine.last_error = "health probe timed out while the engine was returning completions"
+                    return
                 engine.slow_probes += 1
                 engine.last_error = f"timeout on health probe {engine.slow_probes} time(s) in a row"
                 if engine.slow_probes >= SLOW_PROBES_BEFORE_DOWN:
@@ -146,6 +152,7 @@ class EnginePool:
                 data = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             raise self._failed(engine, error) from None
+        engine.last_answer = time.monotonic()
         choice, usage = data["choices"][0], data.get("usage") or {}
         return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
                           choice.get("finish_reason"), engine.url, body_model(adapter, engine))
@@ -176,6 +183,7 @@ class EnginePool:
                             yield choice["text"]
         except (aiohttp.ClientError, TimeoutError) as error:
             raise self._failed(engine, error) from None
+        engine.last_answer = time.monotonic()
         result.update(engine=engine.url, model=body_model(adapter, engine), started=started)
 
     async def close(self) -> None:

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from router.engines import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineUnavailable
+from router.registry import Sampling
 
 
 class SlowModels(BaseHTTPRequestHandler):
@@ -26,6 +27,15 @@ class SlowModels(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except OSError:
             pass  # the client gave up first
+
+    def do_POST(self):  # a completion, answered at once however slow the probes are
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -57,6 +67,26 @@ def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engin
     seen = asyncio.run(probes())
     assert seen == [True] * SLOW_PROBES_BEFORE_DOWN + [False, True]
     assert pool.engines[0].model == "base-model"
+
+
+def test_engine_returning_completions_stays_in_rotation_however_slow_its_probes(slow_engine):
+    pool = EnginePool("base", [slow_engine], template=None, probe_timeout_s=0.2)
+
+    async def serve_while_probes_time_out() -> list[bool]:
+        try:
+            seen = [await pool.check()]
+            SlowModels.delay_s = 0.5
+            for _ in range(SLOW_PROBES_BEFORE_DOWN + 2):
+                completion = await pool.complete("prompt", None, Sampling(0.0, 1.0, 4), None)
+                assert completion.text == "ok"
+                seen.append(await pool.check())
+            return seen
+        finally:
+            SlowModels.delay_s = 0.0
+            await pool.close()
+
+    assert asyncio.run(serve_while_probes_time_out()) == [True] * (SLOW_PROBES_BEFORE_DOWN + 3)
+    assert "returning completions" in pool.engines[0].last_error
 
 
 def test_refused_connection_is_down_at_once():
