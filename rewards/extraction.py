@@ -109,8 +109,6 @@ FIELD_CREDITS = {
     "sentiment": _sentiment_credit, "sentiment_score": _score_credit, "product_mentioned": _product_credit,
     "key_phrases": _phrases_credit, "summary": _summary_credit,
 }
-
-
 CREDIT_PLAN = tuple((name, FIELD_CREDITS.get(name, _exact_credit)) for name in EXTRACTION_FIELDS)
 
 

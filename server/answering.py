@@ -73,16 +73,19 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
     return scored.output
 
 
+def _score_and_output(state: GatewayState, prepared: Prepared, raw: str, execute: bool, include_think: bool):
+    context = dict(prepared.task_input, db_path=str(state.settings.db_path))
+    scored = score(prepared.task, raw, prepared.reference, context)
+    return scored, _output(prepared.task, raw, scored, execute, include_think, state)
+
+
 async def finish(state: GatewayState, prepared: Prepared, completion: Completion, execute: bool = False,
                  include_think: bool = False) -> dict:
     """Score and record a completion; return the record (the answer is built from it)."""
-    context = dict(prepared.task_input, db_path=str(state.settings.db_path))
-    if prepared.task == "sql":  # runs queries (up to its time limit): off the event loop
-        scored = await run_in_threadpool(score, prepared.task, completion.text, prepared.reference, context)
-        output = await run_in_threadpool(_output, prepared.task, completion.text, scored, execute, include_think, state)
-    else:  # pure CPU for tens of microseconds: cheaper than the two thread hops it would take
-        scored = score(prepared.task, completion.text, prepared.reference, context)
-        output = _output(prepared.task, completion.text, scored, execute, include_think, state)
+    if prepared.task == "sql":  # runs queries (up to their time limit): off the event loop
+        scored, output = await run_in_threadpool(_score_and_output, state, prepared, completion.text, execute, include_think)
+    else:  # pure CPU for tens of microseconds: cheaper than a thread hop
+        scored, output = _score_and_output(state, prepared, completion.text, execute, include_think)
     version = prepared.adapter or "base"
     record = {
         "id": uuid.uuid4().hex,
