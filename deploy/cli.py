@@ -283,6 +283,9 @@ def bench_gateway(
     concurrency: Annotated[list[int], typer.Option(help="Concurrency levels (repeat the option).")] = [1, 8, 32],  # noqa: B006
     requests: Annotated[int, typer.Option(min=8, help="Requests per level (at least twice the concurrency).")] = 64,
     max_tokens: Annotated[int, typer.Option(min=1, max=2048, help="Completion tokens per request.")] = 32,
+    shared_cores: Annotated[bool, typer.Option("--shared-cores", help=(
+        "Leave a local CPU engine on the same cores as the gateway (by default it gets cores of its own, "
+        "as on a GPU box)."))] = False,
 ) -> None:
     """Latency and throughput straight to vLLM and through the gateway, side by side."""
     from deploy import bench_gateway as bench
@@ -294,7 +297,7 @@ def bench_gateway(
         raise _fail(f"no bootstrap in {settings.root}: run `tucano bootstrap` first")
     if any(c < 1 or c > 256 for c in concurrency):
         raise _fail("--concurrency must be between 1 and 256", 2)
-    results = bench.run(settings, sorted(set(concurrency)), requests, max_tokens, say=console.print)
+    results = bench.run(settings, sorted(set(concurrency)), requests, max_tokens, shared_cores, say=console.print)
     table = bench.table(results)
     json_path, _ = write_result(settings.bench_dir, "gateway", results, table)
     console.print(table, highlight=False)

@@ -10,6 +10,7 @@ the module is run directly).
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -49,23 +50,30 @@ def vllm_command(model: str, served_name: str, port: int, lora: bool, device: st
     return command
 
 
-def vllm_env(device: str, lora: bool) -> dict[str, str]:
+def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     if lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if device == "cpu":
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # whole GiB
         env.setdefault("OMP_NUM_THREADS", "1")  # two engines and the gateway share few cores
+        if cpus:
+            env["OMP_NUM_THREADS"] = str(len(cpus))  # cores of its own: one thread on each
     return env
 
 
-def _die_with_parent() -> None:
+def _child_setup(cpus: frozenset[int] | None) -> None:
+    """Runs in the engine's process before exec: it dies with its parent, and keeps to `cpus`
+    (its engine-core children inherit the mask, and vLLM's CPU thread binding stays inside it)."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 class VllmServer:
-    def __init__(self, name: str, model: str, lora: bool, device: str, log_dir: Path, port: int | None = None):
-        self.name, self.model, self.lora, self.device = name, model, lora, device
+    def __init__(self, name: str, model: str, lora: bool, device: str, log_dir: Path, port: int | None = None,
+                 cpus: frozenset[int] | None = None):
+        self.name, self.model, self.lora, self.device, self.cpus = name, model, lora, device, cpus
         self.port = port or free_port()
         self.log_path = Path(log_dir) / f"vllm-{name}.log"
         self.process: subprocess.Popen | None = None
@@ -80,8 +88,8 @@ class VllmServer:
         log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
             vllm_command(self.model, self.name, self.port, self.lora, self.device),
-            env=vllm_env(self.device, self.lora), stdout=log_file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, start_new_session=True,
+            env=vllm_env(self.device, self.lora, self.cpus), stdout=log_file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, preexec_fn=functools.partial(_child_setup, self.cpus), start_new_session=True,
         )
         log_file.close()
 

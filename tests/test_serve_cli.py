@@ -80,3 +80,31 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
 
     with EmbeddedRedis(built.redis_dir) as redis_url:
         assert Store(redis_url).get_record(record_id).record["task"] == "sql"
+
+
+def test_split_cores_keeps_a_quarter_for_the_gateway_side():
+    from deploy.bench_gateway import split_cores
+
+    assert split_cores({3}) is None  # one core cannot be split
+    assert split_cores({0, 1}) == (frozenset({0}), frozenset({1}))
+    engine, others = split_cores(set(range(16)))
+    assert engine == frozenset(range(12)) and others == frozenset(range(12, 16))
+    engine, others = split_cores({2, 5, 7})
+    assert engine == frozenset({2, 5}) and others == frozenset({7})
+
+
+def test_an_engine_given_cores_starts_inside_them():
+    """The launch hook an engine process runs before exec: its mask (which vLLM's engine-core
+    children inherit) is the cores it was given, and its OpenMP runs one thread per core."""
+    import functools
+
+    from deploy.engines import _child_setup, vllm_env
+
+    one = frozenset({min(os.sched_getaffinity(0))})
+    shown = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           preexec_fn=functools.partial(_child_setup, one), capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == str(sorted(one))
+    unpinned = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                              preexec_fn=functools.partial(_child_setup, None), capture_output=True, text=True, check=True)
+    assert unpinned.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
+    assert vllm_env("cpu", True, frozenset({0, 1, 2}))["OMP_NUM_THREADS"] == "3"

@@ -316,6 +316,7 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     written = json.loads((built.bench_dir / "gateway.json").read_text())["results"]
     assert [row["concurrency"] for row in written["levels"]] == [1, 4]
+    assert written["cores"] == "shared"  # an engine it did not start is not pinned
     for row in written["levels"]:
         assert row["blocks"] >= 4 and row["blocks"] % 2 == 0  # ABBA: both sides equally often first
         for side in ("vllm", "gateway"):
