@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -13,10 +14,15 @@ from server.errors import error_body
 from server.routes import adapters, chat, feedback, health, tasks
 from server.state import GatewayState
 
+# an escaped surrogate, or one encoded as bytes (which `json.loads` reads with surrogatepass)
+SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
-class BodyLimit:
-    """Refuses a body over the limit with 413: by Content-Length, or by reading a chunked body
-    up to the limit before the app sees it (then replaying it)."""
+
+class BodyGuard:
+    """Refuses, before the app sees the body: one over the limit with 413 (by Content-Length, or
+    by reading a chunked body up to the limit, then replaying it), and one whose JSON holds a lone
+    UTF-16 surrogate (escaped, `"\\ud800"`, or as bytes) with 422. Python's JSON decoder accepts
+    such a string, but it is not Unicode: no tokenizer, UTF-8 encoder or Redis write can take it."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -26,7 +32,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            return await self._refuse(send)
+            return await self._refuse(send, 413, "payload_too_large", f"request body over {self.max_bytes} bytes")
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -35,16 +41,33 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self._refuse(send)
+                return await self._refuse(send, 413, "payload_too_large", f"request body over {self.max_bytes} bytes")
             if not message.get("more_body"):
                 break
-        await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive), send)
+        body = b"".join(chunks)
+        if SURROGATE.search(body) and _holds_lone_surrogate(body):
+            return await self._refuse(send, 422, "invalid_request",
+                                      "body: a string holds a lone UTF-16 surrogate (like \\ud800), which is not Unicode text")
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
-    async def _refuse(self, send):
-        body = json.dumps(error_body("payload_too_large", f"request body over {self.max_bytes} bytes")).encode()
-        await send({"type": "http.response.start", "status": 413,
+    @staticmethod
+    async def _refuse(send, status: int, type_: str, message: str):
+        body = json.dumps(error_body(type_, message)).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def _holds_lone_surrogate(body: bytes) -> bool:
+    """Whether the JSON body decodes to a string with an unpaired surrogate (a proper pair, like
+    an escaped emoji, decodes to one character and passes). Not JSON at all: the app says so."""
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    except ValueError:
+        return False
+    return False
 
 
 def _replay(messages: list[dict], then=None):
@@ -77,7 +100,7 @@ def create_app(state: GatewayState) -> FastAPI:
     errors.install(app)
     for module in (tasks, chat, feedback, adapters, health):
         app.include_router(module.router)
-    app.add_middleware(BodyLimit, max_bytes=state.settings.max_request_bytes)
+    app.add_middleware(BodyGuard, max_bytes=state.settings.max_request_bytes)
     return app
 
 

@@ -194,6 +194,31 @@ def test_malformed_json_and_oversized_bodies(gateway):
     assert streamed.status_code == 413
 
 
+@pytest.mark.parametrize("path,raw", [
+    ("/v1/tasks/extraction", b'{"input": {"review": "ruim \\ud800"}}'),
+    ("/v1/tasks/extraction", b'{"input": {"review": "x"}, "reference": {"summary": "\\udc00\\ud83d"}}'),
+    ("/v1/tasks/extraction", b'{"input": {"review": "x"}, "reference": "bytes \xed\xa0\x80"}'),
+    ("/v1/chat/completions", b'{"model": "tucano-push", "messages": [{"role": "user", "content": "oi \\ud83d"}]}'),
+    ("/v1/feedback", b'{"id": "x", "rating": 1, "correction": "\\udfff"}'),
+])
+def test_lone_surrogates_are_422_and_nothing_is_written(gateway, path, raw):
+    """JSON may escape a surrogate with no partner; Python decodes it, but it is not Unicode text
+    (before the check, a reference or chat message like this was a 500 at the record write)."""
+    before = gateway.state.store.redis.xlen(RECORDS)
+    response = httpx.post(f"{gateway.url}{path}", content=raw, headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == 422, response.text
+    assert "surrogate" in response.json()["error"]["message"]
+    assert gateway.state.store.redis.xlen(RECORDS) == before
+
+
+def test_escaped_surrogate_pairs_are_ordinary_text(gateway):
+    body = b'{"input": {"review": "Chegou r\\u00e1pido \\ud83d\\ude00 e funciona, literal \\\\ud800"}, "options": {"max_tokens": 8}}'
+    response = httpx.post(f"{gateway.url}/v1/tasks/extraction", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == 200, response.text
+    record = gateway.state.store.get_record(response.json()["id"]).record
+    assert record["input"]["review"] == "Chegou rápido \U0001F600 e funciona, literal \\ud800"
+
+
 def test_api_keys(built, redis_url, engines):
     from pydantic import SecretStr
 
