@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import redis
 import redis.asyncio
 
@@ -90,7 +91,7 @@ class Store:
         neither. Raise StoreUnavailable when Redis cannot take it."""
         try:
             entry_id = await self._add_record_script(keys=[RECORDS, _record_key(record["id"])],
-                                                     args=[json.dumps(record, ensure_ascii=False)])
+                                                     args=[msgspec.json.encode(record)])
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
         return entry_id

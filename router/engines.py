@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
+import msgspec
 
 from router.registry import Sampling
 
@@ -89,7 +89,8 @@ class EnginePool:
         """The session of the running event loop (an aiohttp session is bound to the loop that made it)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=aiohttp.TCPConnector(limit=256))
+            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=aiohttp.TCPConnector(limit=256),
+                                                  json_serialize=_json_text)
             self._session_loop = loop
         return self._session
 
@@ -100,7 +101,8 @@ class EnginePool:
                 async with self._client().get(f"{engine.url}/v1/models",
                                               timeout=aiohttp.ClientTimeout(total=self.probe_timeout_s)) as response:
                     response.raise_for_status()
-                    roots = [m["id"] for m in (await response.json(content_type=None))["data"] if not m.get("parent")]
+                    listed = await response.json(loads=msgspec.json.decode, content_type=None)
+                    roots = [m["id"] for m in listed["data"] if not m.get("parent")]
                 engine.model, engine.healthy, engine.last_error, engine.slow_probes = roots[0], True, None, 0
             except TimeoutError:
                 if time.monotonic() - engine.last_answer < ANSWERING_WITHIN_S:
@@ -149,7 +151,7 @@ class EnginePool:
                 if response.status != 200:
                     text = await response.text(errors="replace")
                     raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
-                data = await response.json(content_type=None)
+                data = await response.json(loads=msgspec.json.decode, content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             raise self._failed(engine, error) from None
         engine.last_answer = time.monotonic()
@@ -172,7 +174,7 @@ class EnginePool:
                     line = raw.decode("utf-8", errors="replace").strip()
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
-                    chunk = json.loads(line[6:])
+                    chunk = msgspec.json.decode(line[6:])
                     if chunk.get("usage"):
                         result["usage"] = chunk["usage"]
                     for choice in chunk.get("choices") or []:
@@ -189,6 +191,11 @@ class EnginePool:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _json_text(value) -> str:
+    # each engine call sends the task's JSON schema and the prompt: msgspec encodes them ~7x faster
+    return msgspec.json.encode(value).decode()
 
 
 def body_model(adapter: str | None, engine: Engine) -> str:
