@@ -13,15 +13,18 @@
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import redis
 import redis.asyncio
+from redis.commands.core import AsyncScript
 
 RECORDS = "tucano:records"
 FAILURES = "tucano:failures"
@@ -30,6 +33,7 @@ ROUTES = "tucano:routes"
 ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
 ROUND_LOCK = "tucano:lock:round"
+ADD_RECORD = "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) redis.call('SET', KEYS[2], id) return id"
 
 
 class StoreUnavailable(RuntimeError):
@@ -60,13 +64,9 @@ class Store:
         self.maxlen = maxlen
         self.redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
         # The gateway writes a record per request from its event loop: an asyncio client there
-        # costs less than the thread hop a blocking call needs.
-        self.async_redis = redis.asyncio.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2,
-                                                        decode_responses=True)
-        self._add_record_script = self.async_redis.register_script(
-            "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) "
-            "redis.call('SET', KEYS[2], id) return id"
-        )
+        # costs less than the thread hop a blocking call needs. Such a client belongs to the loop
+        # that made it, so there is one per loop.
+        self._record_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncScript] = weakref.WeakKeyDictionary()
         self._put_adapter_script = self.redis.register_script(
             "if redis.call('SET', KEYS[1], ARGV[1], 'NX') then redis.call('SADD', KEYS[2], ARGV[2]) return 1 end return 0"
         )
@@ -89,9 +89,13 @@ class Store:
     async def add_record(self, record: dict) -> str:
         """Write a record atomically (stream entry + id index, one Lua call): either both exist or
         neither. Raise StoreUnavailable when Redis cannot take it."""
+        loop = asyncio.get_running_loop()
+        script = self._record_scripts.get(loop)
+        if script is None:
+            client = redis.asyncio.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+            script = self._record_scripts[loop] = client.register_script(ADD_RECORD)
         try:
-            entry_id = await self._add_record_script(keys=[RECORDS, _record_key(record["id"])],
-                                                     args=[msgspec.json.encode(record)])
+            entry_id = await script(keys=[RECORDS, _record_key(record["id"])], args=[msgspec.json.encode(record)])
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
         return entry_id

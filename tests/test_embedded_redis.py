@@ -89,3 +89,18 @@ def test_sigterm_of_the_cli_stops_its_server_cleanly(tmp_path):
     assert not (tmp_path / "server.json").exists()
     with EmbeddedRedis(tmp_path) as url:
         assert redis.Redis.from_url(url).get("k") == b"v"
+
+
+def test_one_store_writes_records_from_one_event_loop_after_another(tmp_path):
+    """An asyncio Redis client belongs to the loop that made it; the store keeps one per loop, so
+    a second loop (a restarted gateway in the same process, a test) writes records too."""
+    import asyncio
+
+    from foundation.store import RECORDS, Store
+
+    with EmbeddedRedis(tmp_path / "redis") as url:
+        store = Store(url)
+        for n in range(2):
+            entry_id = asyncio.run(store.add_record({"id": f"record-{n}", "task": "sql", "raw": "SELECT 1"}))
+            assert store.get_record(f"record-{n}").entry_id == entry_id
+        assert store.redis.xlen(RECORDS) == 2
