@@ -347,4 +347,5 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
         for side in ("vllm", "gateway"):
             assert row[side]["failed"] == 0 and row[side]["requests"] == row["blocks"] * 8
         assert row["gateway_cpu_ms_per_request"] > 0 and row["throughput_ratio"] > 0
+        assert abs(row["added_paired_median_ms"]) < row["gateway"]["p99_ms"] + row["vllm"]["p99_ms"]
     assert "gateway CPU ms/request" in (built.bench_dir / "gateway.md").read_text()
