@@ -18,7 +18,7 @@ import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from deploy import adapters as adapter_ops
-from deploy.engines import Supervisor, VllmServer, has_gpu
+from deploy.engines import COMPUTE_NICE, Supervisor, VllmServer, has_gpu
 from foundation.config import Settings
 from foundation.embedded_redis import EmbeddedRedis
 from foundation.store import Store
@@ -65,8 +65,11 @@ def _run_round_process(settings: Settings, redis_url: str, say) -> None:
     env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))  # the engines keep the other half
     with log_path.open("ab") as log_file:
-        code = subprocess.run([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if not has_gpu():  # it trains on the gateway's cores: it yields to it, as the engines do
+            os.setpriority(os.PRIO_PROCESS, trainer.pid, COMPUTE_NICE)
+        code = trainer.wait()
     say(f"training round finished with exit code {code}; log {log_path}")
 
 

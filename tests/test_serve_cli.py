@@ -108,3 +108,19 @@ def test_an_engine_given_cores_starts_inside_them():
                               preexec_fn=functools.partial(_child_setup, None), capture_output=True, text=True, check=True)
     assert unpinned.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
     assert vllm_env("cpu", True, frozenset({0, 1, 2}))["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_cpu_engine_yields_to_the_gateway_in_the_same_session(tmp_path):
+    """On CPU the engine runs at COMPUTE_NICE in its own process group (so it is signalled with
+    its children) but in the gateway's session: the kernel weighs niceness only within a session."""
+    from deploy.engines import COMPUTE_NICE, VllmServer
+
+    server = VllmServer("nice-check", "no-such-model", lora=False, device="cpu", log_dir=tmp_path)
+    server.start()
+    try:
+        process = psutil.Process(server.process.pid)
+        assert process.nice() == COMPUTE_NICE
+        assert os.getpgid(process.pid) == process.pid != os.getpgid(0)
+        assert os.getsid(process.pid) == os.getsid(0)
+    finally:
+        server.stop()
