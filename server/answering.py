@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
@@ -22,6 +23,9 @@ from server.errors import ApiError
 from server.state import GatewayState
 
 RETRY_AFTER_S = "5"
+# Set per request by the app's overhead timer (a dict, so that the timer reads what `answer`
+# wrote even if a layer between them copied the context): the task and its engine call's seconds.
+ENGINE_CALL: ContextVar[dict | None] = ContextVar("engine_call", default=None)
 
 
 @dataclass
@@ -127,10 +131,14 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
 
 async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> dict:
     pool = state.pools[REGISTRY[prepared.task].engine]
+    called = time.perf_counter()
     try:
         completion = await pool.complete(prepared.prompt, prepared.adapter, prepared.sampling, REGISTRY[prepared.task].json_schema)
     except EngineUnavailable as error:
         raise _engine_down(state, prepared, error) from None
+    engine_call = ENGINE_CALL.get()
+    if engine_call is not None:
+        engine_call.update(task=prepared.task, seconds=time.perf_counter() - called)
     return await finish(state, prepared, completion, execute, include_think)
 
 

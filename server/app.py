@@ -5,11 +5,12 @@ import asyncio
 import gc
 import json
 import re
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from server import errors
+from server import answering, errors, metrics
 from server.errors import error_body
 from server.routes import adapters, chat, feedback, health, tasks
 from server.state import GatewayState
@@ -58,6 +59,30 @@ class BodyGuard:
         await send({"type": "http.response.body", "body": body})
 
 
+class OverheadTimer:
+    """Observes what the gateway adds to each answered request: the time from the request's
+    arrival here to its last response byte, less the engine call (`tucano_gateway_overhead_seconds`,
+    per task). Measured inside one process, it shows the gateway's cost without the engine's
+    run-to-run noise that side-by-side latencies carry."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        engine_call: dict = {}
+        token = answering.ENGINE_CALL.set(engine_call)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            answering.ENGINE_CALL.reset(token)
+        if "seconds" in engine_call:
+            overhead = time.perf_counter() - started - engine_call["seconds"]
+            metrics.GATEWAY_OVERHEAD.labels(engine_call["task"]).observe(overhead)
+
+
 def _holds_lone_surrogate(body: bytes) -> bool:
     """Whether the JSON body decodes to a string with an unpaired surrogate (a proper pair, like
     an escaped emoji, decodes to one character and passes). Not JSON at all: the app says so."""
@@ -101,6 +126,7 @@ def create_app(state: GatewayState) -> FastAPI:
     for module in (tasks, chat, feedback, adapters, health):
         app.include_router(module.router)
     app.add_middleware(BodyGuard, max_bytes=state.settings.max_request_bytes)
+    app.add_middleware(OverheadTimer)  # added last: the outermost, so body checks count as overhead
     return app
 
 

@@ -282,8 +282,27 @@ def test_readyz_and_metrics(gateway):
     assert ready.status_code == 200 and ready.json()["ready"] is True
     text = httpx.get(f"{gateway.url}/metrics").text
     for name in ("tucano_requests_total", "tucano_request_latency_seconds", "tucano_reward", "tucano_engine_errors_total",
-                 "tucano_record_write_failures_total"):
+                 "tucano_record_write_failures_total", "tucano_gateway_overhead_seconds"):
         assert name in text
+
+
+def _overhead(url: str) -> tuple[float, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {s.name: s.value for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
+               if family.name == "tucano_gateway_overhead_seconds" for s in family.samples
+               if s.labels.get("task") == "push" and not s.name.endswith("_bucket")}
+    return samples.get("tucano_gateway_overhead_seconds_count", 0.0), samples.get("tucano_gateway_overhead_seconds_sum", 0.0)
+
+
+def test_gateway_overhead_is_the_time_outside_the_engine_call(gateway):
+    count, total = _overhead(gateway.url)
+    answer = httpx.post(f"{gateway.url}/v1/tasks/push", json={"input": INPUTS["push"], "options": {"max_tokens": 24}}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    new_count, new_total = _overhead(gateway.url)
+    assert new_count == count + 1
+    # the record's latency spans the engine call; the overhead leaves it out
+    assert 0 < new_total - total < answer.json()["latency_ms"] / 1000
 
 
 # --- an adapter version serves its task once the alias points at it -------------------------
@@ -348,4 +367,6 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
             assert row[side]["failed"] == 0 and row[side]["requests"] == row["blocks"] * 8
         assert row["gateway_cpu_ms_per_request"] > 0 and row["throughput_ratio"] > 0
         assert abs(row["added_paired_median_ms"]) < row["gateway"]["p99_ms"] + row["vllm"]["p99_ms"]
+        overhead = row["gateway_overhead"]  # read from the gateway's /metrics: every gateway request of the level
+        assert overhead["requests"] == row["blocks"] * 8 and 0 < overhead["mean_ms"] < row["gateway"]["p50_ms"]
     assert "gateway CPU ms/request" in (built.bench_dir / "gateway.md").read_text()
