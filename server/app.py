@@ -90,7 +90,7 @@ def _holds_lone_surrogate(body: bytes) -> bool:
         json.dumps(json.loads(body), ensure_ascii=False).encode()
     except UnicodeEncodeError:
         return True
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: the app answers
         return False
     return False
 

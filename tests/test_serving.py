@@ -211,6 +211,12 @@ def test_lone_surrogates_are_422_and_nothing_is_written(gateway, path, raw):
     assert gateway.state.store.redis.xlen(RECORDS) == before
 
 
+def test_deeply_nested_body_with_a_surrogate_escape_is_a_4xx(gateway):
+    raw = b'{"input": {"review": "x"}, "reference": ' + b"[" * 100_000 + b'"\\ud800"' + b"]" * 100_000 + b"}"
+    response = httpx.post(f"{gateway.url}/v1/tasks/extraction", content=raw, headers={"content-type": "application/json"})
+    assert 400 <= response.status_code < 500, response.text
+
+
 def test_escaped_surrogate_pairs_are_ordinary_text(gateway):
     body = b'{"input": {"review": "Chegou r\\u00e1pido \\ud83d\\ude00 e funciona, literal \\\\ud800"}, "options": {"max_tokens": 8}}'
     response = httpx.post(f"{gateway.url}/v1/tasks/extraction", content=body, headers={"content-type": "application/json"}, timeout=60)
