@@ -10,10 +10,10 @@ embedded Valkey, so the benchmark never touches the real records.
 
 When it starts its own engine on the CPU, the benchmark gives the engine most cores and the
 gateway, Redis and the load generator the rest (`split_cores`), as a GPU box does: there the
-engine computes on the accelerator and the gateway never takes its cycles. On shared cores the
-scheduler kept the gateway's runnable event loop off the CPU for up to 1-4 s at concurrency 32
-(measured per loop tick from /proc/thread-self/schedstat), which measures the machine's
-oversubscription rather than the gateway. `--shared-cores` measures that setting anyway.
+engine computes on the accelerator and the gateway never takes its cycles, so the figures are
+the gateway's cost rather than the cores both compete for. `--shared-cores` measures the
+setting `tucano serve` runs on a CPU-only machine: every process on every core, the engine at
+`COMPUTE_NICE`.
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -72,9 +73,10 @@ ANSWERING_WITHIN_S = 10.0
 # vLLM's server closes a keep-alive connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE);
 # aiohttp keeps one for 15 s by default, so a request could go out on a connection the server was
 # closing and fail ("Server disconnected", "Can not write request body"). Idle connections are
-# dropped first on this side, and a request the server dropped is sent once more, on a new
-# connection, before the engine is taken out of the rotation: one such drop used to make every
-# request a 503 until the next health probe (29 in one benchmark run on shared cores).
+# dropped first on this side, and a request the server dropped before answering is sent once
+# more, on a new connection, before the engine is taken out of the rotation: one such drop used
+# to make every request a 503 until the next health probe (29 in one benchmark run on shared
+# cores).
 KEEPALIVE_S = 4.0
 RETRIES_ON_DROPPED_CONNECTION = 1
 
@@ -151,21 +153,32 @@ class EnginePool:
         engine.last_error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}")
 
+    @asynccontextmanager
+    async def _completion(self, engine: Engine, body: dict) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The engine's 200 response to a completion request. A request the server dropped before
+        answering (a keep-alive connection it was closing just then) goes once more, on a new
+        connection, before the engine is taken out of the rotation."""
+        for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
+            try:
+                response = await self._client().post(f"{engine.url}/v1/completions", json=body)
+                break
+            except (aiohttp.ClientError, TimeoutError) as error:
+                if not (_dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION):
+                    raise self._failed(engine, error) from None
+        async with response:
+            if response.status != 200:
+                text = await response.text(errors="replace")
+                raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+            yield response
+
     async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
         engine = self._pick()
         body = self._body(engine, prompt, adapter, sampling, json_schema, False)
-        for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
-            try:
-                async with self._client().post(f"{engine.url}/v1/completions", json=body) as response:
-                    if response.status != 200:
-                        text = await response.text(errors="replace")
-                        raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
-                    data = await response.json(loads=msgspec.json.decode, content_type=None)
-                break
-            except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-                if _dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION:
-                    continue
-                raise self._failed(engine, error) from None
+        try:
+            async with self._completion(engine, body) as response:
+                data = await response.json(loads=msgspec.json.decode, content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            raise self._failed(engine, error) from None
         engine.last_answer = time.monotonic()
         choice, usage = data["choices"][0], data.get("usage") or {}
         return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
@@ -177,30 +190,23 @@ class EnginePool:
         engine = self._pick()
         body = self._body(engine, prompt, adapter, sampling, json_schema, True)
         started = False
-        for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
-            try:
-                async with self._client().post(f"{engine.url}/v1/completions", json=body) as response:
-                    if response.status != 200:
-                        text = await response.text(errors="replace")
-                        raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
-                    async for raw in response.content:  # one server-sent-event line at a time
-                        line = raw.decode("utf-8", errors="replace").strip()
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        chunk = msgspec.json.decode(line[6:])
-                        if chunk.get("usage"):
-                            result["usage"] = chunk["usage"]
-                        for choice in chunk.get("choices") or []:
-                            if choice.get("finish_reason"):
-                                result["finish_reason"] = choice["finish_reason"]
-                            if choice.get("text"):
-                                started = True
-                                yield choice["text"]
-                break
-            except (aiohttp.ClientError, TimeoutError) as error:
-                if _dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION and not started:  # no text twice
-                    continue
-                raise self._failed(engine, error) from None
+        try:
+            async with self._completion(engine, body) as response:
+                async for raw in response.content:  # one server-sent-event line at a time
+                    line = raw.decode("utf-8", errors="replace").strip()
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = msgspec.json.decode(line[6:])
+                    if chunk.get("usage"):
+                        result["usage"] = chunk["usage"]
+                    for choice in chunk.get("choices") or []:
+                        if choice.get("finish_reason"):
+                            result["finish_reason"] = choice["finish_reason"]
+                        if choice.get("text"):
+                            started = True
+                            yield choice["text"]
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise self._failed(engine, error) from None
         engine.last_answer = time.monotonic()
         result.update(engine=engine.url, model=body_model(adapter, engine), started=started)
 
