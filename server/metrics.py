@@ -12,4 +12,4 @@ RECORD_FAILURES = Counter("tucano_record_write_failures_total", "Records Redis d
 GATEWAY_OVERHEAD = Histogram(
     "tucano_gateway_overhead_seconds", "Time an answered (non-streamed) request spent in the gateway outside the "
     "engine call: routing, validation, prompt, scoring, record write, response", ["task"], registry=REGISTRY,
-    buckets=(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+    buckets=(0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1))

@@ -82,6 +82,21 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
         assert Store(redis_url).get_record(record_id).record["task"] == "sql"
 
 
+def test_bench_reads_the_gateway_overhead_median_between_two_histogram_readings():
+    from deploy.bench_gateway import _overhead
+
+    name = "tucano_gateway_overhead_seconds"
+    before = {f"{name}_count": 10, f"{name}_sum": 0.01, f"{name}_bucket0.001": 10, f"{name}_bucket0.003": 10,
+              f"{name}_bucket0.005": 10, f"{name}_bucket+Inf": 10}
+    # 100 more requests: 20 within 1 ms, 40 more within 3 ms, the rest within 5 ms
+    after = {f"{name}_count": 110, f"{name}_sum": 0.31, f"{name}_bucket0.001": 30, f"{name}_bucket0.003": 70,
+             f"{name}_bucket0.005": 110, f"{name}_bucket+Inf": 110}
+    read = _overhead(before, after)
+    assert read["requests"] == 100 and read["mean_ms"] == 3.0 and read["share_within_3ms"] == 0.6
+    assert read["p50_ms"] == 2.5  # the 50th request: 30 of the 40 between 1 and 3 ms
+    assert _overhead(after, after) == {"requests": 0, "mean_ms": None, "p50_ms": None, "share_within_3ms": None}
+
+
 def test_split_cores_keeps_a_quarter_for_the_gateway_side():
     from deploy.bench_gateway import split_cores
 

@@ -375,4 +375,5 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
         assert abs(row["added_paired_median_ms"]) < row["gateway"]["p99_ms"] + row["vllm"]["p99_ms"]
         overhead = row["gateway_overhead"]  # read from the gateway's /metrics: every gateway request of the level
         assert overhead["requests"] == row["blocks"] * 8 and 0 < overhead["mean_ms"] < row["gateway"]["p50_ms"]
+        assert 0 < overhead["p50_ms"] < row["gateway"]["p50_ms"]
     assert "gateway CPU ms/request" in (built.bench_dir / "gateway.md").read_text()
