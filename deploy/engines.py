@@ -52,6 +52,9 @@ def vllm_command(model: str, served_name: str, port: int, lora: bool, device: st
 
 def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    # the gateway workers' metrics files (set by `serve` for them, and seen by an engine it
+    # restarts): vLLM would write its own there, and the gateway's /metrics would sum them
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if device == "cpu":

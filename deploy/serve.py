@@ -3,23 +3,28 @@
 Redis: the configured URL, else an embedded Valkey in the data dir. Models: the configured
 ones, else the bootstrap's (built first when missing). Engines: the configured URLs, else a
 base and a think vLLM server started here and restarted if they die. Then the gateway
-(uvicorn) until SIGTERM/SIGINT, when everything stops cleanly in reverse order.
+(uvicorn, `gateway_workers` processes) until SIGTERM/SIGINT, when everything stops cleanly in
+reverse order.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
+from fastapi import FastAPI
 
 from deploy import adapters as adapter_ops
 from deploy.engines import COMPUTE_NICE, Supervisor, VllmServer, has_gpu
-from foundation.config import Settings
+from foundation.config import Settings, load_settings
 from foundation.embedded_redis import EmbeddedRedis
 from foundation.store import Store
 from router.engines import ChatTemplate, EnginePool
@@ -57,12 +62,36 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
     return GatewayState(settings, store, RouteTable(store), pools, adapter_action=hotswap.act)
 
 
+def gateway_app() -> FastAPI:
+    """One gateway worker's app (uvicorn's factory, called in each worker process): the settings
+    come from the environment, where `run_gateway` put the Redis and engine URLs the stack uses."""
+    settings = load_settings()
+    return create_app(build_state(settings, settings.redis_url, settings.base_engine_urls, settings.think_engine_url))
+
+
+def run_gateway(redis_url: str, base_urls: list[str], think_url: str, host: str, port: int, workers: int,
+                metrics_dir: Path, log_level: str = "info") -> None:
+    """Serve the gateway until SIGINT/SIGTERM: in this process with one worker, else in
+    `workers` uvicorn worker processes on one socket. Each worker holds its own engine clients
+    and routing table (a flip reaches all of them through Redis) and writes its metrics under
+    `metrics_dir`, which /metrics sums; so one event loop's queue no longer holds every request
+    when cores are free for more."""
+    os.environ.update(TUCANO_REDIS_URL=redis_url, TUCANO_BASE_ENGINE_URLS=json.dumps(base_urls),
+                      TUCANO_THINK_ENGINE_URL=think_url)
+    if workers > 1:  # read by prometheus_client when each worker imports it
+        shutil.rmtree(metrics_dir, ignore_errors=True)  # counts of workers of an earlier run
+        metrics_dir.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    uvicorn.run("deploy.serve:gateway_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+
+
 def _run_round_process(settings: Settings, redis_url: str, say) -> None:
     """A round runs as its own process (`tucano train --once`): training never blocks the gateway,
     and a trainer that crashes or is killed takes nothing else down (its lock expires)."""
     log_path = settings.root / "logs" / "train.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the gateway workers' metrics files, not the trainer's
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))  # the engines keep the other half
     with log_path.open("ab") as log_file:
         trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
@@ -103,15 +132,17 @@ def serve(settings: Settings, say=print) -> None:
             server.wait_ready()
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
-        state = build_state(settings, redis_url, base_urls, think_url)
-        state.store.register_engines("base", base_urls)  # trainers and the CLI load adapters into these
-        state.store.register_engines("think", [think_url])
-        reload_active_adapters(state.store, base_urls)
-        supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(state.store, [s.url]) if s.lora else None)
+        store = Store(redis_url, maxlen=settings.records_stream_maxlen)
+        store.register_engines("base", base_urls)  # trainers and the CLI load adapters into these
+        store.register_engines("think", [think_url])
+        reload_active_adapters(store, base_urls)
+        supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, [s.url]) if s.lora else None)
         stack.callback(supervisor.stop)
         supervisor.start()
-        scheduler = periodic_jobs(settings, state.store, redis_url, say)
+        scheduler = periodic_jobs(settings, store, redis_url, say)
         stack.callback(scheduler.shutdown, wait=False)
-        say(f"gateway on http://{settings.host}:{settings.port} (OpenAI base URL http://{settings.host}:{settings.port}/v1)")
-        server = uvicorn.Server(uvicorn.Config(create_app(state), host=settings.host, port=settings.port, log_level="info"))
-        server.run()  # returns on SIGINT/SIGTERM (uvicorn's handlers), then the stack unwinds
+        say(f"gateway on http://{settings.host}:{settings.port} (OpenAI base URL http://{settings.host}:{settings.port}/v1), "
+            f"{settings.gateway_workers} worker(s)")
+        # returns on SIGINT/SIGTERM (uvicorn's handlers), then the stack unwinds
+        run_gateway(redis_url, base_urls, think_url, settings.host, settings.port, settings.gateway_workers,
+                    settings.root / "run" / "gateway-metrics")

@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     # Gateway
     host: str = Field("127.0.0.1", description="Gateway bind address.")
     port: int = Field(8000, ge=1, le=65535, description="Gateway port.")
+    gateway_workers: int = Field(1, ge=1, le=64, description="Gateway worker processes (uvicorn workers): more use more cores for routing, scoring and records.")
     user_api_key: SecretStr | None = Field(None, description="When set, every /v1 request needs it (Bearer).")
     admin_api_key: SecretStr | None = Field(None, description="When set, adapter changes need it (Bearer).")
     max_request_bytes: int = Field(256 * 1024, ge=1024, description="Largest accepted request body.")

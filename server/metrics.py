@@ -1,5 +1,11 @@
-"""Prometheus metrics of the gateway (exposed at /metrics)."""
-from prometheus_client import CollectorRegistry, Counter, Histogram
+"""Prometheus metrics of the gateway (exposed at /metrics).
+
+With several gateway workers, `deploy.serve` sets PROMETHEUS_MULTIPROC_DIR before they start:
+each worker's prometheus_client then keeps its values in files there, and /metrics sums every
+worker's, so a scrape that reaches one worker still counts all of them."""
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter("tucano_requests_total", "Answered requests", ["task", "version", "status"], registry=REGISTRY)
@@ -13,3 +19,12 @@ GATEWAY_OVERHEAD = Histogram(
     "tucano_gateway_overhead_seconds", "Time an answered (non-streamed) request spent in the gateway outside the "
     "engine call: routing, validation, prompt, scoring, record write, response", ["task"], registry=REGISTRY,
     buckets=(0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+
+
+def exposed() -> CollectorRegistry:
+    """What /metrics shows: this process's registry, or every worker's files summed."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    summed = CollectorRegistry()
+    multiprocess.MultiProcessCollector(summed)
+    return summed

@@ -12,6 +12,7 @@ import time
 import httpx
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO
 
@@ -42,7 +43,10 @@ def _ready(url: str) -> bool:
 @pytest.mark.slow
 def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tmp_path):
     port = _free_port()
-    env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_PORT=str(port), TUCANO_TRAIN_ENABLED="false")
+    # two gateway workers: the path a box with cores to spare runs (one worker runs in-process,
+    # as the benchmark's and the other tests' gateways do)
+    env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_PORT=str(port), TUCANO_TRAIN_ENABLED="false",
+               TUCANO_GATEWAY_WORKERS="2")
     env.pop("TUCANO_REDIS_URL", None)
     log = (tmp_path / "serve.log").open("wb")
     serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -63,8 +67,18 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
         assert down
         _wait(lambda: _ready(url), 300, "the engine to be restarted")
         assert not [p for p in base_group if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # no orphans left
-        again = httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos existem?"}}, timeout=120)
-        assert again.status_code == 200
+        # each worker finds the engine back on its own next probe (every 2 s)
+        assert _wait(lambda: httpx.post(f"{url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos existem?"}},
+                                        timeout=120).status_code == 200, 30, "an answer once the engine is back")
+        workers = [p for p in psutil.Process(serve.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(workers) == 2
+        # whichever worker answers the scrape, /metrics counts what every worker answered
+        for _ in range(4):
+            exposed = httpx.get(f"{url}/metrics", timeout=10).text
+            counts = {sample.labels["status"]: sample.value for family in text_string_to_metric_families(exposed)
+                      for sample in family.samples if sample.name == "tucano_requests_total" and sample.labels["task"] == "sql"}
+            assert counts["200"] == 2 and counts["503"] >= 1
+            assert "vllm:" not in exposed  # the restarted engine keeps its metrics out of the workers' files
         children = psutil.Process(serve.pid).children(recursive=True)
     finally:
         serve.send_signal(signal.SIGTERM)
@@ -123,6 +137,13 @@ def test_an_engine_given_cores_starts_inside_them():
                               preexec_fn=functools.partial(_child_setup, None), capture_output=True, text=True, check=True)
     assert unpinned.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
     assert vllm_env("cpu", True, frozenset({0, 1, 2}))["OMP_NUM_THREADS"] == "3"
+
+
+def test_an_engine_does_not_inherit_the_gateway_workers_metrics_dir(monkeypatch):
+    from deploy.engines import vllm_env
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/tmp/gateway-metrics")
+    assert "PROMETHEUS_MULTIPROC_DIR" not in vllm_env("cpu", True)
 
 
 def test_a_cpu_engine_yields_to_the_gateway_in_the_same_session(tmp_path):

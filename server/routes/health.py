@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from server.deps import State
-from server.metrics import REGISTRY
+from server.metrics import exposed
 
 router = APIRouter(tags=["health"])
 
@@ -32,4 +32,4 @@ async def readyz(state: State):
 
 @router.get("/metrics")
 async def metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(exposed()), media_type=CONTENT_TYPE_LATEST)
