@@ -35,6 +35,7 @@ def test_env_and_toml_file(tmp_path, monkeypatch):
     ("TUCANO_REDIS_URL", "http://localhost:6379"),
     ("TUCANO_BASE_ENGINE_URLS", '["ftp://x"]'),
     ("TUCANO_TRAIN_METHOD", "ppo"),
+    ("TUCANO_GATEWAY_WORKERS", "0"),
 ])
 def test_bad_setting_is_named(monkeypatch, name, value):
     monkeypatch.setenv(name, value)

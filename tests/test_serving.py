@@ -233,8 +233,15 @@ def test_api_keys(built, redis_url, engines):
     settings = built.model_copy(update={"user_api_key": SecretStr("user-key"), "admin_api_key": SecretStr("admin-key"),
                                         "redis_url": redis_url})
     state = make_state(settings, redis_url, [engines["base"].url], engines["think"].url)
-    with RunningServer(create_app(state)) as running:
+    app = create_app(state)
+    with RunningServer(app) as running:
         url = running.url
+        # every /v1 route asks for a key before it looks at the request (no body here: a 401, not a 422)
+        v1_routes = [(method, route.path.replace("{task}", "sql")) for route in app.routes
+                     if route.path.startswith("/v1/") for method in getattr(route, "methods", ())]
+        assert len(v1_routes) == 7
+        for method, path in v1_routes:
+            assert httpx.request(method, f"{url}{path}").status_code == 401, (method, path)
         assert httpx.get(f"{url}/v1/models").status_code == 401
         assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer user-key"}).status_code == 200

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from foundation.tasks import TASKS
-from server.deps import Admin, State, TaskPath, User
+from server.deps import AdminState, TaskPath, UserState
 from server.errors import ApiError
 from server.schemas import AdapterList, ErrorResponse
 
@@ -17,8 +17,8 @@ ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 5
 VERSION = re.compile(r"^[a-z]+-v\d+$")
 
 
-@router.get("/v1/adapters", response_model=AdapterList, dependencies=[User], responses=ERRORS)
-async def list_adapters(state: State) -> AdapterList:
+@router.get("/v1/adapters", response_model=AdapterList, responses=ERRORS)
+async def list_adapters(state: UserState) -> AdapterList:
     adapters = await run_in_threadpool(state.store.adapters)
     _, routes = await run_in_threadpool(state.store.routes)
     return AdapterList(adapters=adapters, routes=routes)
@@ -37,8 +37,8 @@ async def _act(state, action: str, target: str) -> dict:
         raise ApiError(503, "engine_unavailable", f"nothing flipped: {error}", {"Retry-After": "5"}) from None
 
 
-@router.post("/v1/adapters/{task}/promote", dependencies=[Admin], responses=ERRORS)
-async def promote(task: TaskPath, state: State, version: str) -> dict:
+@router.post("/v1/adapters/{task}/promote", responses=ERRORS)
+async def promote(task: TaskPath, state: AdminState, version: str) -> dict:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}")
     if not VERSION.match(version) or not version.startswith(task + "-"):
@@ -46,8 +46,8 @@ async def promote(task: TaskPath, state: State, version: str) -> dict:
     return await _act(state, "promote", version)
 
 
-@router.post("/v1/adapters/{task}/rollback", dependencies=[Admin], responses=ERRORS)
-async def rollback(task: TaskPath, state: State) -> dict:
+@router.post("/v1/adapters/{task}/rollback", responses=ERRORS)
+async def rollback(task: TaskPath, state: AdminState) -> dict:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}")
     return await _act(state, "rollback", task)

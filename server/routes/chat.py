@@ -13,16 +13,16 @@ from rewards.parsing import THINK_CLOSE, THINK_OPEN
 from router.classify import classify
 from router.registry import AUTO_MODEL, PUBLIC_MODELS, REGISTRY
 from server import answering
-from server.deps import State, User
+from server.deps import User, UserState
 from server.errors import ApiError
 from server.schemas import ChatRequest, ErrorResponse, ModelCard, ModelList
 
-router = APIRouter(tags=["openai"], dependencies=[User])
+router = APIRouter(tags=["openai"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
 STARTED = int(time.time())
 
 
-@router.get("/v1/models", response_model=ModelList, responses=ERRORS)
+@router.get("/v1/models", response_model=ModelList, dependencies=[User], responses=ERRORS)
 async def models() -> ModelList:
     return ModelList(data=[ModelCard(id=name, created=STARTED) for name in (*PUBLIC_MODELS, AUTO_MODEL)])
 
@@ -77,7 +77,7 @@ class ThinkSplitter:
 
 
 @router.post("/v1/chat/completions", responses=ERRORS)
-async def chat_completions(body: ChatRequest, state: State):
+async def chat_completions(body: ChatRequest, state: UserState):
     user_messages = [_text(m.content) for m in body.messages if m.role == "user"]
     if not user_messages or not user_messages[-1].strip():
         raise ApiError(422, "invalid_request", "messages: a non-empty user message is required")

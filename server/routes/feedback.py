@@ -5,16 +5,16 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from foundation.store import StoreUnavailable, UnknownRecord
-from server.deps import State, User
+from server.deps import UserState
 from server.errors import ApiError
 from server.schemas import ErrorResponse, FeedbackRequest, FeedbackResponse
 
-router = APIRouter(tags=["feedback"], dependencies=[User])
+router = APIRouter(tags=["feedback"])
 
 
 @router.post("/v1/feedback", response_model=FeedbackResponse,
              responses={code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)})
-async def feedback(body: FeedbackRequest, state: State) -> FeedbackResponse:
+async def feedback(body: FeedbackRequest, state: UserState) -> FeedbackResponse:
     try:
         record = await run_in_threadpool(state.store.add_feedback, body.id, body.rating, body.correction)
     except UnknownRecord:

@@ -6,11 +6,11 @@ from pydantic import ValidationError
 
 from foundation.tasks import TASKS
 from server import answering
-from server.deps import State, TaskPath, User
+from server.deps import TaskPath, UserState
 from server.errors import ApiError
 from server.schemas import INPUT_MODELS, ErrorResponse, TaskRequest, TaskResponse
 
-router = APIRouter(tags=["tasks"], dependencies=[User])
+router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
 
 
@@ -19,7 +19,7 @@ def _problems(error: ValidationError, prefix: str) -> str:
 
 
 @router.post("/v1/tasks/{task}", response_model=TaskResponse, responses=ERRORS)
-async def run_task(task: TaskPath, body: TaskRequest, state: State) -> TaskResponse:
+async def run_task(task: TaskPath, body: TaskRequest, state: UserState) -> TaskResponse:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
     try:
