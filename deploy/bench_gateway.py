@@ -5,8 +5,9 @@ JSON-schema constrained decoding) go, at each concurrency, straight to the base 
 `/v1/completions` with the exact body the gateway would send, and through the gateway's
 `/v1/tasks/extraction` (routing, validation, prompt rendering, scoring, the Redis record).
 Both runs happen in one process against one engine, back to back, so the ratios hold on a noisy
-shared machine. The gateway runs in its own process, as in production; Redis is a throwaway
-embedded Valkey, so the benchmark never touches the real records.
+shared machine. The gateway runs in its own process (with `TUCANO_GATEWAY_WORKERS` workers), as
+`tucano serve` runs it; Redis is a throwaway embedded Valkey, so the benchmark never touches the
+real records.
 
 When it starts its own engine on the CPU, the benchmark gives the engine most cores and the
 gateway, Redis and the load generator the rest (`split_cores`), as a GPU box does: there the
