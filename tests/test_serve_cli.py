@@ -122,6 +122,21 @@ def test_split_cores_keeps_a_quarter_for_the_gateway_side():
     assert engine == frozenset({2, 5}) and others == frozenset({7})
 
 
+def test_the_bench_client_thread_runs_idle_and_leaves_the_process_as_it_was():
+    """The load generator's thread yields to the gateway; the bench's main thread (and the
+    gateway and Redis it starts) keep their policy, which an unprivileged process could not
+    get back once it left it."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deploy.bench_gateway import _idle_priority
+
+    before = os.sched_getscheduler(0)
+    with ThreadPoolExecutor(max_workers=1, initializer=_idle_priority) as client:
+        assert client.submit(os.sched_getscheduler, 0).result() == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == before != os.SCHED_IDLE
+
+
 def test_an_engine_given_cores_starts_inside_them():
     """The launch hook an engine process runs before exec: its mask (which vLLM's engine-core
     children inherit) is the cores it was given, and its OpenMP runs one thread per core."""
