@@ -280,11 +280,9 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         def gateway_cpu_s() -> float:
             return sum(sum(process.cpu_times()[:2]) for process in gateway_processes)
 
-        # On the gateway's cores the load generator takes only CPU time the gateway and Redis do
-        # not want: at normal priority, each answer it is woken for preempts the gateway
-        # mid-burst, and the client's own work counts as the gateway's (clients are other
-        # machines in use). Not with shared cores: there the engine keeps every core busy, and an
-        # idle-class client would starve and pace both sides.
+        # The idle-class client (why: the module docstring) only where the engine has cores of
+        # its own: on shared cores the engine keeps every core busy, and such a client would
+        # starve and pace both sides.
         with ThreadPoolExecutor(max_workers=1, initializer=_idle_priority if split else None) as client:
             rows = client.submit(asyncio.run, _compare(base_url, gateway_url, settings.base_model_path, reviews,
                                                        concurrencies, requests_per_level, max_tokens, gateway_cpu_s,
