@@ -2,10 +2,14 @@
 
 The same extraction requests (eval-split reviews, greedy, fixed seed and max_tokens, the same
 JSON-schema constrained decoding) go, at each concurrency, straight to the base vLLM server's
-`/v1/completions` with the exact body the gateway would send, and through the gateway's
-`/v1/tasks/extraction` (routing, validation, prompt rendering, scoring, the Redis record).
-Both runs happen in one process against one engine, back to back, so the ratios hold on a noisy
-shared machine. The gateway runs in its own process (with `TUCANO_GATEWAY_WORKERS` workers), as
+`/v1/completions` with the exact body the gateway would send, through a bare proxy (the same
+body forwarded by uvicorn and the gateway's HTTP client, nothing else), and through the
+gateway's `/v1/tasks/extraction` (routing, validation, prompt rendering, scoring, the Redis
+record). All three run in one process against one engine, in turn, so the ratios hold on a
+noisy shared machine. The proxy separates what any hop in front of vLLM costs from what the
+gateway's own work costs: with many requests in flight, vLLM finishes a batch step's requests
+together and takes new ones in at its next step, so a hop that delays a request by a
+millisecond or two can make it wait for a later step. The gateway runs in its own process (with `TUCANO_GATEWAY_WORKERS` workers), as
 `tucano serve` runs it; Redis is a throwaway embedded Valkey, so the benchmark never touches the
 real records.
 
@@ -51,6 +55,40 @@ def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, work
 
     os.environ["TUCANO_DATA_DIR"] = data_dir
     run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir), log_level="warning")
+
+
+def _serve_proxy(engine_url: str, port: str) -> None:
+    """The reference side: a bare HTTP hop in the gateway's place. uvicorn takes the body the
+    gateway would send to vLLM, the gateway's aiohttp client forwards it to `/v1/completions`, and
+    the answer goes back as it came: no routing, validation, prompt, scoring or record. What it
+    adds over vLLM is what any proxy in front of this engine adds, so the gateway's figures minus
+    its figures are the cost of the gateway's own work."""
+    import aiohttp
+    import uvicorn
+
+    from router.engines import KEEPALIVE_S
+
+    session: aiohttp.ClientSession | None = None
+
+    async def app(scope, receive, send):
+        nonlocal session
+        if scope["method"] == "GET":  # the readiness poll
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            return await send({"type": "http.response.body", "body": b"ok"})
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        if session is None:  # made in the loop that serves
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=KEEPALIVE_S))
+        async with session.post(f"{engine_url}/v1/completions", data=b"".join(chunks),
+                                headers={"content-type": "application/json"}) as response:
+            status, body = response.status, await response.read()
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning", lifespan="off")
 
 
 def split_cores(allowed: set[int]) -> tuple[frozenset[int], frozenset[int]] | None:
@@ -141,8 +179,8 @@ def _merge(runs: list[dict]) -> dict:
             "throughput_rps": round(len(latencies) / wall, 2)}
 
 
-async def _compare(base_url: str, gateway_url: str, base_model: str, reviews: list[str], concurrencies: list[int],
-                   requests_per_level: int, max_tokens: int, gateway_cpu_s, say) -> list[dict]:
+async def _compare(base_url: str, proxy_url: str, gateway_url: str, base_model: str, reviews: list[str],
+                   concurrencies: list[int], requests_per_level: int, max_tokens: int, gateway_cpu_s, say) -> list[dict]:
     import aiohttp
 
     from router.engines import KEEPALIVE_S, ChatTemplate
@@ -175,56 +213,88 @@ async def _compare(base_url: str, gateway_url: str, base_model: str, reviews: li
         async def direct(body):
             return await post(f"{base_url}/v1/completions", body)
 
+        async def proxy(body):
+            return await post(f"{proxy_url}/v1/completions", body)
+
         async def gateway(body):
             return await post(f"{gateway_url}/v1/tasks/{TASK}", body)
+
+        sides = {"vllm": (direct, direct_body), "proxy": (proxy, direct_body), "gateway": (gateway, gateway_body)}
 
         async def metrics_text() -> str:
             async with client.get(f"{gateway_url}/metrics") as response:
                 return await response.text()
 
-        # Warm both paths, and vLLM's prefix cache with every prompt, so neither run finds it colder.
+        # Warm every path, and vLLM's prefix cache with every prompt, so no side finds it colder.
         await _drive(direct, [direct_body(r) for r in reviews], 8)
+        await _drive(proxy, [direct_body(r) for r in reviews[:8]], 8)
         await _drive(gateway, [gateway_body(r) for r in reviews[:8]], 8)
         rows = []
         for concurrency in concurrencies:
-            # Short blocks of the same requests, alternating ABBA: a slow spell of the shared
-            # machine falls on both sides, and neither side always goes first.
+            # Short blocks of the same requests, in turn on each side, the order reversed every
+            # other block: a slow spell of the shared machine falls on every side, and none
+            # always goes first.
             block = max(2 * concurrency, 8)
             blocks = max(4, -(-requests_per_level // block))
             blocks += blocks % 2
-            runs, gateway_cpu = {"vllm": [], "gateway": []}, 0.0
+            runs, gateway_cpu = {side: [] for side in sides}, 0.0
             overhead_before = _overhead_counts(await metrics_text())
             for index in range(blocks):
                 chosen = [reviews[(index * block + i) % len(reviews)] for i in range(block)]
-                order = ("vllm", "gateway") if index % 2 == 0 else ("gateway", "vllm")
-                for side in order:
-                    send, body = (direct, direct_body) if side == "vllm" else (gateway, gateway_body)
+                for side in (list(sides) if index % 2 == 0 else list(sides)[::-1]):
+                    send, body = sides[side]
                     cpu_before = gateway_cpu_s()
                     runs[side].append(await _drive(send, [body(r) for r in chosen], concurrency))
                     if side == "gateway":
                         gateway_cpu += gateway_cpu_s() - cpu_before
             overhead = _overhead(overhead_before, _overhead_counts(await metrics_text()))
-            straight, through = _merge(runs["vllm"]), _merge(runs["gateway"])
-            # each request against the same one sent straight in the neighbouring block: the
-            # spread of prompt and completion lengths cancels out of these differences
-            paired = [g - v for direct_run, gateway_run in zip(runs["vllm"], runs["gateway"])
-                      for v, g in zip(direct_run["latencies"], gateway_run["latencies"])]
-            row = {"concurrency": concurrency, "blocks": blocks, "vllm": straight, "gateway": through,
-                   "added_p50_ms": round(through["p50_ms"] - straight["p50_ms"], 2),
-                   "added_paired_median_ms": round(statistics.median(paired), 2),
-                   "added_p99_ms": round(through["p99_ms"] - straight["p99_ms"], 2),
-                   "throughput_ratio": round(through["throughput_rps"] / straight["throughput_rps"], 3),
+            merged = {side: _merge(side_runs) for side, side_runs in runs.items()}
+            row = {"concurrency": concurrency, "blocks": blocks, **merged,
                    # what the gateway process itself spends per request, whatever the engine's
                    # contention for the same cores does to the latencies
-                   "gateway_cpu_ms_per_request": round(1000 * gateway_cpu / through["requests"], 2),
-                   # measured inside the gateway, so free of the engine's run-to-run noise
+                   "gateway_cpu_ms_per_request": round(1000 * gateway_cpu / merged["gateway"]["requests"], 2),
                    "gateway_overhead": overhead}
-            say(f"concurrency {concurrency}: +{row['added_p50_ms']} ms p50 (paired median +{row['added_paired_median_ms']} ms), "
-                f"throughput x{row['throughput_ratio']}, gateway time outside the engine {overhead['p50_ms']} ms p50 "
-                f"({overhead['mean_ms']} ms mean), "
-                f"gateway CPU {row['gateway_cpu_ms_per_request']} ms/request")
+            for side in ("proxy", "gateway"):
+                # each request against the same one sent straight in the same block pair: the
+                # spread of prompt and completion lengths cancels out of these differences
+                paired = [ms - straight for direct_run, side_run in zip(runs["vllm"], runs[side])
+                          for straight, ms in zip(direct_run["latencies"], side_run["latencies"])]
+                row[side].update(added_p50_ms=round(merged[side]["p50_ms"] - merged["vllm"]["p50_ms"], 2),
+                                 added_paired_median_ms=round(statistics.median(paired), 2),
+                                 added_p99_ms=round(merged[side]["p99_ms"] - merged["vllm"]["p99_ms"], 2),
+                                 throughput_ratio=round(merged[side]["throughput_rps"] / merged["vllm"]["throughput_rps"], 3))
+            gateway, hop = row["gateway"], row["proxy"]
+            say(f"concurrency {concurrency}: gateway +{gateway['added_p50_ms']} ms p50 (paired median "
+                f"+{gateway['added_paired_median_ms']} ms), throughput x{gateway['throughput_ratio']}; bare proxy "
+                f"+{hop['added_p50_ms']} ms p50 (paired +{hop['added_paired_median_ms']} ms), x{hop['throughput_ratio']}; "
+                f"gateway's own time {overhead['p50_ms']} ms p50 ({overhead['mean_ms']} ms mean), "
+                f"CPU {row['gateway_cpu_ms_per_request']} ms/request")
             rows.append(row)
         return rows
+
+
+def _start(stack: ExitStack, serve: str, *args: str) -> subprocess.Popen:
+    """One of this module's servers in its own interpreter, stopped when the stack unwinds."""
+    process = subprocess.Popen([sys.executable, "-c", f"import sys; from deploy.bench_gateway import {serve}; {serve}(*sys.argv[1:])",
+                                *args], stdin=subprocess.DEVNULL)
+    stack.callback(process.wait, 15)
+    stack.callback(process.terminate)
+    return process
+
+
+def _wait_ready(process: subprocess.Popen, name: str, url: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"the benchmark {name} exited with code {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the benchmark {name} did not become ready in {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def run(settings: Settings, concurrencies: list[int], requests_per_level: int, max_tokens: int,
@@ -254,26 +324,13 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
             say(f"starting vLLM base on {engine.url}")
             engine.wait_ready()
             base_url = engine.url
-        port = free_port()
-        gateway = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from deploy.bench_gateway import _serve_gateway; _serve_gateway(*sys.argv[1:])",
-             str(settings.root), redis_url, base_url, str(port), str(settings.gateway_workers), str(scratch / "gateway-metrics")],
-            stdin=subprocess.DEVNULL)
-        stack.callback(gateway.wait, 15)
-        stack.callback(gateway.terminate)
-        gateway_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{gateway_url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if gateway.poll() is not None:
-                raise RuntimeError(f"the benchmark gateway exited with code {gateway.returncode}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("the benchmark gateway did not become ready in 120 s")
-            time.sleep(0.2)
+        gateway_port, proxy_port = free_port(), free_port()
+        gateway = _start(stack, "_serve_gateway", str(settings.root), redis_url, base_url, str(gateway_port),
+                         str(settings.gateway_workers), str(scratch / "gateway-metrics"))
+        proxy = _start(stack, "_serve_proxy", base_url, str(proxy_port))
+        gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
+        _wait_ready(gateway, "gateway", f"{gateway_url}/readyz")
+        _wait_ready(proxy, "proxy", proxy_url)
         # the gateway and, with several workers, its worker processes
         gateway_processes = [psutil.Process(gateway.pid), *psutil.Process(gateway.pid).children(recursive=True)]
 
@@ -284,7 +341,7 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         # its own: on shared cores the engine keeps every core busy, and such a client would
         # starve and pace both sides.
         with ThreadPoolExecutor(max_workers=1, initializer=_idle_priority if split else None) as client:
-            rows = client.submit(asyncio.run, _compare(base_url, gateway_url, settings.base_model_path, reviews,
+            rows = client.submit(asyncio.run, _compare(base_url, proxy_url, gateway_url, settings.base_model_path, reviews,
                                                        concurrencies, requests_per_level, max_tokens, gateway_cpu_s,
                                                        say)).result()
         # why the gateway answered 503, as it recorded each engine failure
@@ -295,17 +352,24 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
 
 
 def table(results: dict) -> str:
-    lines = ["| concurrency | vLLM p50 ms | gateway p50 ms | added p50 ms | added, paired median ms | vLLM p99 ms | gateway p99 ms | vLLM req/s | gateway req/s | throughput ratio | gateway CPU ms/request | gateway time outside the engine, p50 ms | mean ms | share within 3 ms |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| concurrency | vLLM p50 ms | bare proxy p50 ms | gateway p50 ms | added p50 ms: proxy / gateway | "
+             "added, paired median ms: proxy / gateway | vLLM p99 ms | gateway p99 ms | vLLM req/s | gateway req/s | "
+             "throughput ratio: proxy / gateway |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in results["levels"]:
-        v, g = row["vllm"], row["gateway"]
-        lines.append(f"| {row['concurrency']} | {v['p50_ms']} | {g['p50_ms']} | {row['added_p50_ms']} | "
-                     f"{row['added_paired_median_ms']} | {v['p99_ms']} | "
-                     f"{g['p99_ms']} | {v['throughput_rps']} | {g['throughput_rps']} | {row['throughput_ratio']} | "
-                     f"{row['gateway_cpu_ms_per_request']} | {row['gateway_overhead']['p50_ms']} | {row['gateway_overhead']['mean_ms']} | "
-                     f"{row['gateway_overhead']['share_within_3ms']} |")
+        v, p, g = row["vllm"], row["proxy"], row["gateway"]
+        lines.append(f"| {row['concurrency']} | {v['p50_ms']} | {p['p50_ms']} | {g['p50_ms']} | "
+                     f"{p['added_p50_ms']} / {g['added_p50_ms']} | {p['added_paired_median_ms']} / {g['added_paired_median_ms']} | "
+                     f"{v['p99_ms']} | {g['p99_ms']} | {v['throughput_rps']} | {g['throughput_rps']} | "
+                     f"{p['throughput_ratio']} / {g['throughput_ratio']} |")
+    lines += ["", "| concurrency | gateway CPU ms/request | gateway's own time p50 ms | mean ms | share within 3 ms |",
+              "|---:|---:|---:|---:|---:|"]
     for row in results["levels"]:
-        for side in ("vllm", "gateway"):
+        own = row["gateway_overhead"]
+        lines.append(f"| {row['concurrency']} | {row['gateway_cpu_ms_per_request']} | {own['p50_ms']} | {own['mean_ms']} | "
+                     f"{own['share_within_3ms']} |")
+    for row in results["levels"]:
+        for side in ("vllm", "proxy", "gateway"):
             if row[side]["failed"]:
                 lines.append(f"\nconcurrency {row['concurrency']}, {side}: {row[side]['failed']} failed; first: "
                              f"{row[side]['first_failure']}")
@@ -315,9 +379,11 @@ def table(results: dict) -> str:
     layout = ("engine, gateway, Redis and load generator on shared cores" if cores == "shared" else
               f"engine on cores {cores['engine']}; gateway, Redis and load generator on {cores['gateway_redis_client']}")
     lines.append(f"\n{results['task']} requests, max_tokens {results['max_tokens']}, greedy, JSON-schema constrained; "
-                 f"{layout}; {results['gateway_workers']} gateway worker(s); the paired median is the median over requests of the gateway's latency minus that of "
-                 f"the same request sent straight in the neighbouring block; the gateway's time outside the engine "
-                 f"(arrival to last response byte, less the engine call) is read from its /metrics; "
-                 f"target: at most +{results['target']['added_p50_ms']} ms p50 and a throughput ratio of at least "
-                 f"{results['target']['throughput_ratio']}.")
+                 f"{layout}; {results['gateway_workers']} gateway worker(s). The bare proxy forwards the same bodies to vLLM "
+                 f"with none of the gateway's work: what any HTTP hop in front of this engine adds. The paired median is "
+                 f"the median over requests of a side's latency minus that of the same request sent straight in the same "
+                 f"block pair. The gateway's own time (arrival to last response byte, less the wait for the engine's "
+                 f"answer) is read from its /metrics; an answer that waits for the event loop counts as engine time, so "
+                 f"under bursts it is a lower bound. Target: the gateway at most +{results['target']['added_p50_ms']} ms "
+                 f"p50 and a throughput ratio of at least {results['target']['throughput_ratio']}.")
     return "\n".join(lines)

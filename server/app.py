@@ -60,10 +60,12 @@ class BodyGuard:
 
 
 class OverheadTimer:
-    """Observes what the gateway adds to each answered request: the time from the request's
-    arrival here to its last response byte, less the engine call (`tucano_gateway_overhead_seconds`,
-    per task). Measured inside one process, it shows the gateway's cost without the engine's
-    run-to-run noise that side-by-side latencies carry."""
+    """Observes the gateway's own time for each answered request: from the request's arrival here
+    to its last response byte, less the engine call (`tucano_gateway_overhead_seconds`, per task).
+    The engine call ends when the request's task resumes with the answer, so an answer that waits
+    while the event loop works through a burst of others counts as engine time: under bursts this
+    is a lower bound of what the gateway adds, free of the engine's run-to-run noise that
+    side-by-side latencies carry."""
 
     def __init__(self, app):
         self.app = app

@@ -16,8 +16,9 @@ REWARD = Histogram("tucano_reward", "Reward total of answers", ["task", "version
                    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0))
 RECORD_FAILURES = Counter("tucano_record_write_failures_total", "Records Redis did not take", registry=REGISTRY)
 GATEWAY_OVERHEAD = Histogram(
-    "tucano_gateway_overhead_seconds", "Time an answered (non-streamed) request spent in the gateway outside the "
-    "engine call: routing, validation, prompt, scoring, record write, response", ["task"], registry=REGISTRY,
+    "tucano_gateway_overhead_seconds", "Time an answered (non-streamed) request spent in the gateway outside its "
+    "wait for the engine's answer: routing, validation, prompt, scoring, record write, response (an answer that "
+    "waits for the event loop counts as engine time)", ["task"], registry=REGISTRY,
     buckets=(0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
 
 

@@ -376,11 +376,15 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
     assert written["cores"] == "shared"  # an engine it did not start is not pinned
     for row in written["levels"]:
         assert row["blocks"] >= 4 and row["blocks"] % 2 == 0  # ABBA: both sides equally often first
-        for side in ("vllm", "gateway"):
+        for side in ("vllm", "proxy", "gateway"):  # the bare proxy is the reference hop
             assert row[side]["failed"] == 0 and row[side]["requests"] == row["blocks"] * 8
-        assert row["gateway_cpu_ms_per_request"] > 0 and row["throughput_ratio"] > 0
-        assert abs(row["added_paired_median_ms"]) < row["gateway"]["p99_ms"] + row["vllm"]["p99_ms"]
+        for side in ("proxy", "gateway"):
+            assert row[side]["throughput_ratio"] > 0
+            assert row[side]["added_p50_ms"] == round(row[side]["p50_ms"] - row["vllm"]["p50_ms"], 2)
+            assert abs(row[side]["added_paired_median_ms"]) < row[side]["p99_ms"] + row["vllm"]["p99_ms"]
+        assert row["gateway_cpu_ms_per_request"] > 0
         overhead = row["gateway_overhead"]  # read from the gateway's /metrics: every gateway request of the level
         assert overhead["requests"] == row["blocks"] * 8 and 0 < overhead["mean_ms"] < row["gateway"]["p50_ms"]
         assert 0 < overhead["p50_ms"] < row["gateway"]["p50_ms"]
-    assert "gateway CPU ms/request" in (built.bench_dir / "gateway.md").read_text()
+    written_table = (built.bench_dir / "gateway.md").read_text()
+    assert "bare proxy p50 ms" in written_table and "gateway CPU ms/request" in written_table
