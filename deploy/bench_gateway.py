@@ -62,7 +62,7 @@ def _serve_proxy(engine_url: str, port: str) -> None:
     gateway would send to vLLM, the gateway's aiohttp client forwards it to `/v1/completions`, and
     the answer goes back as it came: no routing, validation, prompt, scoring or record. What it
     adds over vLLM is what any proxy in front of this engine adds, so the gateway's figures minus
-    its figures are the cost of the gateway's own work."""
+    the proxy's are the cost of the gateway's own work."""
     import aiohttp
     import uvicorn
 
@@ -306,7 +306,7 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         split = None if settings.base_engine_urls or shared_cores else split_cores(os.sched_getaffinity(0))
         if split:
             engine_cpus, own_cpus = split
-            # this process, then Redis and the gateway it starts (children inherit the mask)
+            # this process, then Redis, the gateway and the proxy it starts (children inherit the mask)
             stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
             os.sched_setaffinity(0, own_cpus)
             cores = {"engine": sorted(engine_cpus), "gateway_redis_client": sorted(own_cpus)}
