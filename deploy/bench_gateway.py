@@ -9,9 +9,9 @@ record). All three run in one process against one engine, in turn, so the ratios
 noisy shared machine. The proxy separates what any hop in front of vLLM costs from what the
 gateway's own work costs: with many requests in flight, vLLM finishes a batch step's requests
 together and takes new ones in at its next step, so a hop that delays a request by a
-millisecond or two can make it wait for a later step. The gateway runs in its own process (with `TUCANO_GATEWAY_WORKERS` workers), as
-`tucano serve` runs it; Redis is a throwaway embedded Valkey, so the benchmark never touches the
-real records.
+millisecond or two can make it wait for a later step. The gateway runs in its own process
+(with `TUCANO_GATEWAY_WORKERS` workers), as `tucano serve` runs it; Redis is a throwaway
+embedded Valkey, so the benchmark never touches the real records.
 
 When it starts its own engine on the CPU, the benchmark gives the engine most cores and the
 gateway, Redis and the load generator the rest (`split_cores`), as a GPU box does: there the
