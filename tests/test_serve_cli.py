@@ -111,6 +111,41 @@ def test_bench_reads_the_gateway_overhead_median_between_two_histogram_readings(
     assert _overhead(after, after) == {"requests": 0, "mean_ms": None, "p50_ms": None, "share_within_3ms": None}
 
 
+def _block_runs(rng, blocks: int, shift_ms: float, wall_s: float) -> list[dict]:
+    return [{"latencies": [100 + rng.gauss(0, 5) + shift_ms for _ in range(16)], "wall_s": wall_s, "failures": []}
+            for _ in range(blocks)]
+
+
+def test_bench_intervals_hold_the_true_difference_and_narrow_with_more_blocks():
+    import random
+
+    from deploy.bench_gateway import _intervals
+
+    rng = random.Random(3)
+    few = _intervals(_block_runs(rng, 6, 0, 1.0), _block_runs(rng, 6, 2.0, 1.05), resamples=400)
+    many = _intervals(_block_runs(rng, 60, 0, 1.0), _block_runs(rng, 60, 2.0, 1.05), resamples=400)
+    for read in (few, many):
+        for key in ("added_p50_ci95_ms", "added_paired_median_ci95_ms"):
+            low, high = read[key]
+            assert low < 2.0 < high  # every request of the side was 2 ms slower, plus noise
+        assert read["throughput_ratio_ci95"] == [0.952, 0.952]  # every block pair took 1.0 s vs 1.05 s
+    assert many["added_p50_ci95_ms"][1] - many["added_p50_ci95_ms"][0] < few["added_p50_ci95_ms"][1] - few["added_p50_ci95_ms"][0]
+    direct, side = _block_runs(rng, 6, 0, 1.0), _block_runs(rng, 6, 1.0, 1.0)
+    assert _intervals(direct, side, resamples=50, seed=9) == _intervals(direct, side, resamples=50, seed=9)  # reproducible
+
+
+def test_bench_verdict_needs_both_intervals_inside_the_target():
+    from deploy.bench_gateway import verdict
+
+    def side(p50, ratio):
+        return {"added_p50_ci95_ms": p50, "throughput_ratio_ci95": ratio}
+
+    assert verdict(side([0.5, 2.9], [0.97, 1.01])) == "met"
+    assert verdict(side([3.2, 6.0], [0.97, 1.01])) == "missed"  # slower beyond any doubt
+    assert verdict(side([0.5, 2.9], [0.90, 0.94])) == "missed"  # fast, but costs throughput
+    assert verdict(side([1.0, 4.0], [0.97, 1.01])) == "undecided"  # the interval straddles 3 ms
+    assert verdict(side([0.5, 2.9], [0.93, 1.01])) == "undecided"
+
 def test_split_cores_keeps_a_quarter_for_the_gateway_side():
     from deploy.bench_gateway import split_cores
 

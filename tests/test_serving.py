@@ -382,9 +382,14 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
             assert row[side]["throughput_ratio"] > 0
             assert row[side]["added_p50_ms"] == round(row[side]["p50_ms"] - row["vllm"]["p50_ms"], 2)
             assert abs(row[side]["added_paired_median_ms"]) < row[side]["p99_ms"] + row["vllm"]["p99_ms"]
+            for key in ("added_p50_ci95_ms", "added_paired_median_ci95_ms", "throughput_ratio_ci95"):
+                low, high = row[side][key]
+                assert low <= high
+            assert row[side]["target"] in ("met", "missed", "undecided")
         assert row["gateway_cpu_ms_per_request"] > 0
         overhead = row["gateway_overhead"]  # read from the gateway's /metrics: every gateway request of the level
         assert overhead["requests"] == row["blocks"] * 8 and 0 < overhead["mean_ms"] < row["gateway"]["p50_ms"]
         assert 0 < overhead["p50_ms"] < row["gateway"]["p50_ms"]
     written_table = (built.bench_dir / "gateway.md").read_text()
     assert "bare proxy p50 ms" in written_table and "gateway CPU ms/request" in written_table
+    assert "added p50 ms, 95% interval" in written_table
