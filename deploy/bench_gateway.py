@@ -52,12 +52,13 @@ RESAMPLES = 2000
 
 def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, workers: str, metrics_dir: str) -> None:
     """The gateway's process (its own interpreter, as `tucano serve` runs it, so uvicorn can
-    start workers from it); the rest of its settings come from the environment it inherits.
-    Only the base engine is measured."""
+    start workers from it, and with serve's log level: its access log costs 8-11% of its CPU per
+    request); the rest of its settings come from the environment it inherits. Only the base
+    engine is measured."""
     from deploy.serve import run_gateway
 
     os.environ["TUCANO_DATA_DIR"] = data_dir
-    run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir), log_level="warning")
+    run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir))
 
 
 def _serve_proxy(engine_url: str, port: str) -> None:
@@ -315,16 +316,18 @@ async def _compare(base_url: str, proxy_url: str, gateway_url: str, base_model: 
         return rows
 
 
-def _start(stack: ExitStack, serve: str, *args: str) -> subprocess.Popen:
-    """One of this module's servers in its own interpreter, stopped when the stack unwinds."""
+def _start(stack: ExitStack, serve: str, log_path: Path, *args: str) -> subprocess.Popen:
+    """One of this module's servers in its own interpreter, its output in `log_path`, stopped
+    when the stack unwinds."""
+    log = stack.enter_context(log_path.open("wb"))
     process = subprocess.Popen([sys.executable, "-c", f"import sys; from deploy.bench_gateway import {serve}; {serve}(*sys.argv[1:])",
-                                *args], stdin=subprocess.DEVNULL)
+                                *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     stack.callback(process.wait, 15)
     stack.callback(process.terminate)
     return process
 
 
-def _wait_ready(process: subprocess.Popen, name: str, url: str, timeout_s: float = 120) -> None:
+def _wait_ready(process: subprocess.Popen, name: str, url: str, log_path: Path, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -332,10 +335,13 @@ def _wait_ready(process: subprocess.Popen, name: str, url: str, timeout_s: float
                 return
         except httpx.HTTPError:
             pass
+        # the log lives in the benchmark's scratch directory, which goes when it stops: its tail is in the error
         if process.poll() is not None:
-            raise RuntimeError(f"the benchmark {name} exited with code {process.returncode}")
+            raise RuntimeError(f"the benchmark {name} exited with code {process.returncode}; log tail:\n"
+                               + log_path.read_text(errors="replace")[-2000:])
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the benchmark {name} did not become ready in {timeout_s:.0f} s")
+            raise RuntimeError(f"the benchmark {name} did not become ready in {timeout_s:.0f} s; log tail:\n"
+                               + log_path.read_text(errors="replace")[-2000:])
         time.sleep(0.2)
 
 
@@ -367,12 +373,13 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
             engine.wait_ready()
             base_url = engine.url
         gateway_port, proxy_port = free_port(), free_port()
-        gateway = _start(stack, "_serve_gateway", str(settings.root), redis_url, base_url, str(gateway_port),
+        gateway_log, proxy_log = scratch / "gateway.log", scratch / "proxy.log"
+        gateway = _start(stack, "_serve_gateway", gateway_log, str(settings.root), redis_url, base_url, str(gateway_port),
                          str(settings.gateway_workers), str(scratch / "gateway-metrics"))
-        proxy = _start(stack, "_serve_proxy", base_url, str(proxy_port))
+        proxy = _start(stack, "_serve_proxy", proxy_log, base_url, str(proxy_port))
         gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
-        _wait_ready(gateway, "gateway", f"{gateway_url}/readyz")
-        _wait_ready(proxy, "proxy", proxy_url)
+        _wait_ready(gateway, "gateway", f"{gateway_url}/readyz", gateway_log)
+        _wait_ready(proxy, "proxy", proxy_url, proxy_log)
         # the gateway and, with several workers, its worker processes
         gateway_processes = [psutil.Process(gateway.pid), *psutil.Process(gateway.pid).children(recursive=True)]
 
@@ -425,7 +432,7 @@ def table(results: dict) -> str:
     layout = ("engine, gateway, Redis and load generator on shared cores" if cores == "shared" else
               f"engine on cores {cores['engine']}; gateway, Redis and load generator on {cores['gateway_redis_client']}")
     lines.append(f"\n{results['task']} requests, max_tokens {results['max_tokens']}, greedy, JSON-schema constrained; "
-                 f"{layout}; {results['gateway_workers']} gateway worker(s). The bare proxy forwards the same bodies to vLLM "
+                 f"{layout}; {results['gateway_workers']} gateway worker(s), with serve's access log. The bare proxy forwards the same bodies to vLLM "
                  f"with none of the gateway's work: what any HTTP hop in front of this engine adds. The paired median is "
                  f"the median over requests of a side's latency minus that of the same request sent straight in the same "
                  f"block pair. The gateway's own time (arrival to last response byte, less the wait for the engine's "
