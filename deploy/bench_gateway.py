@@ -174,6 +174,13 @@ def _overhead(before: dict[str, float], after: dict[str, float]) -> dict:
             "share_within_3ms": round(delta(f"{prefix}0.003") / count, 3)}
 
 
+def _paired(direct_runs: list[dict], side_runs: list[dict]) -> list[float]:
+    """Each request's latency on a side minus that of the same request sent straight in the same
+    block pair: the spread of prompt and completion lengths cancels out of these differences."""
+    return [ms - straight for direct_run, side_run in zip(direct_runs, side_runs)
+            for straight, ms in zip(direct_run["latencies"], side_run["latencies"])]
+
+
 def _intervals(direct_runs: list[dict], side_runs: list[dict], resamples: int = RESAMPLES, seed: int = 0) -> dict:
     """95% intervals (percentile bootstrap) of what a side adds: its p50 minus vLLM's, the paired
     median, and the throughput ratio. Whole block pairs are resampled, since requests of a block
@@ -182,13 +189,12 @@ def _intervals(direct_runs: list[dict], side_runs: list[dict], resamples: int = 
     rng = random.Random(seed)
     added, paired, ratio = [], [], []
     for _ in range(resamples):
-        chosen = [pairs[rng.randrange(len(pairs))] for _ in pairs]
-        straight = [ms for direct, _ in chosen for ms in direct["latencies"]]
-        through = [ms for _, side in chosen for ms in side["latencies"]]
-        added.append(statistics.median(through) - statistics.median(straight))
-        paired.append(statistics.median(b - a for a, b in zip(straight, through)))
+        chosen_direct, chosen_side = zip(*(pairs[rng.randrange(len(pairs))] for _ in pairs))
+        added.append(statistics.median(ms for run in chosen_side for ms in run["latencies"])
+                     - statistics.median(ms for run in chosen_direct for ms in run["latencies"]))
+        paired.append(statistics.median(_paired(chosen_direct, chosen_side)))
         # the same requests on both sides of a pair: the throughput ratio is the ratio of wall times
-        ratio.append(sum(direct["wall_s"] for direct, _ in chosen) / sum(side["wall_s"] for _, side in chosen))
+        ratio.append(sum(run["wall_s"] for run in chosen_direct) / sum(run["wall_s"] for run in chosen_side))
 
     def interval(values: list[float], digits: int) -> list[float]:
         return [round(_percentile(values, 0.025), digits), round(_percentile(values, 0.975), digits)]
@@ -294,12 +300,8 @@ async def _compare(base_url: str, proxy_url: str, gateway_url: str, base_model: 
                    "gateway_cpu_ms_per_request": round(1000 * gateway_cpu / merged["gateway"]["requests"], 2),
                    "gateway_overhead": overhead}
             for side in ("proxy", "gateway"):
-                # each request against the same one sent straight in the same block pair: the
-                # spread of prompt and completion lengths cancels out of these differences
-                paired = [ms - straight for direct_run, side_run in zip(runs["vllm"], runs[side])
-                          for straight, ms in zip(direct_run["latencies"], side_run["latencies"])]
                 row[side].update(added_p50_ms=round(merged[side]["p50_ms"] - merged["vllm"]["p50_ms"], 2),
-                                 added_paired_median_ms=round(statistics.median(paired), 2),
+                                 added_paired_median_ms=round(statistics.median(_paired(runs["vllm"], runs[side])), 2),
                                  added_p99_ms=round(merged[side]["p99_ms"] - merged["vllm"]["p99_ms"], 2),
                                  throughput_ratio=round(merged[side]["throughput_rps"] / merged["vllm"]["throughput_rps"], 3),
                                  **_intervals(runs["vllm"], runs[side]))
@@ -335,13 +337,10 @@ def _wait_ready(process: subprocess.Popen, name: str, url: str, log_path: Path, 
                 return
         except httpx.HTTPError:
             pass
-        # the log lives in the benchmark's scratch directory, which goes when it stops: its tail is in the error
-        if process.poll() is not None:
-            raise RuntimeError(f"the benchmark {name} exited with code {process.returncode}; log tail:\n"
-                               + log_path.read_text(errors="replace")[-2000:])
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the benchmark {name} did not become ready in {timeout_s:.0f} s; log tail:\n"
-                               + log_path.read_text(errors="replace")[-2000:])
+        failure = (f"exited with code {process.returncode}" if process.poll() is not None else
+                   f"did not become ready in {timeout_s:.0f} s" if time.monotonic() > deadline else None)
+        if failure:  # the log lives in the benchmark's scratch directory, which goes when it stops
+            raise RuntimeError(f"the benchmark {name} {failure}; log tail:\n" + log_path.read_text(errors="replace")[-2000:])
         time.sleep(0.2)
 
 
@@ -412,8 +411,9 @@ def table(results: dict) -> str:
         for side in ("proxy", "gateway"):
             figures = row[side]
             lines.append(f"| {row['concurrency']} | {'bare proxy' if side == 'proxy' else side} | "
-                         + " | ".join(f"{figures[key + unit]} ({figures[key + '_ci95' + unit][0]} to {figures[key + '_ci95' + unit][1]})"
-                                      for key, unit in (("added_p50", "_ms"), ("added_paired_median", "_ms"), ("throughput_ratio", "")))
+                         + " | ".join(f"{figures[key]} ({figures[interval][0]} to {figures[interval][1]})" for key, interval in (
+                             ("added_p50_ms", "added_p50_ci95_ms"), ("added_paired_median_ms", "added_paired_median_ci95_ms"),
+                             ("throughput_ratio", "throughput_ratio_ci95")))
                          + f" | {figures['target']} |")
     lines += ["", "| concurrency | gateway CPU ms/request | gateway's own time p50 ms | mean ms | share within 3 ms |",
               "|---:|---:|---:|---:|---:|"]
