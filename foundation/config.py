@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     gateway_workers: int = Field(1, ge=1, le=64, description="Gateway worker processes (uvicorn workers): more use more cores for routing, scoring and records.")
     user_api_key: SecretStr | None = Field(None, description="When set, every /v1 request needs it (Bearer).")
     admin_api_key: SecretStr | None = Field(None, description="When set, adapter changes need it (Bearer).")
+    access_log: bool = Field(False, description="Log every HTTP request (uvicorn's access log). Off by default: it costs "
+                             "the gateway ~0.4 ms per request on the request path; answered requests are in the records "
+                             "stream and every error response is counted in /metrics.")
     max_request_bytes: int = Field(256 * 1024, ge=1024, description="Largest accepted request body.")
     records_stream_maxlen: int = Field(200_000, ge=1000, description="Records kept in the stream (trimming never drops unacknowledged ones).")
 

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from server import answering, errors, metrics
-from server.errors import error_body
+from server.errors import error_response
 from server.routes import adapters, chat, feedback, health, tasks
 from server.state import GatewayState
 
@@ -33,7 +33,7 @@ class BodyGuard:
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            return await self._refuse(send, 413, "payload_too_large", f"request body over {self.max_bytes} bytes")
+            return await self._too_large()(scope, receive, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -42,21 +42,18 @@ class BodyGuard:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self._refuse(send, 413, "payload_too_large", f"request body over {self.max_bytes} bytes")
+                return await self._too_large()(scope, receive, send)
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
         if SURROGATE.search(body) and _holds_lone_surrogate(body):
-            return await self._refuse(send, 422, "invalid_request",
-                                      "body: a string holds a lone UTF-16 surrogate (like \\ud800), which is not Unicode text")
+            refusal = error_response(422, "invalid_request",
+                                     "body: a string holds a lone UTF-16 surrogate (like \\ud800), which is not Unicode text")
+            return await refusal(scope, receive, send)
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
-    @staticmethod
-    async def _refuse(send, status: int, type_: str, message: str):
-        body = json.dumps(error_body(type_, message)).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+    def _too_large(self):
+        return error_response(413, "payload_too_large", f"request body over {self.max_bytes} bytes")
 
 
 class OverheadTimer:

@@ -1,5 +1,5 @@
-"""Every error is JSON `{"error": {"type", "message"}}`; this module is the one place that
-turns exceptions into responses."""
+"""Every error is JSON `{"error": {"type", "message"}}`, counted in /metrics by status and type;
+this module is the one place that turns exceptions into responses."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +8,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from server import metrics
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +24,11 @@ def error_body(type_: str, message: str) -> dict:
     return {"error": {"type": type_, "message": message}}
 
 
+def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
+    metrics.ERROR_RESPONSES.labels(str(status), type_).inc()
+    return JSONResponse(error_body(type_, message), status_code=status, headers=headers)
+
+
 def _field(loc) -> str:
     parts = [str(p) for p in loc if p not in ("body",)]
     return ".".join(parts) or "body"
@@ -30,20 +37,20 @@ def _field(loc) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, error: ApiError):
-        return JSONResponse(error_body(error.type, error.message), status_code=error.status, headers=error.headers)
+        return error_response(error.status, error.type, error.message, error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, error: RequestValidationError):
         problems = "; ".join(f"{_field(e['loc'])}: {e['msg']}" for e in error.errors()[:10])
-        return JSONResponse(error_body("invalid_request", problems or "invalid request"), status_code=422)
+        return error_response(422, "invalid_request", problems or "invalid request")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException):
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-        return JSONResponse(error_body(kinds.get(error.status_code, "http_error"), str(error.detail)),
-                            status_code=error.status_code, headers=getattr(error, "headers", None))
+        return error_response(error.status_code, kinds.get(error.status_code, "http_error"), str(error.detail),
+                              getattr(error, "headers", None))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, error: Exception):
         log.exception("unhandled error")
-        return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
+        return error_response(500, "internal_error", "internal error")

@@ -14,6 +14,8 @@ LATENCY = Histogram("tucano_request_latency_seconds", "End-to-end latency", ["ta
 ENGINE_ERRORS = Counter("tucano_engine_errors_total", "Engine call failures", ["engine_kind"], registry=REGISTRY)
 REWARD = Histogram("tucano_reward", "Reward total of answers", ["task", "version"], registry=REGISTRY,
                    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0))
+ERROR_RESPONSES = Counter("tucano_error_responses_total", "Error responses, by status and error type (the access log is "
+                          "off by default, so these are where refused requests show)", ["status", "type"], registry=REGISTRY)
 RECORD_FAILURES = Counter("tucano_record_write_failures_total", "Records Redis did not take", registry=REGISTRY)
 GATEWAY_OVERHEAD = Histogram(
     "tucano_gateway_overhead_seconds", "Time an answered (non-streamed) request spent in the gateway outside its "

@@ -84,7 +84,9 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(timeout=90)
         log.close()
-    assert code in (0, 143), (tmp_path / "serve.log").read_text()[-3000:]
+    output = (tmp_path / "serve.log").read_text()
+    assert code in (0, 143), output[-3000:]
+    assert '"POST /v1/tasks/sql HTTP/1.1"' not in output  # no access log by default (TUCANO_ACCESS_LOG)
     assert not (built.redis_dir / "server.json").exists()  # the embedded Valkey was stopped
     time.sleep(2)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]  # engines stopped too
@@ -94,6 +96,33 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
 
     with EmbeddedRedis(built.redis_dir) as redis_url:
         assert Store(redis_url).get_record(record_id).record["task"] == "sql"
+
+
+@pytest.mark.parametrize("access_log", [True, False])
+def test_the_gateway_writes_an_access_log_only_when_asked(built, redis_url, tmp_path, access_log):
+    port = _free_port()
+    # no engine listens on port 9: the gateway serves its health and errors all the same
+    code = (f"from pathlib import Path; from deploy.serve import run_gateway; run_gateway({redis_url!r}, ['http://127.0.0.1:9'], "
+            f"'http://127.0.0.1:9', '127.0.0.1', {port}, 1, Path({str(tmp_path / 'metrics')!r}), {access_log})")
+    with (tmp_path / "gateway.log").open("wb") as log:
+        gateway = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir)),
+                                   stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def up() -> bool:
+                try:
+                    return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    return gateway.poll() is not None
+            _wait(up, 120, "the gateway to answer")
+            assert gateway.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
+            assert httpx.get(f"{url}/v1/nothing-here").status_code == 404
+        finally:
+            gateway.terminate()
+            gateway.wait(timeout=30)
+    output = (tmp_path / "gateway.log").read_text()
+    assert "Application startup complete" in output  # the log itself is there either way
+    assert ('"GET /v1/nothing-here HTTP/1.1" 404' in output) is access_log
 
 
 def test_bench_reads_the_gateway_overhead_median_between_two_histogram_readings():

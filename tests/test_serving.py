@@ -194,6 +194,32 @@ def test_malformed_json_and_oversized_bodies(gateway):
     assert streamed.status_code == 413
 
 
+def _error_counts(url: str) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.labels["status"], s.labels["type"]): s.value
+            for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
+            for s in family.samples if s.name == "tucano_error_responses_total"}
+
+
+def test_every_error_response_is_counted_by_status_and_type(gateway):
+    before = _error_counts(gateway.url)
+    assert httpx.get(f"{gateway.url}/healthz").status_code == 200
+    assert _error_counts(gateway.url) == before  # an answer is no error
+    refused = [
+        httpx.post(f"{gateway.url}/v1/tasks/extraction", json={"input": {"review": "x" * 300_000}}),  # the body guard
+        httpx.post(f"{gateway.url}/v1/tasks/extraction", json={"options": {}}),  # FastAPI's validation
+        httpx.post(f"{gateway.url}/v1/tasks/nope", json={"input": {}}),  # the route's ApiError
+        httpx.get(f"{gateway.url}/v1/nothing-here"),  # Starlette's 404
+    ]
+    assert [r.status_code for r in refused] == [413, 422, 404, 404]
+    after = _error_counts(gateway.url)
+    for key, added in {("413", "payload_too_large"): 1, ("422", "invalid_request"): 1, ("404", "unknown_task"): 1,
+                       ("404", "not_found"): 1}.items():
+        assert after.get(key, 0) - before.get(key, 0) == added, key
+    assert sum(after.values()) - sum(before.values()) == 4
+
+
 @pytest.mark.parametrize("path,raw", [
     ("/v1/tasks/extraction", b'{"input": {"review": "ruim \\ud800"}}'),
     ("/v1/tasks/extraction", b'{"input": {"review": "x"}, "reference": {"summary": "\\udc00\\ud83d"}}'),
