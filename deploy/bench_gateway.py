@@ -441,6 +441,7 @@ def table(results: dict) -> str:
                  f"answer) is read from its /metrics; an answer that waits for the event loop counts as engine time, so "
                  f"under bursts it is a lower bound. Target: the gateway at most +{results['target']['added_p50_ms']} ms "
                  f"p50 and a throughput ratio of at least {results['target']['throughput_ratio']}; the 95% intervals come "
-                 f"from resampling whole block pairs ({RESAMPLES} times), and a level's target is `met` when both "
-                 f"intervals lie within it, `missed` when either lies wholly outside it, else `undecided`.")
+                 f"from resampling whole block pairs ({RESAMPLES} times), and a level's target is `met` when the "
+                 f"intervals of the added p50 and of the throughput ratio both lie within it, `missed` when either lies "
+                 f"wholly outside it, else `undecided`.")
     return "\n".join(lines)

@@ -20,13 +20,9 @@ class ApiError(Exception):
         self.status, self.type, self.message, self.headers = status, type_, message, headers or {}
 
 
-def error_body(type_: str, message: str) -> dict:
-    return {"error": {"type": type_, "message": message}}
-
-
 def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
     metrics.ERROR_RESPONSES.labels(str(status), type_).inc()
-    return JSONResponse(error_body(type_, message), status_code=status, headers=headers)
+    return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
 
 
 def _field(loc) -> str:

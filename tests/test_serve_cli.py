@@ -33,9 +33,9 @@ def _wait(predicate, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _ready(url: str) -> bool:
+def _ready(url: str, probe: str = "/readyz") -> bool:
     try:
-        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+        return httpx.get(f"{url}{probe}", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -108,13 +108,8 @@ def test_the_gateway_writes_an_access_log_only_when_asked(built, redis_url, tmp_
         gateway = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir)),
                                    stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        try:
-            def up() -> bool:
-                try:
-                    return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-                except httpx.HTTPError:
-                    return gateway.poll() is not None
-            _wait(up, 120, "the gateway to answer")
+        try:  # not /readyz: with no engine the gateway is up but not ready
+            _wait(lambda: _ready(url, "/healthz") or gateway.poll() is not None, 120, "the gateway to answer")
             assert gateway.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
             assert httpx.get(f"{url}/v1/nothing-here").status_code == 404
         finally:
@@ -174,6 +169,7 @@ def test_bench_verdict_needs_both_intervals_inside_the_target():
     assert verdict(side([0.5, 2.9], [0.90, 0.94])) == "missed"  # fast, but costs throughput
     assert verdict(side([1.0, 4.0], [0.97, 1.01])) == "undecided"  # the interval straddles 3 ms
     assert verdict(side([0.5, 2.9], [0.93, 1.01])) == "undecided"
+
 
 def test_split_cores_keeps_a_quarter_for_the_gateway_side():
     from deploy.bench_gateway import split_cores
