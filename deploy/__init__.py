@@ -1,5 +1,7 @@
-"""Deployment: the `tucano` command line, the launch of vLLM engines and of the whole stack
-(`serve`), the adapter registry and hot-swap, and the production launch description.
+"""The fleet: vLLM engine processes and their supervision (`vllm_server`), the embedded Valkey
+(`embedded_redis`), adapter hot-swap and rollback across every engine (`hotswap`), the whole
+stack in one process tree (`serve`), the `tucano` command line (`cli`) and the benchmarks
+(`bench/`).
 
 The top of the import graph: it may import every other package of ours; none imports it.
 """

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from datetime import datetime
 from typing import Annotated
 
@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from foundation.config import ConfigError, Settings, load_settings
+from common.settings import ConfigError, Settings, load_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="tucano-commerce: PT-BR e-commerce analysis on vLLM that keeps improving its own adapters.")
 adapters_app = typer.Typer(no_args_is_help=True, help="List, promote and roll back adapter versions.")
@@ -47,7 +47,7 @@ def _exit_cleanly_on_sigterm() -> None:
 @app.command()
 def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even if it is up to date.")] = False) -> None:
     """Build the commerce DB, the task datasets and the two tiny demo models in the data dir."""
-    from trainer.bootstrap import STEPS, BootstrapError, check_writable, run
+    from demo.bootstrap import STEPS, BootstrapError, check_writable, run
 
     settings = _settings()
     _exit_cleanly_on_sigterm()
@@ -79,9 +79,9 @@ def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even 
 @app.command()
 def serve() -> None:
     """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
+    from demo.bootstrap import BootstrapError, is_built
+    from demo.bootstrap import run as run_bootstrap
     from deploy.serve import serve as run_stack
-    from trainer.bootstrap import BootstrapError, is_built
-    from trainer.bootstrap import run as run_bootstrap
 
     settings = _settings()
     _exit_cleanly_on_sigterm()
@@ -100,13 +100,13 @@ def serve() -> None:
 
 def _store_url(settings: Settings):
     """The configured Redis, else the embedded one in the data dir (shared with a running `serve`)."""
-    from foundation.embedded_redis import EmbeddedRedis
+    from deploy.embedded_redis import EmbeddedRedis
 
     return EmbeddedRedis(settings.redis_dir) if settings.redis_url is None else nullcontext(settings.redis_url)
 
 
 def _task_option(task: str | None) -> tuple[str, ...] | None:
-    from deploy.rounds import TRAINED_TASKS
+    from trainer.round import TRAINED_TASKS
 
     if task is not None and task not in TRAINED_TASKS:
         raise _fail(f"--task must be one of {', '.join(TRAINED_TASKS)} (insights runs on the Think model, without adapters)", 2)
@@ -117,14 +117,16 @@ def _task_option(task: str | None) -> tuple[str, ...] | None:
 def train(once: Annotated[bool, typer.Option("--once", help="Run one round now and exit.")] = False,
           task: Annotated[str | None, typer.Option(help="Only this task.")] = None) -> None:
     """Run one training round now (--once), or rounds every TUCANO_TRAIN_INTERVAL_MINUTES."""
-    from deploy.rounds import RoundError, run_round
-    from foundation.store import Store
+    from common.store import Store
+    from deploy.hotswap import HotSwap
+    from trainer.round import RoundError, run_round
 
     settings = _settings()
     tasks = _task_option(task)
     _exit_cleanly_on_sigterm()
     with _store_url(settings) as url:
         store = Store(url, maxlen=settings.records_stream_maxlen)
+        fleet = HotSwap(store, settings.base_model_path, settings.base_engine_urls or None, settings.drain_seconds)
 
         def one_round() -> None:
             with Progress(*_BAR_COLUMNS, console=console, transient=True) as bars:
@@ -136,7 +138,7 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
                 def step(name: str, done: int, total: int) -> None:
                     bars.update(bar, description=name, completed=done, total=total)
                 try:
-                    run_round(settings, store, tasks, say=say, progress=step)
+                    run_round(settings, store, fleet, tasks, say=say, progress=step)
                 except RoundError as error:
                     raise _fail(str(error)) from None
         if once:
@@ -148,10 +150,8 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
         scheduler.add_job(one_round, "interval", minutes=settings.train_interval_minutes, max_instances=1,
                           coalesce=True, next_run_time=datetime.now())
         console.print(f"a round every {settings.train_interval_minutes} min; Ctrl-C stops")
-        try:
+        with suppress(KeyboardInterrupt, SystemExit):
             scheduler.start()
-        except (KeyboardInterrupt, SystemExit):
-            pass
 
 
 @app.command("eval")
@@ -161,12 +161,12 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     """Score the base model, the active version and any given versions on the held-out eval split."""
     import asyncio
 
-    from deploy.adapters import load_everywhere
-    from deploy.rounds import TRAINED_TASKS
-    from foundation.store import Store
-    from router.engines import ChatTemplate, EnginePool, EngineUnavailable
-    from deploy.evaluate import evaluate as score_versions
-    from deploy.evaluate import table
+    from common.store import Store
+    from deploy.hotswap import load_everywhere
+    from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
+    from trainer.gate import evaluate as score_versions
+    from trainer.gate import table
+    from trainer.round import TRAINED_TASKS
 
     settings = _settings()
     tasks = _task_option(task) or TRAINED_TASKS
@@ -181,15 +181,15 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
             meta = store.adapter(name)
             if meta is None:
                 raise _fail(f"unknown adapter version {name!r}", 2)
-            extra.setdefault(meta["task"], []).append(meta)
+            extra.setdefault(meta.task, []).append(meta)
 
         async def run() -> dict:
             out = {}
             for t in tasks:
                 versions = [None] + ([routes[t]["active"]] if routes.get(t, {}).get("active") else [])
                 for meta in extra.get(t, []):
-                    await load_everywhere(urls, meta["version"], meta["path"])
-                    versions.append(meta["version"])
+                    await load_everywhere(urls, meta.version, meta.path)
+                    versions.append(meta.version)
                 pool = EnginePool("base", urls, ChatTemplate.load(settings.base_model_path))
                 try:
                     out[t] = await score_versions(pool, settings, t, list(dict.fromkeys(versions)))
@@ -212,7 +212,7 @@ def adapters_list() -> None:
     """List adapter versions and the active route of each task."""
     from rich.table import Table
 
-    from foundation.store import Store
+    from common.store import Store
 
     settings = _settings()
     with _store_url(settings) as url:
@@ -220,8 +220,8 @@ def adapters_list() -> None:
         _, routes = store.routes()
         table = Table("version", "task", "status", "method", "eval total", "created")
         for meta in store.adapters():
-            table.add_row(meta["version"], meta["task"], meta.get("status", "?"), meta.get("method", "-"),
-                          str((meta.get("eval") or {}).get("total", "-")), str(meta.get("created", "-")))
+            table.add_row(meta.version, meta.task, meta.status, meta.method or "-",
+                          str(meta.gate.get("total", "-")), str(meta.created))
         console.print(table)
         for task, route in sorted(routes.items()):
             console.print(f"route {task}: active={route.get('active')} previous={route.get('previous')}")
@@ -243,8 +243,8 @@ def adapters_rollback(task: str) -> None:
 def _hotswap(action: str, target: str) -> None:
     import asyncio
 
-    from deploy.adapters import AdapterLoadError, HotSwap, PromotionRefused
-    from foundation.store import Store
+    from common.store import Store
+    from deploy.hotswap import AdapterLoadError, HotSwap, PromotionRefused
 
     settings = _settings()
     with _store_url(settings) as url:
@@ -261,21 +261,32 @@ def _hotswap(action: str, target: str) -> None:
     console.print(f"{result['task']}: active={result['active']} previous={result['previous']}")
 
 
-@bench_app.command("rewards")
-def bench_rewards(seconds: Annotated[float, typer.Option(help="Seconds of scoring per task.")] = 3.0) -> None:
-    """Scores per second per task on one core (eval-split answers and realistic variants)."""
-    from foundation.benchmarks import write_result
-    from rewards import bench
-    from trainer.bootstrap import is_built
+def _built_settings() -> Settings:
+    from demo.bootstrap import is_built
 
     settings = _settings()
     if not is_built(settings):
         raise _fail(f"no bootstrap in {settings.root}: run `tucano bootstrap` first")
-    results = bench.run(settings.datasets_dir, settings.db_path, seconds)
-    table = bench.table(results)
-    json_path, _ = write_result(settings.bench_dir, "rewards", results, table)
+    return settings
+
+
+def _report(settings: Settings, name: str, results: dict, table: str) -> None:
+    """The one tail of every benchmark: write the results, print the table and where they went."""
+    from deploy.bench.results import write
+
+    json_path, _ = write(settings.bench_dir, name, results, table)
     console.print(table, highlight=False)
     console.print(f"written to {json_path}")
+
+
+@bench_app.command("rewards")
+def bench_rewards(seconds: Annotated[float, typer.Option(help="Seconds of scoring per task.")] = 3.0) -> None:
+    """Scores per second per task on one core (eval-split answers and realistic variants)."""
+    from deploy.bench import rewards as bench
+
+    settings = _built_settings()
+    results = bench.run(settings, seconds)
+    _report(settings, "rewards", results, bench.table(results))
 
 
 @bench_app.command("gateway")
@@ -288,27 +299,19 @@ def bench_gateway(
         "as on a GPU box)."))] = False,
 ) -> None:
     """Latency and throughput straight to vLLM and through the gateway, side by side."""
-    from deploy import bench_gateway as bench
-    from foundation.benchmarks import write_result
-    from trainer.bootstrap import is_built
+    from deploy.bench import gateway as bench
 
-    settings = _settings()
-    if not is_built(settings):
-        raise _fail(f"no bootstrap in {settings.root}: run `tucano bootstrap` first")
+    settings = _built_settings()
     if any(c < 1 or c > 256 for c in concurrency):
         raise _fail("--concurrency must be between 1 and 256", 2)
     results = bench.run(settings, sorted(set(concurrency)), requests, max_tokens, shared_cores, say=console.print)
-    table = bench.table(results)
-    json_path, _ = write_result(settings.bench_dir, "gateway", results, table)
-    console.print(table, highlight=False)
-    console.print(f"written to {json_path}")
+    _report(settings, "gateway", results, bench.table(results))
 
 
 @bench_app.command("train")
 def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A round id (default: the latest that trained).")] = None) -> None:
     """Wall time per phase and tokens per second of a finished training round."""
-    from deploy import bench_train as bench
-    from foundation.benchmarks import write_result
+    from deploy.bench import train as bench
 
     settings = _settings()
     try:
@@ -318,10 +321,7 @@ def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A 
     manifest = json.loads(settings.manifest_path.read_text()) if settings.manifest_path.is_file() else {}
     parameters = manifest.get("steps", {}).get("base_model", {}).get("parameters")
     results = bench.results(summary, parameters)
-    table = bench.table(results)
-    json_path, _ = write_result(settings.bench_dir, "train", results, table)
-    console.print(table, highlight=False)
-    console.print(f"written to {json_path}")
+    _report(settings, "train", results, bench.table(results))
 
 
 @app.command()

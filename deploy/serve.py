@@ -22,12 +22,13 @@ import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI
 
-from deploy import adapters as adapter_ops
-from deploy.engines import COMPUTE_NICE, Supervisor, VllmServer, has_gpu
-from foundation.config import Settings, load_settings
-from foundation.embedded_redis import EmbeddedRedis
-from foundation.store import Store
-from router.engines import ChatTemplate, EnginePool
+from common.processes import has_gpu
+from common.settings import Settings, load_settings
+from common.store import Store
+from deploy.embedded_redis import EmbeddedRedis
+from deploy.hotswap import HotSwap, load_everywhere
+from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer
+from router.engine_client import ChatTemplate, EnginePool
 from router.routing import RouteTable
 from server.app import create_app
 from server.state import GatewayState
@@ -44,11 +45,11 @@ def engine_device(settings: Settings) -> str:
 def reload_active_adapters(store: Store, urls: list[str]) -> None:
     """An engine that (re)starts has no adapters: load every active and canary version into it."""
     _, routes = store.routes()
-    for task, route in routes.items():
+    for _task, route in routes.items():
         for version in {route.get("active"), route.get("canary")} - {None}:
             meta = store.adapter(version)
             if meta:
-                asyncio.run(adapter_ops.load_everywhere(urls, version, meta["path"]))
+                asyncio.run(load_everywhere(urls, version, meta.path))
 
 
 def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_url: str) -> GatewayState:
@@ -58,7 +59,7 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
         "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
         "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
     }
-    hotswap = adapter_ops.HotSwap(store, settings.base_model_path, base_urls, settings.drain_seconds, wait_for_drain=False)
+    hotswap = HotSwap(store, settings.base_model_path, base_urls, settings.drain_seconds, wait_for_drain=False)
     return GatewayState(settings, store, RouteTable(store), pools, adapter_action=hotswap.act)
 
 

@@ -3,8 +3,9 @@ task, `score(task, completion, reference=None, context=None)`, with a total in [
 components in [0, 1] and a readable reason for each. The same functions score live traffic,
 build the training signal (see `rewards.trl` for TRL reward functions) and gate promotions.
 
-Pure and deterministic; the SQL reward only reads the commerce DB. Imports nothing of ours but
-`foundation`.
+Pure and deterministic: everything a score depends on comes in as an argument (the SQL reward
+reads the commerce DB named by `context["db_path"]`, within the time limit and row cap the
+context gives). Imports nothing of ours but `common`.
 """
 from rewards.scoring import REWARD_VERSION, Score, score
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import math
 
-from foundation.tasks import COMPLAINT_CATEGORIES, EXTRACTION_FIELDS, SENTIMENTS, URGENCIES
+from common.tasks import (
+    COMPLAINT_CATEGORIES,
+    EXTRACTION_FIELDS,
+    MAX_KEY_PHRASES,
+    MAX_SUMMARY_CHARS,
+    SENTIMENT_SCORE_RANGE,
+    SENTIMENTS,
+    URGENCIES,
+)
 from rewards.parsing import format_score, parse_json_object
 from rewards.text import fold, token_f1
 
@@ -36,15 +44,15 @@ def as_score(value) -> float | None:
 
 def _valid_score(value) -> bool:
     number = as_score(value)
-    return number is not None and 1.0 <= number <= 5.0
+    return number is not None and SENTIMENT_SCORE_RANGE[0] <= number <= SENTIMENT_SCORE_RANGE[1]
 
 
 def _short_text(value) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= 200
+    return isinstance(value, str) and 0 < len(value) <= MAX_SUMMARY_CHARS
 
 
 def _valid_phrases(value) -> bool:
-    return isinstance(value, list) and len(value) <= 5 and all(isinstance(p, str) and 0 < len(p) <= 120 for p in value)
+    return isinstance(value, list) and len(value) <= MAX_KEY_PHRASES and all(isinstance(p, str) and 0 < len(p) <= 120 for p in value)
 
 
 # One check per field (a dispatch table: scoring runs tens of thousands of times per round).

@@ -5,6 +5,7 @@ output costs reward). The answer is scored without its think block.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 
 from rewards.parsing import split_think
@@ -25,10 +26,8 @@ def read_number(token: str) -> set[float]:
             continue
         whole = parts[0].replace(thousands, "")
         text = whole + ("." + parts[1] if len(parts) == 2 else "")
-        try:
+        with contextlib.suppress(ValueError):
             readings.add(float(text))
-        except ValueError:
-            pass
     return readings
 
 

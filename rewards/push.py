@@ -10,10 +10,11 @@ import re
 
 import msgspec
 
-from foundation.tasks import (
+from common.tasks import (
     PUSH_ACTION_VERBS,
     PUSH_BODY_MAX,
     PUSH_KEY_INFO_WITHIN,
+    PUSH_MAX_CAPS_LETTERS,
     PUSH_MAX_EMOJI,
     PUSH_MAX_PAYLOAD_BYTES,
     PUSH_TITLE_MAX,
@@ -26,7 +27,7 @@ WEIGHTS = {
     "exclamations": 0.05, "personalised": 0.15, "action_verb": 0.1, "payload_bytes": 0.05, "ptbr": 0.1,
 }
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF]")
-SHOUTING = re.compile(r"\b[A-ZÀ-Ý]{5,}\b")
+SHOUTING = re.compile(rf"\b[A-ZÀ-Ý]{{{PUSH_MAX_CAPS_LETTERS + 1},}}\b")
 VERBS = frozenset(PUSH_ACTION_VERBS)
 
 

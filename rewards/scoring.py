@@ -8,12 +8,10 @@ never mixed in training or promotion decisions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from operator import mul
 from pathlib import Path
 
-from foundation.config import load_settings
-from foundation.tasks import TASKS
+from common.tasks import TASKS
 from rewards import extraction, insights, push, sql
 
 REWARD_VERSION = "2"
@@ -31,11 +29,6 @@ class Score:
     def as_dict(self) -> dict:
         return {"total": self.total, "components": self.components, "reference_used": self.reference_used,
                 "valid": self.valid, "details": self.details, "version": REWARD_VERSION}
-
-
-@lru_cache(maxsize=1)
-def _default_db_path() -> Path:
-    return load_settings().db_path
 
 
 def normalise_reference(task: str, reference):
@@ -68,8 +61,9 @@ def score(task: str, completion: str, reference=None, context: dict | None = Non
     if task == "extraction":
         components, weights, details, output = extraction.score(completion, reference, context)
     elif task == "sql":
-        db_path = Path(context["db_path"]) if context.get("db_path") else _default_db_path()
-        components, weights, details, output = sql.score(completion, reference, context, db_path)
+        if not context.get("db_path"):
+            raise ValueError("scoring SQL needs the commerce DB: context['db_path']")
+        components, weights, details, output = sql.score(completion, reference, context, Path(context["db_path"]))
     elif task == "push":
         components, weights, details, output = push.score(completion, reference, context)
     else:

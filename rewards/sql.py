@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from foundation.commerce_db import SCHEMA_COLUMNS
+from common.commerce import SCHEMA_COLUMNS
 from rewards.parsing import split_think, strip_fences
 from rewards.sql_sandbox import QueryResult, check_readonly, execute_readonly
 
@@ -94,11 +94,11 @@ def _rows(result: QueryResult) -> list[tuple]:
 
 
 @lru_cache(maxsize=4096)
-def _reference_result(db_path: str, sql: str) -> tuple[tuple[tuple, ...], bool] | None:
+def _reference_result(db_path: str, sql: str, timeout_s: float, row_cap: int) -> tuple[tuple[tuple, ...], bool] | None:
     checked = check_readonly(sql)
     if not checked.ok:
         return None
-    result = execute_readonly(Path(db_path), sql, timeout_s=5.0, row_cap=10_000)
+    result = execute_readonly(Path(db_path), sql, timeout_s=timeout_s, row_cap=row_cap)
     if result.error:
         return None
     return tuple(_rows(result)), checked.tree.args.get("order") is not None
@@ -120,6 +120,13 @@ def execution_match(predicted: list[tuple], expected: tuple[tuple, ...], ordered
     return 0.5 * overlap, f"{sum((p & e).values())} of {sum(e.values())} reference rows matched"
 
 
+def _limits(context: dict) -> tuple[float, int]:
+    try:
+        return float(context["timeout_s"]), int(context["row_cap"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("scoring SQL needs context['timeout_s'] and context['row_cap'] (the query limits)") from None
+
+
 def score(completion: str, reference: dict | None, context: dict, db_path: Path) -> tuple[dict, dict, dict, object]:
     sql, wrapped = extract_sql(completion)
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE
@@ -139,14 +146,15 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
         return dict.fromkeys(weights, 0.0), weights, details, sql
     components["safety"] = components["parse"] = 1.0
     components["schema_link"], details["schema_link"] = schema_link(checked.tree)
-    result = execute_readonly(db_path, sql, timeout_s=float(context.get("timeout_s", 1.0)), row_cap=int(context.get("row_cap", 1000)))
+    timeout_s, row_cap = _limits(context)
+    result = execute_readonly(db_path, sql, timeout_s=timeout_s, row_cap=row_cap)
     if result.error:
         details["executes"] = f"error: {result.error}"
         return components, weights, details, sql
     components["executes"] = 1.0
     details["executes"] = f"{len(result.rows)} rows" + (" (capped)" if result.truncated else "")
     if reference:
-        expected = _reference_result(str(db_path), reference["sql"])
+        expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap)
         if expected is None:
             details["execution_match"] = "the reference query itself fails; content not scored"
             components["execution_match"] = 0.0

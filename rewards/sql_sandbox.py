@@ -5,6 +5,7 @@ set operation / WITH over SELECTs) with no write, DDL, PRAGMA, ATTACH, transacti
 node anywhere in its tree. During execution, the DB is opened `mode=ro` with `query_only`, an
 authorizer that allows only reads and non-extension functions, length limits, a wall-clock
 deadline enforced by a progress handler (a runaway recursive CTE is interrupted) and a row cap.
+The time limit and the row cap are the caller's (an operator's settings), never defaults here.
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def _connection(db_path: Path) -> sqlite3.Connection:
     return con
 
 
-def execute_readonly(db_path: Path, sql: str, timeout_s: float = 1.0, row_cap: int = 1000) -> QueryResult:
+def execute_readonly(db_path: Path, sql: str, timeout_s: float, row_cap: int) -> QueryResult:
     """Run an already checked SELECT; never raises for anything the SQL does."""
     con = _connection(db_path)
     deadline = time.perf_counter() + timeout_s
@@ -121,7 +122,7 @@ def execute_readonly(db_path: Path, sql: str, timeout_s: float = 1.0, row_cap: i
     return QueryResult(columns, rows[:row_cap], len(rows) > row_cap, None, time.perf_counter() - started)
 
 
-def run_readonly(db_path: Path, sql: str, timeout_s: float = 1.0, row_cap: int = 1000) -> QueryResult:
+def run_readonly(db_path: Path, sql: str, timeout_s: float, row_cap: int) -> QueryResult:
     """Check, then execute: what the gateway's `execute: true` uses."""
     checked = check_readonly(sql)
     if not checked.ok:

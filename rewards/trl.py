@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from functools import lru_cache
 
-from foundation.tasks import TASKS
+from common.tasks import TASKS
 from rewards import extraction, insights, push, sql
 from rewards.scoring import score
 

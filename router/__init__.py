@@ -1,6 +1,7 @@
-"""The router: the task registry (prompts, sampling defaults, output schemas, parsers and
-rewards per task), the classifier behind `tucano-auto`, and the routing table that maps a
-task's alias to an adapter version.
+"""The request path: the task registry (engine, sampling defaults and output schema per task,
+`registry`), the prompts (`prompts`), the classifier behind `tucano-auto` (`classify`), the
+routing table that maps a task's aliases to adapter versions (`routing`) and the vLLM HTTP
+client (`engine_client`).
 
-Imports `foundation` and `rewards` only.
+Imports `common` and `rewards` only.
 """

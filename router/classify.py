@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import re
 
+from common.tasks import PUSH_CAMPAIGNS
 from rewards.text import fold
 
+# a campaign written as its identifier; the plain word "cupom" is a weaker cue of its own
+CAMPAIGN_IDS = "|".join(c for c in PUSH_CAMPAIGNS if "_" in c)
 CUES: dict[str, tuple[tuple[str, float], ...]] = {
     "push": (
-        (r"\bpush\b", 3), (r"notifica", 3), (r"\bcampanha\b", 2), (r"\bcupom\b", 1.5), (r"carrinho_abandonado|queda_de_preco|volta_ao_estoque|pedido_enviado|pedido_entregue|black_friday|pedir_avaliacao", 3),
+        (r"\bpush\b", 3), (r"notifica", 3), (r"\bcampanha\b", 2), (r"\bcupom\b", 1.5), (CAMPAIGN_IDS, 3),
         (r"\bcliente:", 1.5), (r"\bdesconto", 1), (r"\bprazo:", 1), (r'"campaign"', 3),
     ),
     "sql": (
         (r"\bsql\b|\bselect\b|\bconsulta\b", 3), (r"^\s*(pergunta:\s*)?(quantos|quantas|qual o numero|qual a quantidade|qual o total)", 2.5),
-        (r"\bliste\b|\bmostre\b", 1.5), (r"\bqual (o|a) (valor|media|nota|preco|peso|tempo|frete|faturamento|ticket|maior|porcentagem|percentual|cidade|nome)", 2),
-        (r"\bquais (os|as) \d+\b", 2), (r"\b(em que|em quais) (estado|cidade|mes|ano)|\bqual foi o\b|\bque (nota|percentual)\b", 2), (r"\bquanto (custa|pesa|se paga|foi|somam|e,)", 1.5), (r"\bem media\b", 1),
+        (r"\bliste\b|\bmostre\b", 1.5),
+        (r"\bqual (o|a) (valor|media|nota|preco|peso|tempo|frete|faturamento|ticket|maior|porcentagem|percentual|cidade|nome)", 2),
+        (r"\bquais (os|as) \d+\b", 2), (r"\b(em que|em quais) (estado|cidade|mes|ano)|\bqual foi o\b|\bque (nota|percentual)\b", 2),
+        (r"\bquanto (custa|pesa|se paga|foi|somam|e,)", 1.5), (r"\bem media\b", 1),
         (r"\b(olist_|orders_enriched|customer_|product_|payment_|review_score)", 2),
     ),
     "extraction": (

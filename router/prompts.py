@@ -8,19 +8,29 @@ from __future__ import annotations
 
 import json
 
-from foundation.commerce_db import TABLES, VIEW_COLUMNS
+from common.commerce import SCHEMA_COLUMNS
+from common.tasks import (
+    COMPLAINT_CATEGORIES,
+    MAX_KEY_PHRASES,
+    MAX_SUMMARY_CHARS,
+    PUSH_BODY_MAX,
+    PUSH_MAX_EMOJI,
+    PUSH_TITLE_MAX,
+    SENTIMENT_SCORE_RANGE,
+    SENTIMENTS,
+    URGENCIES,
+)
 
-SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in TABLES.items()) + \
-    f"\norders_enriched({', '.join(VIEW_COLUMNS)})"
+SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in SCHEMA_COLUMNS.items())
 
 SYSTEM_PROMPTS = {
     "extraction": (
         "Você extrai dados de avaliações de clientes de e-commerce. Responda só com um objeto JSON com os campos: "
-        "sentiment (positive|neutral|negative), sentiment_score (1.0 a 5.0), complaint_category (delivery_delay|"
-        "product_defect|wrong_item|missing_item|quality|customer_service|price|packaging|other|none), "
+        f"sentiment ({'|'.join(SENTIMENTS)}), sentiment_score ({SENTIMENT_SCORE_RANGE[0]} a {SENTIMENT_SCORE_RANGE[1]}), "
+        f"complaint_category ({'|'.join(COMPLAINT_CATEGORIES)}), "
         "product_mentioned (texto ou null), delivery_issue (true|false), would_recommend (true|false|null), "
-        "urgency (low|medium|high), key_phrases (até 5 trechos da avaliação), summary (até 200 caracteres), "
-        "requires_response (true|false)."
+        f"urgency ({'|'.join(URGENCIES)}), key_phrases (até {MAX_KEY_PHRASES} trechos da avaliação), "
+        f"summary (até {MAX_SUMMARY_CHARS} caracteres), requires_response (true|false)."
     ),
     "sql": (
         "Você escreve uma única consulta SQLite SELECT, somente leitura, que responde à pergunta sobre a loja. "
@@ -28,7 +38,8 @@ SYSTEM_PROMPTS = {
     ),
     "push": (
         "Você escreve notificações push em português do Brasil. Responda só com JSON {\"title\", \"body\"}: "
-        "título até 40 caracteres, corpo até 140, a informação principal no começo do corpo, no máximo 2 emojis, "
+        f"título até {PUSH_TITLE_MAX} caracteres, corpo até {PUSH_BODY_MAX}, a informação principal no começo do corpo, "
+        f"no máximo {PUSH_MAX_EMOJI} emojis, "
         "sem palavras em CAIXA ALTA, sem \"!!\", com o nome e o produto quando houver e um verbo de ação."
     ),
     "insights": (

@@ -1,6 +1,6 @@
 """The task registry: for each task, how it is served and judged.
 
-One `TaskSpec` per task: the engine it routes to (`base` with a LoRA per task, or `think`),
+One `TaskSpec` per task: the engine it routes to (`common.tasks.TASK_ENGINE`),
 its sampling defaults (set explicitly on every request, never left to the model's
 generation_config), the JSON schema vLLM constrains its output to, and how a chat message
 becomes the task's input.
@@ -10,23 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from foundation.tasks import TASKS, output_json_schema
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float
-    top_p: float
-    max_tokens: int
-    seed: int | None = None
-
-    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None) -> "Sampling":
-        return Sampling(
-            self.temperature if temperature is None else temperature,
-            self.top_p if top_p is None else top_p,
-            self.max_tokens if max_tokens is None else max_tokens,
-            self.seed if seed is None else seed,
-        )
+from common.records import Sampling
+from common.tasks import TASK_ENGINE, TASKS, output_json_schema
 
 
 @dataclass(frozen=True)
@@ -49,11 +34,13 @@ class TaskSpec:
         return {self.input_field: text}
 
 
+SAMPLING = {
+    "extraction": Sampling(0.0, 1.0, 384), "sql": Sampling(0.0, 1.0, 256), "push": Sampling(0.7, 0.95, 160),
+    "insights": Sampling(0.6, 0.95, 768),
+}
+INPUT_FIELD = {"extraction": "review", "sql": "question", "push": "briefing", "insights": "question"}
 REGISTRY: dict[str, TaskSpec] = {
-    "extraction": TaskSpec("extraction", "base", Sampling(0.0, 1.0, 384), output_json_schema("extraction"), "review"),
-    "sql": TaskSpec("sql", "base", Sampling(0.0, 1.0, 256), None, "question"),
-    "push": TaskSpec("push", "base", Sampling(0.7, 0.95, 160), output_json_schema("push"), "briefing"),
-    "insights": TaskSpec("insights", "think", Sampling(0.6, 0.95, 768), None, "question"),
+    task: TaskSpec(task, TASK_ENGINE[task], SAMPLING[task], output_json_schema(task), INPUT_FIELD[task]) for task in TASKS
 }
 assert set(REGISTRY) == set(TASKS)
 

@@ -9,7 +9,7 @@ import threading
 
 import redis
 
-from foundation.store import Store
+from common.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class RouteTable:
         if version != self.version:
             self.version, self.routes = self.store.routes()
 
-    def start(self) -> "RouteTable":
+    def start(self) -> RouteTable:
         try:
             self.refresh()
         except redis.RedisError as error:

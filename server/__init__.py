@@ -3,6 +3,6 @@ single source of the OpenAPI schema; dependencies live in `deps`, errors in `err
 router module per resource under `routes/`, and the answering pipeline (render, call vLLM,
 score, record) in `answering`.
 
-Imports `foundation`, `rewards` and `router`; adapter changes are done by a callable that
+Imports `common`, `rewards` and `router`; adapter changes are done by a callable that
 whoever builds the app (deploy/) hands in, so nothing here imports `deploy`.
 """

@@ -11,18 +11,18 @@ from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
-from foundation.store import StoreUnavailable
+from common.records import Record, Reward, Sampling, Usage
+from common.store import StoreUnavailable
 from rewards import REWARD_VERSION, score
 from rewards.parsing import split_think
 from rewards.sql_sandbox import run_readonly
-from router.engines import Completion, EngineUnavailable
+from router.engine_client import Completion, EngineUnavailable
 from router.prompts import build_messages
-from router.registry import REGISTRY, Sampling
+from router.registry import REGISTRY
 from server import metrics
-from server.errors import ApiError
+from server.errors import ApiError, unavailable
 from server.state import GatewayState
 
-RETRY_AFTER_S = "5"
 # Set per request by the app's overhead timer (a dict, so that the timer reads what `answer`
 # wrote even if a layer between them copied the context): the task and its engine call's seconds.
 ENGINE_CALL: ContextVar[dict | None] = ContextVar("engine_call", default=None)
@@ -56,8 +56,7 @@ def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailab
     metrics.REQUESTS.labels(prepared.task, prepared.adapter or "base", "503").inc()
     state.store.add_failure({"time": time.time(), "task": prepared.task, "engine_kind": kind, "adapter": prepared.adapter,
                              "error": str(error)[:500], "source": prepared.source})
-    return ApiError(503, "engine_unavailable", f"the {kind} engine is unavailable; retry shortly",
-                    {"Retry-After": RETRY_AFTER_S})
+    return unavailable("engine_unavailable", f"the {kind} engine is unavailable; retry shortly")
 
 
 def _output(task: str, raw: str, scored, execute: bool, include_think: bool, state: GatewayState):
@@ -70,7 +69,8 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
     if task == "sql":
         out = {"sql": scored.output if isinstance(scored.output, str) else None}
         if execute and out["sql"]:
-            result = run_readonly(state.settings.db_path, out["sql"], timeout_s=2.0, row_cap=500)
+            result = run_readonly(state.settings.db_path, out["sql"], timeout_s=state.settings.sql_time_limit_s,
+                                  row_cap=state.settings.sql_row_cap)
             out.update(columns=result.columns, rows=[list(r) for r in result.rows], truncated=result.truncated,
                        error=result.error)
         return out
@@ -78,58 +78,40 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
 
 
 def _score_and_output(state: GatewayState, prepared: Prepared, raw: str, execute: bool, include_think: bool):
-    context = dict(prepared.task_input, db_path=str(state.settings.db_path))
-    scored = score(prepared.task, raw, prepared.reference, context)
+    scored = score(prepared.task, raw, prepared.reference, state.settings.reward_context(prepared.task_input))
     return scored, _output(prepared.task, raw, scored, execute, include_think, state)
 
 
 async def finish(state: GatewayState, prepared: Prepared, completion: Completion, execute: bool = False,
-                 include_think: bool = False) -> dict:
+                 include_think: bool = False) -> Record:
     """Score and record a completion; return the record (the answer is built from it)."""
     if prepared.task == "sql":  # runs queries (up to their time limit): off the event loop
         scored, output = await run_in_threadpool(_score_and_output, state, prepared, completion.text, execute, include_think)
     else:  # pure CPU for tens of microseconds: cheaper than a thread hop
         scored, output = _score_and_output(state, prepared, completion.text, execute, include_think)
-    version = prepared.adapter or "base"
-    record = {
-        "id": uuid.uuid4().hex,
-        "time": time.time(),
-        "task": prepared.task,
-        "source": prepared.source,
-        "input": prepared.task_input,
-        "prompt": prepared.prompt,
-        "chat_template_sha256": prepared.template_sha256,
-        "raw": completion.text,
-        "output": output,
-        "valid": scored.valid,
-        "sampling": {"temperature": prepared.sampling.temperature, "top_p": prepared.sampling.top_p,
-                     "max_tokens": prepared.sampling.max_tokens, "seed": prepared.sampling.seed},
-        "engine": completion.engine,
-        "model": completion.model,
-        "adapter": prepared.adapter,
-        "served_by": "adapter" if prepared.adapter else "base model (no adapter yet)",
-        "usage": {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens},
-        "finish_reason": completion.finish_reason,
-        "latency_ms": round((time.perf_counter() - prepared.started) * 1000, 2),
-        "reward": {"total": scored.total, "components": scored.components, "reference_used": scored.reference_used,
-                   "details": scored.details},
-        "reward_version": REWARD_VERSION,
-        "reference": prepared.reference,
-    }
+    record = Record(
+        id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=prepared.task_input,
+        prompt=prepared.prompt, chat_template_sha256=prepared.template_sha256, raw=completion.text, output=output,
+        valid=scored.valid, sampling=prepared.sampling, engine=completion.engine, model=completion.model,
+        adapter=prepared.adapter, arm="active" if prepared.adapter else "base",
+        usage=Usage(completion.prompt_tokens, completion.completion_tokens), finish_reason=completion.finish_reason,
+        latency_ms=round((time.perf_counter() - prepared.started) * 1000, 2),
+        reward=Reward(scored.total, scored.components, scored.reference_used, scored.details),
+        reward_version=REWARD_VERSION, reference=prepared.reference,
+    )
     try:
         await state.store.add_record(record)
     except StoreUnavailable:
         metrics.RECORD_FAILURES.inc()
-        metrics.REQUESTS.labels(prepared.task, version, "503").inc()
-        raise ApiError(503, "store_unavailable", "the record store is unavailable; retry shortly",
-                       {"Retry-After": RETRY_AFTER_S}) from None
-    metrics.REQUESTS.labels(prepared.task, version, "200").inc()
-    metrics.LATENCY.labels(prepared.task, version).observe(record["latency_ms"] / 1000)
-    metrics.REWARD.labels(prepared.task, version).observe(scored.total)
+        metrics.REQUESTS.labels(prepared.task, record.version, "503").inc()
+        raise unavailable("store_unavailable", "the record store is unavailable; retry shortly") from None
+    metrics.REQUESTS.labels(prepared.task, record.version, "200").inc()
+    metrics.LATENCY.labels(prepared.task, record.version).observe(record.latency_ms / 1000)
+    metrics.REWARD.labels(prepared.task, record.version).observe(scored.total)
     return record
 
 
-async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> dict:
+async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> Record:
     pool = state.pools[REGISTRY[prepared.task].engine]
     called = time.perf_counter()
     try:
@@ -143,7 +125,7 @@ async def answer(state: GatewayState, prepared: Prepared, execute: bool = False,
 
 
 async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator[str], dict]:
-    """Text deltas from the engine; after the last one, `done["record"]` holds the written record.
+    """Text deltas from the engine; after the last one, `done["record"]` holds the written Record.
     The first delta is awaited before returning, so an engine that is down still gets a 503."""
     pool = state.pools[REGISTRY[prepared.task].engine]
     info: dict = {}

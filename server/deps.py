@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from foundation.tasks import TASKS
+from common.tasks import TASKS
 from server.errors import ApiError
 from server.state import GatewayState
 

@@ -14,10 +14,18 @@ from server import metrics
 log = logging.getLogger(__name__)
 
 
+RETRY_AFTER_S = 5  # what a 503 asks a client to wait: engines restart and Redis reconnects within it
+
+
 class ApiError(Exception):
     def __init__(self, status: int, type_: str, message: str, headers: dict | None = None):
         super().__init__(message)
         self.status, self.type, self.message, self.headers = status, type_, message, headers or {}
+
+
+def unavailable(type_: str, message: str) -> ApiError:
+    """A 503 with Retry-After: an engine or the store is down for now."""
+    return ApiError(503, type_, message, {"Retry-After": str(RETRY_AFTER_S)})
 
 
 def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:

@@ -5,9 +5,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.tasks import TASKS
 from router.registry import AUTO_MODEL, PUBLIC_MODELS
 
-TaskName = Literal["extraction", "sql", "push", "insights"]
+TaskName = Literal[TASKS]
 
 
 class ErrorDetail(BaseModel):
@@ -137,6 +138,42 @@ class ChatRequest(BaseModel):
     n: int = Field(1, ge=1, le=1)
     stream_options: dict[str, Any] | None = None
     user: str | None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+    reasoning_content: str | None = Field(None, description="insights: the <think> block, kept apart from the answer")
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str
+
+
+class ChatUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class TucanoExtras(BaseModel):
+    record_id: str
+    task: TaskName
+    adapter: str | None
+    scores: Scores
+
+
+class ChatCompletion(BaseModel):
+    """The OpenAI chat.completion object, with the record's id and scores under `tucano`."""
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+    tucano: TucanoExtras
 
 
 class ModelCard(BaseModel):

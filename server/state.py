@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from foundation.config import Settings
-from foundation.store import Store
-from router.engines import EnginePool
+from common.settings import Settings
+from common.store import Store
+from router.engine_client import EnginePool
 from router.routing import RouteTable
 
 AdapterAction = Callable[[str, str], Awaitable[dict]]  # (action, task or version) -> result

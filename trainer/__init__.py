@@ -1,5 +1,7 @@
-"""Training: the bootstrap of the tiny demo models (`bootstrap_models`) and, later, the
-periodic GRPO/DPO rounds on recorded traffic.
+"""Everything about learning: a round's data from the records and the labelled set (`data`),
+the policy (`policy`), the TRL methods (`methods`), the candidate version (`candidate`), the
+promotion gate (`gate`) and the round end to end (`round`).
 
-Imports `foundation`, `rewards` and `router` (for the prompts a model is trained on).
+Imports `common`, `rewards` and `router`. The fleet (loading versions into engines, flipping
+routes) is handed to a round by whoever runs it (deploy/), so nothing here imports `deploy`.
 """

@@ -12,10 +12,11 @@ import os
 import shutil
 import time
 
-from foundation.store import Store, content_sha256
-from trainer import optimize
+from common.records import AdapterMeta
+from common.store import Store, content_sha256
+from trainer import methods
+from trainer.data import TaskData
 from trainer.policy import load_policy, trainable_parameters
-from trainer.records import TaskData
 
 
 def choose_method(setting: str, pairs: int, min_pairs: int) -> str:
@@ -44,7 +45,7 @@ def _new_version(settings, store: Store, task: str) -> str:
             return version
 
 
-def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, progress=None) -> dict:
+def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, progress=None) -> AdapterMeta:
     """Train and register a candidate; returns its metadata (status `candidate`)."""
     task = task_data.task
     method = choose_method(settings.train_method, len(task_data.pairs), settings.min_dpo_pairs)
@@ -53,29 +54,28 @@ def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, 
     active = store.routes()[1].get(task, {}).get("active")
     parent = store.adapter(active) if active else None
     started = time.perf_counter()
-    model, tokenizer = load_policy(settings.base_model_path, parent["path"] if parent else None,
+    model, tokenizer = load_policy(settings.base_model_path, parent.path if parent else None,
                                    settings.lora_rank, settings.lora_alpha)
     load_seconds = time.perf_counter() - started
     if method == "grpo":
-        result = optimize.grpo(settings, model, tokenizer, task, task_data.prompts, progress)
+        result = methods.grpo(settings, model, tokenizer, task, task_data.prompts, progress)
     else:
-        result = optimize.dpo(settings, model, tokenizer, task, task_data.pairs, progress)
+        result = methods.dpo(settings, model, tokenizer, task, task_data.pairs, progress)
     version = _new_version(settings, store, task)
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"
     model.save_pretrained(partial)
     os.rename(partial, final)
-    meta = {
-        "version": version, "task": task, "parent": active, "round": round_id, "method": method, "path": str(final),
-        "base_model": settings.base_model_path, "sha256": content_sha256(final), "created": time.time(),
-        "status": "candidate", "trainable_parameters": trainable_parameters(model),
-        "data_window": {"records": task_data.records, "first_entry": task_data.entry_ids[0] if task_data.entry_ids else None,
-                        "last_entry": task_data.entry_ids[-1] if task_data.entry_ids else None,
-                        "prompts": len(task_data.prompts), "pairs": len(task_data.pairs), "skipped": dict(task_data.skipped)},
-        "training": {"steps": result.steps, "metrics": result.metrics, "seconds": {
+    meta = AdapterMeta(
+        version=version, task=task, path=str(final), parent=active, round=round_id, method=method,
+        base_model=settings.base_model_path, sha256=content_sha256(final), trainable_parameters=trainable_parameters(model),
+        data={"records": task_data.records, "first_entry": task_data.entry_ids[0] if task_data.entry_ids else None,
+              "last_entry": task_data.entry_ids[-1] if task_data.entry_ids else None,
+              "prompts": len(task_data.prompts), "pairs": len(task_data.pairs), "skipped": dict(task_data.skipped)},
+        training={"steps": result.steps, "metrics": result.metrics, "seconds": {
             "load": round(load_seconds, 2), "generation": result.generation_seconds, "scoring": result.scoring_seconds,
             "optimisation": round(result.seconds - result.generation_seconds - result.scoring_seconds, 2),
             "train_total": round(result.seconds, 2)}, "completion_tokens": result.completion_tokens},
-    }
+    )
     store.put_adapter(meta)
     return meta

@@ -9,12 +9,13 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
-def device_kind() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def on_gpu() -> bool:
+    """Whether training runs on a GPU (torch sees one), the one place the trainer asks."""
+    return torch.cuda.is_available()
 
 
 def load_policy(base_model: str, parent_adapter: str | None, rank: int, alpha: int):
-    dtype = torch.bfloat16 if device_kind() == "cuda" else torch.float32
+    dtype = torch.bfloat16 if on_gpu() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
     if parent_adapter:
         model = PeftModel.from_pretrained(model, parent_adapter, is_trainable=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from foundation.tasks import TASKS
+from common.tasks import TASKS
 from server.deps import AdminState, TaskPath, UserState
-from server.errors import ApiError
+from server.errors import ApiError, unavailable
 from server.schemas import AdapterList, ErrorResponse
 
 router = APIRouter(tags=["adapters"])
@@ -21,7 +22,7 @@ VERSION = re.compile(r"^[a-z]+-v\d+$")
 async def list_adapters(state: UserState) -> AdapterList:
     adapters = await run_in_threadpool(state.store.adapters)
     _, routes = await run_in_threadpool(state.store.routes)
-    return AdapterList(adapters=adapters, routes=routes)
+    return AdapterList(adapters=[msgspec.structs.asdict(meta) for meta in adapters], routes=routes)
 
 
 async def _act(state, action: str, target: str) -> dict:
@@ -34,7 +35,7 @@ async def _act(state, action: str, target: str) -> dict:
     except ValueError as error:
         raise ApiError(409, "conflict", str(error)) from None
     except ConnectionError as error:  # an engine could not load the version: nothing flipped
-        raise ApiError(503, "engine_unavailable", f"nothing flipped: {error}", {"Retry-After": "5"}) from None
+        raise unavailable("engine_unavailable", f"nothing flipped: {error}") from None
 
 
 @router.post("/v1/adapters/{task}/promote", responses=ERRORS)

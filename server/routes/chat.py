@@ -9,13 +9,25 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
+from common.records import Record
 from rewards.parsing import THINK_CLOSE, THINK_OPEN
 from router.classify import classify
 from router.registry import AUTO_MODEL, PUBLIC_MODELS, REGISTRY
 from server import answering
 from server.deps import User, UserState
 from server.errors import ApiError
-from server.schemas import ChatRequest, ErrorResponse, ModelCard, ModelList
+from server.schemas import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatRequest,
+    ChatUsage,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    Scores,
+    TucanoExtras,
+)
 
 router = APIRouter(tags=["openai"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
@@ -33,13 +45,19 @@ def _text(content) -> str:
     return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
 
 
-def _content(task: str, record: dict) -> tuple[str, str | None]:
+def _content(task: str, record: Record) -> tuple[str, str | None]:
     """What the assistant message says, and the reasoning kept apart from it (insights)."""
     if task == "insights":
-        return record["output"]["answer"], record["output"].get("think")
+        return record.output["answer"], record.output.get("think")
     if task == "sql":
-        return record["output"]["sql"] or record["raw"], None
-    return (json.dumps(record["output"], ensure_ascii=False) if record["output"] is not None else record["raw"]), None
+        return record.output["sql"] or record.raw, None
+    return (json.dumps(record.output, ensure_ascii=False) if record.output is not None else record.raw), None
+
+
+def _usage(record: Record) -> ChatUsage:
+    usage = record.usage
+    return ChatUsage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                     total_tokens=usage.prompt_tokens + usage.completion_tokens)
 
 
 def _chunk(chunk_id: str, model: str, delta: dict, finish: str | None = None, usage: dict | None = None) -> str:
@@ -76,7 +94,8 @@ class ThinkSplitter:
         return [(k, v) for k, v in out if v]
 
 
-@router.post("/v1/chat/completions", responses=ERRORS)
+@router.post("/v1/chat/completions", response_model=ChatCompletion, responses={
+    **ERRORS, 200: {"content": {"text/event-stream": {"description": "with `stream: true`: chat.completion.chunk events"}}}})
 async def chat_completions(body: ChatRequest, state: UserState):
     user_messages = [_text(m.content) for m in body.messages if m.role == "user"]
     if not user_messages or not user_messages[-1].strip():
@@ -97,17 +116,14 @@ async def chat_completions(body: ChatRequest, state: UserState):
     if not body.stream:
         record = await answering.answer(state, prepared, include_think=True)
         content, reasoning = _content(task, record)
-        message = {"role": "assistant", "content": content}
-        if reasoning is not None:
-            message["reasoning_content"] = reasoning
-        usage = record["usage"]
-        return {
-            "id": f"chatcmpl-{record['id']}", "object": "chat.completion", "created": int(record["time"]),
-            "model": public_model,
-            "choices": [{"index": 0, "message": message, "finish_reason": record["finish_reason"] or "stop"}],
-            "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
-            "tucano": {"record_id": record["id"], "task": task, "adapter": record["adapter"], "scores": record["reward"]},
-        }
+        return ChatCompletion(
+            id=f"chatcmpl-{record.id}", created=int(record.time), model=public_model,
+            choices=[ChatChoice(message=AssistantMessage(content=content, reasoning_content=reasoning),
+                                finish_reason=record.finish_reason or "stop")],
+            usage=_usage(record),
+            tucano=TucanoExtras(record_id=record.id, task=task, adapter=record.adapter,
+                                scores=Scores(total=record.reward.total, components=record.reward.components,
+                                              reference_used=record.reward.reference_used)))
 
     deltas, done = await answering.stream(state, prepared)
     chunk_id = f"chatcmpl-{prepared.started:.0f}"
@@ -122,11 +138,9 @@ async def chat_completions(body: ChatRequest, state: UserState):
         if splitter.buffer:
             yield _chunk(chunk_id, public_model, {"reasoning_content" if splitter.thinking else "content": splitter.buffer})
         record = done["record"]  # written to Redis before the stream ends
-        yield _chunk(chunk_id, public_model, {}, finish=record["finish_reason"] or "stop")
+        yield _chunk(chunk_id, public_model, {}, finish=record.finish_reason or "stop")
         if include_usage:
-            usage = record["usage"]
-            yield _chunk(chunk_id, public_model, None,
-                         usage={**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]})
+            yield _chunk(chunk_id, public_model, None, usage=_usage(record).model_dump())
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={"X-Tucano-Task": task})

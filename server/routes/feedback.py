@@ -4,9 +4,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from foundation.store import StoreUnavailable, UnknownRecord
+from common.store import StoreUnavailable, UnknownRecord
 from server.deps import UserState
-from server.errors import ApiError
+from server.errors import ApiError, unavailable
 from server.schemas import ErrorResponse, FeedbackRequest, FeedbackResponse
 
 router = APIRouter(tags=["feedback"])
@@ -20,5 +20,5 @@ async def feedback(body: FeedbackRequest, state: UserState) -> FeedbackResponse:
     except UnknownRecord:
         raise ApiError(404, "unknown_record", f"no record with id {body.id!r}") from None
     except StoreUnavailable:
-        raise ApiError(503, "store_unavailable", "the record store is unavailable; retry shortly", {"Retry-After": "5"}) from None
-    return FeedbackResponse(id=body.id, rating=body.rating, reference_set=record.get("reference") is not None)
+        raise unavailable("store_unavailable", "the record store is unavailable; retry shortly") from None
+    return FeedbackResponse(id=body.id, rating=body.rating, reference_set=record.reference is not None)

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from server.deps import State
+from server.errors import RETRY_AFTER_S
 from server.metrics import exposed
 
 router = APIRouter(tags=["health"])
@@ -27,7 +28,7 @@ async def readyz(state: State):
                for kind, pool in state.pools.items()}
     ready = redis_ok and all(all(e["healthy"] for e in group) for group in engines.values())
     body = {"ready": ready, "redis": redis_ok, "engines": engines}
-    return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": "5"})
+    return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": str(RETRY_AFTER_S)})
 
 
 @router.get("/metrics")

@@ -4,11 +4,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import ValidationError
 
-from foundation.tasks import TASKS
+from common.tasks import TASKS
 from server import answering
 from server.deps import TaskPath, UserState
 from server.errors import ApiError
-from server.schemas import INPUT_MODELS, ErrorResponse, TaskRequest, TaskResponse
+from server.schemas import INPUT_MODELS, ErrorResponse, Route, Scores, TaskRequest, TaskResponse, Usage
 
 router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
@@ -33,8 +33,11 @@ async def run_task(task: TaskPath, body: TaskRequest, state: UserState) -> TaskR
     prepared = answering.prepare(state, task, task_input, overrides, body.reference, "tasks")
     record = await answering.answer(state, prepared, execute=options.execute and task == "sql",
                                     include_think=options.include_think)
+    reward = record.reward
     return TaskResponse(
-        id=record["id"], task=task, output=record["output"], raw=record["raw"], valid=record["valid"],
-        route={"model": record["model"], "adapter": record["adapter"], "version": record["adapter"] or "base"},
-        scores=record["reward"], usage=record["usage"], latency_ms=record["latency_ms"],
+        id=record.id, task=task, output=record.output, raw=record.raw, valid=record.valid,
+        route=Route(model=record.model, adapter=record.adapter, version=record.version),
+        scores=Scores(total=reward.total, components=reward.components, reference_used=reward.reference_used),
+        usage=Usage(prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens),
+        latency_ms=record.latency_ms,
     )

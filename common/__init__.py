@@ -1,0 +1,8 @@
+"""What every package of the service uses, and nothing else: the one Settings object
+(`settings`), the Redis store (`store`), the typed shapes that cross rooms (`records`), the task
+specifications (`tasks`), the commerce database's schema (`commerce`), the dataset file format
+(`datasets`) and the process helpers (`processes`).
+
+It imports nothing of ours: `rewards/`, `router/`, `server/`, `trainer/`, `deploy/` and `demo/`
+import from here, never the other way round.
+"""

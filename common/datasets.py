@@ -1,0 +1,31 @@
+"""The task dataset format: JSONL files of rows `{"id", "task", "input", "reference", "target"}`
+(`datasets/{task}/{train,eval}.jsonl` under the data dir, and any eval file a team loads).
+`input` is what a client sends to `/v1/tasks/{task}`, `reference` what rewards score against,
+`target` a demonstration completion (the demo bootstrap trains its tiny models on it).
+
+`input_key` is the one identity of an input: eval rows are held out by it, and labels are
+assigned to the team's eval set by a stable hash of it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+SPLITS = ("train", "eval")
+
+
+def load_split(datasets_dir: Path, task: str, split: str) -> list[dict]:
+    path = Path(datasets_dir) / task / f"{split}.jsonl"
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def input_key(task_input: dict) -> str:
+    """A canonical text of an input: equal inputs, whatever their key order, have equal keys."""
+    return json.dumps(task_input, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def input_hash(task: str, task_input: dict) -> str:
+    """A stable hash of a task's input (the same on every machine and in every run)."""
+    return hashlib.sha256(f"{task}\n{input_key(task_input)}".encode()).hexdigest()

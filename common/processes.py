@@ -1,0 +1,53 @@
+"""Process helpers every long-running piece uses, written once: a free loopback port, a child
+that dies with its parent, a stop that asks first (SIGTERM) and insists later (SIGKILL), and
+whether this machine has an NVIDIA GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def die_with_parent() -> None:
+    """For `preexec_fn`: the kernel sends this child SIGTERM when its parent dies, even by
+    SIGKILL, so no engine or Redis server outlives the process that owns it."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`; always reaped."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def has_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible to processes started here (engines pick cuda then)."""
+    return shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0

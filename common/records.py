@@ -1,0 +1,121 @@
+"""The typed shapes that cross rooms: what the gateway writes for every answer (`Record`), what
+a user attaches to it (`Feedback`), and what the registry holds for every adapter version
+(`AdapterMeta`). msgspec Structs: the gateway encodes a record per request on its event loop,
+and msgspec does it in a fraction of the json module's time; decoding checks every type.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import msgspec
+
+Arm = Literal["base", "active", "canary"]
+AdapterStatus = Literal["candidate", "canary", "active", "retired", "rejected"]
+
+
+class Sampling(msgspec.Struct, frozen=True):
+    """The sampling parameters sent to vLLM, always explicit (never the model's generation_config)."""
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None = None
+
+    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None) -> Sampling:
+        return Sampling(
+            self.temperature if temperature is None else temperature,
+            self.top_p if top_p is None else top_p,
+            self.max_tokens if max_tokens is None else max_tokens,
+            self.seed if seed is None else seed,
+        )
+
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Reward(msgspec.Struct):
+    total: float
+    components: dict[str, float]
+    reference_used: bool
+    details: dict[str, str] = {}
+
+
+class Feedback(msgspec.Struct):
+    rating: int
+    at: float
+    correction: Any = None
+
+
+class Record(msgspec.Struct):
+    """One answered request (PRODUCT §9), written to the records stream before the answer returns."""
+    id: str
+    time: float
+    task: str
+    source: str  # "tasks" or "chat"
+    input: dict[str, Any]
+    prompt: str  # exactly the text the engine saw
+    chat_template_sha256: str
+    raw: str
+    output: Any
+    valid: bool
+    sampling: Sampling
+    engine: str
+    model: str
+    adapter: str | None  # None: the base model (no version active yet)
+    arm: Arm
+    usage: Usage
+    finish_reason: str | None
+    latency_ms: float
+    reward: Reward
+    reward_version: str
+    reference: Any = None  # as sent with the request; a correction replaces it when read back
+    key_id: str | None = None  # a hash of the API key that made the request (feedback ownership)
+    feedback: Feedback | None = None  # merged in when read; never part of the stored entry
+
+    @property
+    def version(self) -> str:
+        return self.adapter or "base"
+
+
+class AdapterMeta(msgspec.Struct):
+    """A registered adapter version. Immutable in what defines it (version, files, hash, lineage);
+    only its status and what the gate and the canary found are updated."""
+    version: str
+    task: str
+    path: str
+    status: AdapterStatus = "candidate"
+    parent: str | None = None
+    round: str | None = None
+    method: str | None = None
+    base_model: str | None = None
+    sha256: str | None = None
+    created: float = msgspec.field(default_factory=time.time)
+    trainable_parameters: int | None = None
+    data: dict[str, Any] = {}  # what it was trained on: label ids, record window, counts
+    training: dict[str, Any] = {}  # per method: steps, seconds, per-step metrics
+    gate: dict[str, Any] = {}  # the promotion decision: n, intervals, components, shadow replay
+    canary: dict[str, Any] = {}  # the canary's outcome
+    reason: str | None = None  # why it was rejected or retired
+    history: list[dict[str, Any]] = []  # status changes: {"status", "at", "reason"}
+
+
+def adapter_version_name(task: str, number: int) -> str:
+    """`extraction-v7`: a version's name, never reused (the number comes from a Redis counter)."""
+    return f"{task}-v{number}"
+
+
+ENCODER = msgspec.json.Encoder()
+
+
+def encode(value) -> bytes:
+    return ENCODER.encode(value)
+
+
+def decode_record(raw: bytes | str) -> Record:
+    return msgspec.json.decode(raw, type=Record)
+
+
+def decode_adapter(raw: bytes | str) -> AdapterMeta:
+    return msgspec.json.decode(raw, type=AdapterMeta)

@@ -1,0 +1,284 @@
+"""The Redis store: records, feedback, the adapter registry and the routing table (PRODUCT §9).
+
+- Records live in a Stream (`tucano:records`), one entry per answered request, the record as
+  JSON in field `record`; `tucano:record:<id>` maps a record id to its entry id. Trainers read
+  with the consumer group `trainers` and acknowledge only what a finished round used; trimming
+  (`trim_records`) never removes entries newer than the oldest unacknowledged one.
+- Feedback is a hash per record (`tucano:feedback:<id>`), merged into the record when read.
+- Engine failures go to their own stream (`tucano:failures`), so no trainer reads them.
+- Routes: one hash `tucano:routes` (task -> JSON {active, previous, canary, canary_share}) and a
+  counter `tucano:routes:version` bumped in the same transaction, which gateways poll.
+- Adapters: `tucano:adapter:<version>` JSON metadata, `tucano:adapters:<task>` the set of a
+  task's versions, `tucano:adapters:seq:<task>` the counter that names new versions.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import redis
+import redis.asyncio
+from redis.commands.core import AsyncScript
+
+from common.records import AdapterMeta, Feedback, Record, adapter_version_name, decode_adapter, decode_record, encode
+from common.tasks import TASKS
+
+RECORDS = "tucano:records"
+FAILURES = "tucano:failures"
+GROUP = "trainers"
+ROUTES = "tucano:routes"
+ROUTES_VERSION = "tucano:routes:version"
+ENGINES = "tucano:engines"
+ROUND_LOCK = "tucano:lock:round"
+ADD_RECORD = "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) redis.call('SET', KEYS[2], id) return id"
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis cannot be reached; callers answer 503."""
+
+
+class UnknownRecord(KeyError):
+    pass
+
+
+def _record_key(record_id: str) -> str:
+    return f"tucano:record:{record_id}"
+
+
+def _feedback_key(record_id: str) -> str:
+    return f"tucano:feedback:{record_id}"
+
+
+@dataclass
+class StoredRecord:
+    entry_id: str
+    record: Record | None  # None: the entry does not hold a parseable record
+
+
+class Store:
+    def __init__(self, url: str, maxlen: int = 200_000):
+        self.url = url
+        self.maxlen = maxlen
+        self.redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+        # The gateway writes a record per request from its event loop: an asyncio client there
+        # costs less than the thread hop a blocking call needs. Such a client belongs to the loop
+        # that made it, so there is one per loop.
+        self._record_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncScript] = weakref.WeakKeyDictionary()
+        self._put_adapter_script = self.redis.register_script(
+            "if redis.call('SET', KEYS[1], ARGV[1], 'NX') then redis.call('SADD', KEYS[2], ARGV[2]) return 1 end return 0"
+        )
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.redis.ping())
+        except redis.RedisError:
+            return False
+
+    # --- records ------------------------------------------------------------------------
+
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(RECORDS, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+
+    async def add_record(self, record: Record) -> str:
+        """Write a record atomically (stream entry + id index, one Lua call): either both exist or
+        neither. Raise StoreUnavailable when Redis cannot take it."""
+        loop = asyncio.get_running_loop()
+        script = self._record_scripts.get(loop)
+        if script is None:
+            client = redis.asyncio.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+            script = self._record_scripts[loop] = client.register_script(ADD_RECORD)
+        try:
+            entry_id = await script(keys=[RECORDS, _record_key(record.id)], args=[encode(record)])
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        return entry_id
+
+    def add_failure(self, failure: dict) -> None:
+        try:
+            self.redis.xadd(FAILURES, {"failure": json.dumps(failure, ensure_ascii=False)}, maxlen=self.maxlen, approximate=True)
+        except redis.RedisError:
+            pass  # the failure is also counted in metrics; the client already gets a 503
+
+    def get_record(self, record_id: str) -> StoredRecord:
+        try:
+            entry_id = self.redis.get(_record_key(record_id))
+            if entry_id is None:
+                raise UnknownRecord(record_id)
+            entries = self.redis.xrange(RECORDS, entry_id, entry_id)
+            feedback = self.redis.hgetall(_feedback_key(record_id))
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        if not entries:
+            raise UnknownRecord(record_id)
+        return StoredRecord(entry_id, _with_feedback(decode_record(entries[0][1]["record"]), feedback))
+
+    def add_feedback(self, record_id: str, rating: int, correction=None) -> Record:
+        try:
+            if not self.redis.exists(_record_key(record_id)):
+                raise UnknownRecord(record_id)
+            mapping = {"rating": rating, "at": time.time()}
+            if correction is not None:
+                mapping["correction"] = json.dumps(correction, ensure_ascii=False)
+            self.redis.hset(_feedback_key(record_id), mapping=mapping)
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        return self.get_record(record_id).record
+
+    def read_new_records(self, consumer: str, count: int = 1000) -> list[StoredRecord]:
+        """Records never delivered to the trainers' group; re-delivers this consumer's pending ones first."""
+        self.ensure_group()
+        out: list[StoredRecord] = []
+        for start in ("0", ">"):
+            for _, entries in self.redis.xreadgroup(GROUP, consumer, {RECORDS: start}, count=count) or []:
+                for entry_id, fields in entries:
+                    if not fields:  # trimmed while pending
+                        continue
+                    try:
+                        record = decode_record(fields.get("record", ""))
+                    except msgspec.DecodeError:
+                        record = None  # kept as None: the trainer counts and acknowledges it
+                    if record is not None:
+                        record = _with_feedback(record, self.redis.hgetall(_feedback_key(record.id)))
+                    out.append(StoredRecord(entry_id, record))
+        return out
+
+    def ack(self, entry_ids: list[str]) -> int:
+        return self.redis.xack(RECORDS, GROUP, *entry_ids) if entry_ids else 0
+
+    def recent_failures(self, count: int = 100) -> list[dict]:
+        return [json.loads(fields["failure"]) for _, fields in self.redis.xrevrange(FAILURES, count=count)]
+
+    def trim_records(self) -> int:
+        """Drop the oldest records beyond `maxlen`, but never one the trainers have not acknowledged."""
+        self.ensure_group()
+        length = self.redis.xlen(RECORDS)
+        excess = length - self.maxlen
+        if excess <= 0:
+            return 0
+        oldest_kept = self.redis.xrange(RECORDS, count=excess + 1)[-1][0]
+        group = next(g for g in self.redis.xinfo_groups(RECORDS) if g["name"] == GROUP)
+        pending = self.redis.xpending(RECORDS, GROUP)
+        limits = [oldest_kept, _next_id(group["last-delivered-id"])]
+        if pending["pending"]:
+            limits.append(pending["min"])
+        return self.redis.xtrim(RECORDS, minid=min(limits, key=_id_key), approximate=False)
+
+    # --- routes -------------------------------------------------------------------------
+
+    def routes(self) -> tuple[int, dict[str, dict]]:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(ROUTES_VERSION)
+        pipe.hgetall(ROUTES)
+        version, raw = pipe.execute()
+        return int(version or 0), {task: json.loads(value) for task, value in raw.items()}
+
+    def routes_version(self) -> int:
+        return int(self.redis.get(ROUTES_VERSION) or 0)
+
+    def set_active(self, task: str, version: str | None) -> dict:
+        """Point a task's `active` alias at a version in one atomic step; keep the previous one."""
+        def flip(pipe: redis.client.Pipeline) -> dict:
+            current = json.loads(pipe.hget(ROUTES, task) or "{}")
+            route = {**current, "active": version, "previous": current.get("active")}
+            pipe.multi()
+            pipe.hset(ROUTES, task, json.dumps(route))
+            pipe.incr(ROUTES_VERSION)
+            return route
+        return self.redis.transaction(flip, ROUTES, value_from_callable=True)
+
+    # --- engines and the round lock ------------------------------------------------------
+
+    def register_engines(self, kind: str, urls: list[str]) -> None:
+        """Where the live engines of a kind are, so trainers and the CLI load adapters into all of them."""
+        self.redis.hset(ENGINES, kind, json.dumps(urls))
+
+    def engine_urls(self, kind: str) -> list[str]:
+        return json.loads(self.redis.hget(ENGINES, kind) or "[]")
+
+    def round_lock(self, seconds: float) -> redis.lock.Lock:
+        """One training round at a time across every trainer; it expires unless renewed, so a
+        crashed trainer never holds it for longer than `seconds`."""
+        return self.redis.lock(ROUND_LOCK, timeout=seconds, blocking=False, thread_local=False)
+
+    # --- adapters -----------------------------------------------------------------------
+
+    def next_adapter_version(self, task: str) -> str:
+        return adapter_version_name(task, self.redis.incr(f"tucano:adapters:seq:{task}"))
+
+    def put_adapter(self, meta: AdapterMeta) -> None:
+        """Register a version once, in one atomic step (metadata and task index together); an
+        existing version is never overwritten (versions are immutable)."""
+        created = self._put_adapter_script(keys=[_adapter_key(meta.version), f"tucano:adapters:{meta.task}"],
+                                           args=[encode(meta), meta.version])
+        if not created:
+            raise ValueError(f"adapter version {meta.version} already exists")
+
+    def update_adapter(self, version: str, status: str | None = None, reason: str | None = None, **changes) -> AdapterMeta:
+        """Change a version's status (kept in its history with the time and reason) or what the
+        gate and canary found; atomic against another writer of the same version."""
+        def change(pipe: redis.client.Pipeline) -> AdapterMeta:
+            raw = pipe.get(_adapter_key(version))
+            if raw is None:
+                raise KeyError(version)
+            meta = msgspec.structs.replace(decode_adapter(raw), **changes)
+            if status is not None:
+                meta.status = status
+                meta.history = [*meta.history, {"status": status, "at": time.time(), "reason": reason}]
+            if reason is not None:
+                meta.reason = reason
+            pipe.multi()
+            pipe.set(_adapter_key(version), encode(meta))
+            return meta
+        return self.redis.transaction(change, _adapter_key(version), value_from_callable=True)
+
+    def adapter(self, version: str) -> AdapterMeta | None:
+        raw = self.redis.get(_adapter_key(version))
+        return decode_adapter(raw) if raw else None
+
+    def adapters(self, task: str | None = None) -> list[AdapterMeta]:
+        versions = [v for t in ([task] if task else TASKS) for v in self.redis.smembers(f"tucano:adapters:{t}")]
+        metas = [self.adapter(v) for v in versions]
+        return sorted((m for m in metas if m), key=lambda m: (m.task, m.created))
+
+
+def _adapter_key(version: str) -> str:
+    return f"tucano:adapter:{version}"
+
+
+def _with_feedback(record: Record, feedback: dict) -> Record:
+    """The record as a reader sees it: the user's feedback attached, a correction as its reference."""
+    if feedback:
+        correction = json.loads(feedback["correction"]) if "correction" in feedback else None
+        record.feedback = Feedback(int(feedback["rating"]), float(feedback["at"]), correction)
+        if correction is not None:
+            record.reference = correction
+    return record
+
+
+def content_sha256(directory: Path) -> str:
+    """Hash of an adapter's files (names and bytes): recorded at registration, checked on promotion."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}"

@@ -1,0 +1,77 @@
+"""The four tasks and every fact about their outputs (PRODUCT §2): names, which model serves
+each, the extraction fields and their domains, the push copy rules and campaigns. Pydantic
+models here are the one source of the JSON schemas that vLLM constrains output to, of the
+prompts' wording of the domains, and of the validation a correction must pass.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TASKS = ("extraction", "sql", "push", "insights")
+# Which vLLM server answers a task: the Base model with one LoRA per task, or the Think model.
+TASK_ENGINE: dict[str, str] = {"extraction": "base", "sql": "base", "push": "base", "insights": "think"}
+ENGINE_KINDS = ("base", "think")
+assert set(TASK_ENGINE) == set(TASKS)
+
+SENTIMENTS = ("positive", "neutral", "negative")
+COMPLAINT_CATEGORIES = (
+    "delivery_delay", "product_defect", "wrong_item", "missing_item", "quality",
+    "customer_service", "price", "packaging", "other", "none",
+)
+URGENCIES = ("low", "medium", "high")
+EXTRACTION_FIELDS = (
+    "sentiment", "sentiment_score", "complaint_category", "product_mentioned", "delivery_issue",
+    "would_recommend", "urgency", "key_phrases", "summary", "requires_response",
+)
+SENTIMENT_SCORE_RANGE = (1.0, 5.0)
+MAX_KEY_PHRASES = 5
+MAX_SUMMARY_CHARS = 200
+
+PUSH_TITLE_MAX = 40
+PUSH_BODY_MAX = 140
+PUSH_KEY_INFO_WITHIN = 49
+PUSH_MAX_EMOJI = 2
+PUSH_MAX_CAPS_LETTERS = 4  # an all-caps word longer than this is shouting
+PUSH_MAX_PAYLOAD_BYTES = 4096
+PUSH_ACTION_VERBS = (
+    "confira", "aproveite", "finalize", "garanta", "compre", "veja", "acompanhe", "avalie",
+    "conte", "descubra", "use", "volte", "resgate", "complete", "acesse", "escolha",
+)
+PUSH_CAMPAIGNS = (
+    "carrinho_abandonado", "queda_de_preco", "volta_ao_estoque", "pedido_enviado",
+    "pedido_entregue", "cupom", "black_friday", "pedir_avaliacao",
+)
+
+
+class ExtractionOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sentiment: Literal[SENTIMENTS]
+    sentiment_score: float = Field(ge=SENTIMENT_SCORE_RANGE[0], le=SENTIMENT_SCORE_RANGE[1])
+    complaint_category: Literal[COMPLAINT_CATEGORIES]
+    product_mentioned: str | None
+    delivery_issue: bool
+    would_recommend: bool | None
+    urgency: Literal[URGENCIES]
+    key_phrases: list[str] = Field(max_length=MAX_KEY_PHRASES)
+    summary: str = Field(max_length=MAX_SUMMARY_CHARS)
+    requires_response: bool
+
+
+class PushOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=PUSH_TITLE_MAX)
+    body: str = Field(min_length=1, max_length=PUSH_BODY_MAX)
+
+
+assert tuple(ExtractionOutput.model_fields) == EXTRACTION_FIELDS
+OUTPUT_MODELS: dict[str, type[BaseModel]] = {"extraction": ExtractionOutput, "push": PushOutput}
+
+
+def output_json_schema(task: str) -> dict | None:
+    """The JSON schema vLLM constrains a task's output to, or None for free-text tasks."""
+    model = OUTPUT_MODELS.get(task)
+    return model.model_json_schema() if model else None

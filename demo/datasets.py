@@ -1,0 +1,249 @@
+"""The demo's task datasets, built from the synthetic commerce DB in the format of
+`common.datasets` (one JSONL file per task and split). `reference` is what rewards score
+against (PRODUCT §3; none for insights), `target` a demonstration completion that teaches the
+tiny bootstrap models their output shape.
+
+The eval split is held out: inputs are de-duplicated before the split, so no eval input
+appears in train.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+from common.datasets import input_key
+from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_TITLE_MAX
+from demo.reviews import PRODUCTS
+from demo.sql_patterns import PATTERNS, PAYMENT_TYPE_WORDS
+
+EVAL_SIZE = {"extraction": 100, "sql": 100, "push": 100, "insights": 60}
+
+
+def _jsonl_dump(rows: list[dict], path: Path) -> None:
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _split(rows: list[dict], task: str, rng: random.Random) -> dict[str, list[dict]]:
+    unique = list({input_key(r["input"]): r for r in rows}.values())
+    rng.shuffle(unique)
+    n_eval = min(EVAL_SIZE[task], len(unique) // 5)
+    for i, row in enumerate(unique):
+        row["id"] = f"{task}-{i:05d}"
+    return {"eval": unique[:n_eval], "train": unique[n_eval:]}
+
+
+# --- extraction -------------------------------------------------------------------------
+
+def extraction_rows(labelled_reviews: list[dict]) -> list[dict]:
+    return [
+        {"task": "extraction", "input": {"review": r["review"]}, "reference": r["reference"],
+         "target": json.dumps(r["reference"], ensure_ascii=False)}
+        for r in labelled_reviews
+    ]
+
+
+# --- sql --------------------------------------------------------------------------------
+
+def _param_values(con: sqlite3.Connection) -> dict[str, list]:
+    def column(sql: str) -> list:
+        return [row[0] for row in con.execute(sql)]
+    months = column("SELECT DISTINCT strftime('%Y-%m', order_purchase_timestamp) FROM olist_orders_dataset ORDER BY 1")
+    return {
+        "status": column("SELECT DISTINCT order_status FROM olist_orders_dataset"),
+        "uf": column("SELECT DISTINCT customer_state FROM olist_customers_dataset"),
+        "cat": column("SELECT DISTINCT product_category_name FROM olist_products_dataset"),
+        "ptype": [p for p in column("SELECT DISTINCT payment_type FROM olist_order_payments_dataset") if p in PAYMENT_TYPE_WORDS],
+        "score": [1, 2, 3, 4, 5],
+        "year": ["2016", "2017", "2018"],
+        "month": [tuple(m.split("-")) for m in months],
+        "threshold": [3.5, 3.8, 4, 4.2],
+        "k": [1, 2, 3, 5, 8, 10],
+    }
+
+
+def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30) -> list[dict]:
+    values = _param_values(con)
+    rows = []
+    for pattern_id, phrasings, sql_template, kinds in PATTERNS:
+        for _ in range(per_pattern if kinds else 2):
+            sql_params, text_params = {}, {}
+            for kind in kinds:
+                value = rng.choice(values[kind])
+                if kind == "month":
+                    sql_params["year"], sql_params["month"] = value
+                    text_params["year"], text_params["month"] = value
+                else:
+                    sql_params[kind] = value
+                    text_params[kind] = PAYMENT_TYPE_WORDS.get(value, value) if kind == "ptype" else value
+            question = rng.choice(phrasings).format(**text_params)
+            sql = sql_template.format(**sql_params)
+            result = con.execute(sql).fetchall()
+            if not result or all(v is None for v in result[0]):
+                continue
+            rows.append({"task": "sql", "input": {"question": question}, "reference": {"sql": sql},
+                         "target": sql, "pattern": pattern_id})
+    return rows
+
+
+# --- push -------------------------------------------------------------------------------
+
+NAMES = ("Ana", "João", "Maria", "Pedro", "Juliana", "Lucas", "Fernanda", "Rafael", "Camila", "Bruno",
+         "Larissa", "Gabriel", "Beatriz", "Thiago", "Patrícia", "Marcos", "Aline", "Diego", "Carla", "Vitor")
+EMOJI = ("🛒", "🔥", "📦", "⭐", "🎉", "💸", "⏰")
+PUSH_COPY = {
+    "carrinho_abandonado": ("seu carrinho te espera", "Finalize sua compra antes que acabe."),
+    "queda_de_preco": ("o preço caiu", "Aproveite enquanto durar o estoque."),
+    "volta_ao_estoque": ("voltou ao estoque", "Garanta o seu antes que esgote de novo."),
+    "pedido_enviado": ("seu pedido saiu", "Acompanhe a entrega pelo app."),
+    "pedido_entregue": ("pedido entregue", "Confira se está tudo certo com a sua compra."),
+    "cupom": ("tem cupom pra você", "Use o cupom no carrinho e economize."),
+    "black_friday": ("Black Friday chegou", "Aproveite as ofertas só hoje."),
+    "pedir_avaliacao": ("conta pra gente", "Avalie sua compra em poucos segundos."),
+}
+
+
+def push_context(rng: random.Random) -> dict:
+    campaign = rng.choice(PUSH_CAMPAIGNS)
+    context = {"campaign": campaign}
+    if rng.random() < 0.8:
+        context["customer_name"] = rng.choice(NAMES)
+    if rng.random() < 0.8:
+        context["product"] = rng.choice(PRODUCTS)[0]
+    if campaign in ("carrinho_abandonado", "queda_de_preco", "cupom", "black_friday") and rng.random() < 0.8:
+        context["discount_pct"] = rng.choice((5, 10, 15, 20, 25, 30, 40))
+    if campaign == "cupom":
+        context["coupon"] = rng.choice(("VOLTA10", "FRETE0", "BEMVINDO15", "TUCANO20"))
+    if rng.random() < 0.3:
+        context["deadline"] = rng.choice(("hoje", "até domingo", "nas próximas 24h"))
+    return context
+
+
+def push_reference(context: dict, rng: random.Random) -> dict:
+    title_tail, call = PUSH_COPY[context["campaign"]]
+    name = context.get("customer_name")
+    title = f"{name}, {title_tail}" if name and len(name) + len(title_tail) + 2 <= PUSH_TITLE_MAX - 2 else title_tail[0].upper() + title_tail[1:]
+    if rng.random() < 0.4:
+        title += " " + rng.choice(EMOJI)
+    lead = []
+    if context.get("discount_pct"):
+        lead.append(f"{context['discount_pct']}% off")
+    if context.get("product"):
+        lead.append(context["product"])
+    if context.get("coupon"):
+        lead.append(f"cupom {context['coupon']}")
+    head = (" em " if len(lead) > 1 and "off" in lead[0] else " ").join(lead[:2]) or "Seu pedido"
+    head = head[0].upper() + head[1:]
+    body = f"{head}. {call}"
+    if context.get("deadline"):
+        body += f" Vale {context['deadline']}."
+    return {"title": title[:PUSH_TITLE_MAX], "body": body[:PUSH_BODY_MAX]}
+
+
+def push_rows(rng: random.Random, n: int = 1200) -> list[dict]:
+    rows = []
+    for _ in range(n):
+        context = push_context(rng)
+        reference = push_reference(context, rng)
+        rows.append({"task": "push", "input": context, "reference": reference,
+                     "target": json.dumps(reference, ensure_ascii=False)})
+    return rows
+
+
+# --- insights ---------------------------------------------------------------------------
+
+INSIGHT_QUERIES = (
+    ("Quais estados geram mais receita e o que isso sugere para a loja?",
+     "SELECT c.customer_state AS estado, ROUND(SUM(p.payment_value), 2) AS receita FROM olist_order_payments_dataset p "
+     "JOIN olist_orders_dataset o ON o.order_id = p.order_id JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' GROUP BY estado ORDER BY receita DESC LIMIT {limit}",
+     "concentrar mídia e estoque nos estados líderes e testar frete reduzido nos demais"),
+    ("Como evoluíram os pedidos mês a mês?",
+     "SELECT strftime('%m', order_purchase_timestamp) AS mes, COUNT(*) AS pedidos FROM olist_orders_dataset "
+     "WHERE strftime('%Y', order_purchase_timestamp) = '{year}' GROUP BY mes ORDER BY mes LIMIT {limit}",
+     "planejar estoque e campanhas para os meses de pico"),
+    ("Quais categorias têm a pior avaliação média?",
+     "SELECT product_category_name AS categoria, ROUND(AVG(review_score), 2) AS nota FROM orders_enriched "
+     "WHERE review_score IS NOT NULL AND strftime('%Y', order_purchase_timestamp) = '{year}' "
+     "GROUP BY categoria HAVING COUNT(*) >= 5 ORDER BY nota ASC LIMIT {limit}",
+     "revisar fornecedores e descrições das categorias com pior nota"),
+    ("Como se distribuem as formas de pagamento?",
+     "SELECT payment_type AS forma, COUNT(*) AS pagamentos FROM olist_order_payments_dataset p "
+     "JOIN olist_orders_dataset o ON o.order_id = p.order_id WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' "
+     "GROUP BY forma ORDER BY pagamentos DESC LIMIT {limit}",
+     "oferecer parcelamento e descontos no boleto para ampliar a conversão"),
+    ("Em quais estados os atrasos de entrega são mais comuns?",
+     "SELECT c.customer_state AS estado, ROUND(100.0 * SUM(o.order_delivered_customer_date > o.order_estimated_delivery_date) "
+     "/ COUNT(*), 1) AS atraso_pct FROM olist_orders_dataset o JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
+     "WHERE o.order_status = 'delivered' AND strftime('%Y', o.order_purchase_timestamp) = '{year}' "
+     "GROUP BY estado HAVING COUNT(*) >= 10 ORDER BY atraso_pct DESC LIMIT {limit}",
+     "renegociar com transportadoras nos estados com mais atraso e ajustar o prazo prometido"),
+    ("Quais categorias têm o frete mais caro?",
+     "SELECT p.product_category_name AS categoria, ROUND(AVG(i.freight_value), 2) AS frete_medio "
+     "FROM olist_order_items_dataset i JOIN olist_products_dataset p ON p.product_id = i.product_id "
+     "JOIN olist_orders_dataset o ON o.order_id = i.order_id WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' "
+     "GROUP BY categoria HAVING COUNT(*) >= 5 ORDER BY frete_medio DESC LIMIT {limit}",
+     "rever embalagens e tabelas de frete das categorias mais pesadas"),
+)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}".replace(".", ",")
+    return str(value)
+
+
+def insights_demonstration(question: str, columns: list[str], rows: list[list], advice: str) -> str:
+    label, metric = columns[0], columns[1]
+    top, bottom = rows[0], rows[-1]
+    highest = max(rows, key=lambda r: r[1])
+    think = (f"A pergunta é: {question} Tenho {len(rows)} linhas com {label} e {metric}. "
+             f"O maior valor é {highest[0]} com {_fmt(highest[1])}.")
+    lines = [f"Resumo: entre os {len(rows)} registros, {highest[0]} se destaca com {metric} de {_fmt(highest[1])}."]
+    lines.append(f"- Primeiro da lista: {top[0]} ({_fmt(top[1])}).")
+    lines.append(f"- Último da lista: {bottom[0]} ({_fmt(bottom[1])}).")
+    lines.append(f"Recomendação: {advice}.")
+    return f"<think>\n{think}\n</think>\n\n" + "\n".join(lines)
+
+
+def insights_rows(con: sqlite3.Connection, rng: random.Random) -> list[dict]:
+    rows = []
+    for question, sql_template, advice in INSIGHT_QUERIES:
+        for year in ("2017", "2018"):
+            for limit in range(3, 13):
+                cursor = con.execute(sql_template.format(year=year, limit=limit))
+                columns = [d[0] for d in cursor.description]
+                data = [list(r) for r in cursor.fetchall()]
+                if len(data) < 2:
+                    continue
+                asked = f"{question} (dados de {year})"
+                rows.append({"task": "insights", "input": {"question": asked, "columns": columns, "rows": data},
+                             "reference": None, "target": insights_demonstration(asked, columns, data, advice)})
+    rng.shuffle(rows)
+    return rows
+
+
+def build(db_path: Path, labelled_reviews: list[dict], out_dir: Path, seed: int) -> dict[str, dict[str, int]]:
+    """Write every task's splits under out_dir; return the row counts."""
+    rng = random.Random(seed)
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        by_task = {
+            "extraction": extraction_rows(labelled_reviews),
+            "sql": sql_rows(con, rng),
+            "push": push_rows(rng),
+            "insights": insights_rows(con, rng),
+        }
+    finally:
+        con.close()
+    counts = {}
+    for task, rows in by_task.items():
+        (out_dir / task).mkdir(parents=True, exist_ok=True)
+        splits = _split(rows, task, rng)
+        for split, split_rows in splits.items():
+            _jsonl_dump(split_rows, out_dir / task / f"{split}.jsonl")
+        counts[task] = {split: len(r) for split, r in splits.items()}
+    return counts

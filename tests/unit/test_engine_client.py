@@ -1,0 +1,156 @@
+"""Engine health as the gateway sees it, against a real HTTP server that answers slowly or not
+at all: a busy engine stays in rotation, a refused connection or repeated timeouts take it out."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineUnavailable
+from router.registry import Sampling
+
+
+class SlowModels(BaseHTTPRequestHandler):
+    delay_s = 0.0
+
+    def do_GET(self):
+        time.sleep(type(self).delay_s)
+        body = b'{"data": [{"id": "base-model", "parent": null}]}'
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up first
+
+    def do_POST(self):  # a completion, answered at once however slow the probes are
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def slow_engine():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowModels)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    SlowModels.delay_s = 0.0
+
+
+def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engine):
+    pool = EnginePool("base", [slow_engine], template=None, probe_timeout_s=0.2)
+
+    async def probes() -> list[bool]:
+        seen = [await pool.check()]
+        SlowModels.delay_s = 0.5
+        for _ in range(SLOW_PROBES_BEFORE_DOWN):
+            seen.append(await pool.check())
+        SlowModels.delay_s = 0.0
+        seen.append(await pool.check())
+        await pool.close()
+        return seen
+
+    seen = asyncio.run(probes())
+    assert seen == [True] * SLOW_PROBES_BEFORE_DOWN + [False, True]
+    assert pool.engines[0].model == "base-model"
+
+
+def test_engine_returning_completions_stays_in_rotation_however_slow_its_probes(slow_engine):
+    pool = EnginePool("base", [slow_engine], template=None, probe_timeout_s=0.2)
+
+    async def serve_while_probes_time_out() -> list[bool]:
+        try:
+            seen = [await pool.check()]
+            SlowModels.delay_s = 0.5
+            for _ in range(SLOW_PROBES_BEFORE_DOWN + 2):
+                completion = await pool.complete("prompt", None, Sampling(0.0, 1.0, 4), None)
+                assert completion.text == "ok"
+                seen.append(await pool.check())
+            return seen
+        finally:
+            SlowModels.delay_s = 0.0
+            await pool.close()
+
+    assert asyncio.run(serve_while_probes_time_out()) == [True] * (SLOW_PROBES_BEFORE_DOWN + 3)
+    assert "returning completions" in pool.engines[0].last_error
+
+
+def test_refused_connection_is_down_at_once():
+    pool = EnginePool("base", ["http://127.0.0.1:9"], template=None, probe_timeout_s=0.2)
+
+    async def probe() -> bool:
+        try:
+            return await pool.check()
+        finally:
+            await pool.close()
+
+    assert asyncio.run(probe()) is False
+    with pytest.raises(EngineUnavailable, match=r"127\.0\.0\.1:9"):
+        pool._pick()
+
+
+class DropsReusedConnections(BaseHTTPRequestHandler):
+    """Answers the first completion on each connection and closes it under the second, as a
+    server closing an idle keep-alive connection does when a request goes out on it just then."""
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, body: bytes, content_type: str = "application/json"):
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._answer(b'{"data": [{"id": "base-model", "parent": null}]}')
+
+    def do_POST(self):
+        streaming = b'"stream":true' in self.rfile.read(int(self.headers["Content-Length"]))
+        self.served = getattr(self, "served", 0) + 1
+        if self.served > 1:
+            self.close_connection = True
+            return
+        if streaming:
+            self._answer(b'data: {"choices": [{"text": "o"}]}\n\ndata: {"choices": [{"text": "k", "finish_reason": "stop"}]}'
+                         b'\n\ndata: [DONE]\n\n', "text/event-stream")
+        else:
+            self._answer(b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_dropped_keep_alive_connection_is_retried_not_a_503():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), DropsReusedConnections)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pool = EnginePool("base", [f"http://127.0.0.1:{server.server_address[1]}"], template=None)
+
+    async def answers() -> list[str]:
+        try:
+            assert await pool.check()
+            texts = [(await pool.complete("p", None, Sampling(0.0, 1.0, 4), None)).text for _ in range(3)]
+            for _ in range(2):
+                texts.append("".join([d async for d in pool.stream("p", None, Sampling(0.0, 1.0, 4), None, {})]))
+            return texts
+        finally:
+            await pool.close()
+
+    try:
+        assert asyncio.run(answers()) == ["ok"] * 5
+        assert pool.engines[0].healthy
+    finally:
+        server.shutdown()

@@ -1,0 +1,311 @@
+"""rewards/ as pure functions: ranges, robustness, wrappers, corruption ordering, each push rule,
+the SQL reward and its sandbox over a small commerce DB, the TRL reward functions."""
+from __future__ import annotations
+
+import copy
+import json
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rewards
+from common.tasks import TASKS
+from demo.commerce_db import file_sha256
+from rewards.parsing import parse_json_object, split_think
+from rewards.sql_sandbox import check_readonly, run_readonly
+from rewards.trl import COMPONENTS, reward_functions
+from tests.unit.conftest import ctx
+
+EXTRACTION_REF = {
+    "sentiment": "negative", "sentiment_score": 1.5, "complaint_category": "delivery_delay",
+    "product_mentioned": "fone de ouvido", "delivery_issue": True, "would_recommend": False, "urgency": "high",
+    "key_phrases": ["ainda não chegou", "prazo de entrega estourado"],
+    "summary": "Cliente reclama do atraso na entrega do fone de ouvido.", "requires_response": True,
+}
+REVIEW = "O fone de ouvido ainda não chegou, prazo de entrega estourado. Não recomendo."
+PUSH_CONTEXT = {"campaign": "cupom", "customer_name": "Ana", "product": "mochila", "discount_pct": 15, "coupon": "VOLTA10"}
+PUSH_REF = {"title": "Ana, tem cupom pra você 🎉", "body": "15% off em mochila. Use o cupom VOLTA10 e aproveite."}
+SQL_REF = "SELECT customer_state, COUNT(*) AS n FROM olist_customers_dataset GROUP BY customer_state ORDER BY n DESC LIMIT 5"
+ROWS = {"question": "Quais estados vendem mais?", "columns": ["estado", "receita"], "rows": [["SP", 293568.79], ["RJ", 86627.69], ["MG", 82682.02]]}
+INSIGHT = ("<think>\nSP lidera.\n</think>\n\nResumo: SP lidera com receita de 293.568,79.\n"
+           "- RJ vem depois com 86.627,69.\n- MG soma 82682,02.\nRecomendação: priorizar campanhas em SP e testar frete menor em MG.")
+
+REFERENCE_ANSWERS = {
+    "extraction": (json.dumps(EXTRACTION_REF, ensure_ascii=False), EXTRACTION_REF, {"review": REVIEW}),
+    "push": (json.dumps(PUSH_REF, ensure_ascii=False), PUSH_REF, PUSH_CONTEXT),
+    "sql": (SQL_REF, {"sql": SQL_REF}, {}),
+    "insights": (INSIGHT, None, ROWS),
+}
+
+
+def score(task: str, completion: str, reference=None, context: dict | None = None):
+    """rewards.score with the small DB and the query limits in the context, as the service passes them."""
+    return rewards.score(task, completion, reference, ctx(**(context or {})))
+
+
+def _check_ranges(result):
+    assert 0.0 <= result.total <= 1.0
+    assert result.components and all(0.0 <= v <= 1.0 for v in result.components.values())
+
+
+# --- robustness -------------------------------------------------------------------------
+
+nasty_text = st.one_of(
+    st.text(max_size=400),
+    st.binary(max_size=300).map(lambda b: b.decode("latin-1")),
+    st.builds(lambda n: "[" * n + "]" * n, st.integers(0, 5000)),
+    st.builds(lambda n: '{"a":' * n + "1" + "}" * n, st.integers(0, 3000)),
+    st.sampled_from([
+        "", " ", "<think>", "</think>", "<think></think>", "```", "```json\n{", "{'sentiment': None,}", "{}",
+        "SELECT", "SELECT * FROM sqlite_master", "'; DROP TABLE olist_orders_dataset; --", "\x00\x01\ufffd",
+        "SELECT 1 UNION SELECT load_extension('/tmp/x')", "null", "[]", "1e999", "{\"title\": 1e999}",
+        "🎉" * 500, "ÁÉÍÓÚ" * 300, "\u202e\u200b\u2028", "{\"sentiment_score\": NaN}",
+        '{"title": "a\\ud800", "body": "Confira \\udfff"}', '{"summary": "\\ud83d", "key_phrases": ["\\udc00"]}',
+    ]),
+)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(task=st.sampled_from(TASKS), text=nasty_text, with_reference=st.booleans())
+def test_any_text_gets_a_score_in_range(task, text, with_reference):
+    _completion, reference, context = REFERENCE_ANSWERS[task]
+    result = score(task, text, reference if with_reference else None, context)
+    _check_ranges(result)
+
+
+def test_huge_input_is_scored():
+    for task in TASKS:
+        _check_ranges(score(task, "x" * 2_000_000))
+        _check_ranges(score(task, "{" * 200_000))
+
+
+# --- wrappers keep content; corruption never helps ---------------------------------------
+
+def _wrappers(text: str) -> list[str]:
+    return [
+        f"<think>\nVou analisar.\n</think>\n{text}",
+        f"```json\n{text}\n```",
+        f"Claro! Aqui está:\n{text}\nEspero ter ajudado.",
+        f"Raciocínio curto.</think>\n\n```\n{text}\n```",
+    ]
+
+
+@pytest.mark.parametrize("task", ["extraction", "push", "sql"])
+def test_wrapped_correct_answer_keeps_its_content_score(task):
+    completion, reference, context = REFERENCE_ANSWERS[task]
+    clean = score(task, completion, reference, context)
+    assert clean.total == 1.0, clean.details
+    content_key = {"extraction": "content", "push": "reference_overlap", "sql": "execution_match"}[task]
+    for wrapped in _wrappers(completion):
+        result = score(task, wrapped, reference, context)
+        assert result.components[content_key] == clean.components[content_key], (wrapped, result.details)
+        assert result.total < clean.total or result.total == 1.0
+
+
+def test_ptbr_decimal_comma_and_quirky_json_are_understood():
+    quirky = json.dumps(EXTRACTION_REF, ensure_ascii=False).replace('"sentiment_score": 1.5', '"sentiment_score": 1,5')
+    result = score("extraction", quirky, EXTRACTION_REF, {"review": REVIEW})
+    assert result.components["content"] == 1.0 and result.components["format"] == 1.0  # never penalised
+    as_string = quirky.replace("1,5", '"1,5"')
+    assert score("extraction", as_string, EXTRACTION_REF).components["content"] == 1.0
+    python_style = ("{'sentiment': 'negative', 'sentiment_score': 1.5, 'complaint_category': 'delivery_delay', "
+                    "'product_mentioned': 'fone de ouvido', 'delivery_issue': True, 'would_recommend': False, "
+                    "'urgency': 'high', 'key_phrases': ['ainda não chegou', 'prazo de entrega estourado',], "
+                    "'summary': 'Cliente reclama do atraso na entrega do fone de ouvido.', 'requires_response': True,}")
+    result = score("extraction", python_style, EXTRACTION_REF)
+    assert result.components["content"] == 1.0 and result.components["format"] == 0.5
+    # a comma inside a string is left alone
+    parsed = parse_json_object('{"summary": "nota 4,5 de 5", "sentiment_score": 4,5}').value
+    assert parsed == {"summary": "nota 4,5 de 5", "sentiment_score": 4.5}
+
+
+def test_think_block_variants():
+    assert split_think("<think>a</think> b").answer == "b"
+    assert split_think("a</think>b").think == "a"
+    twice = split_think("<think>a</think>b</think> c")
+    assert twice.think == "a</think>b" and twice.answer == "c"
+    unclosed = split_think("<think>pensando sem parar")
+    assert not unclosed.closed and unclosed.answer == ""
+    assert score("insights", "<think>pensando sem parar", None, ROWS).components["thinking"] == 0.0
+    long_think = "<think>" + "hmm " * 2000 + "</think>Resumo curto."
+    assert score("insights", long_think, None, ROWS).components["thinking"] < 0.3
+
+
+def _extraction_corruptions() -> list[dict]:
+    out = []
+    for field, bad in [("sentiment", "positive"), ("sentiment", "furious"), ("sentiment_score", 5.0),
+                       ("sentiment_score", 9), ("complaint_category", "price"), ("product_mentioned", None),
+                       ("delivery_issue", False), ("delivery_issue", "sim"), ("would_recommend", True),
+                       ("urgency", "low"), ("key_phrases", []), ("key_phrases", ["a"] * 7), ("summary", "x" * 300),
+                       ("summary", "Outra coisa."), ("requires_response", False)]:
+        variant = copy.deepcopy(EXTRACTION_REF)
+        variant[field] = bad
+        out.append(variant)
+    for field in EXTRACTION_REF:
+        variant = copy.deepcopy(EXTRACTION_REF)
+        del variant[field]
+        out.append(variant)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(variant=st.sampled_from(_extraction_corruptions()), with_reference=st.booleans())
+def test_correct_extraction_beats_every_corruption(variant, with_reference):
+    reference = EXTRACTION_REF if with_reference else None
+    best = score("extraction", json.dumps(EXTRACTION_REF, ensure_ascii=False), reference, {"review": REVIEW})
+    worse = score("extraction", json.dumps(variant, ensure_ascii=False), reference, {"review": REVIEW})
+    assert best.total >= worse.total
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 200), noise=st.text(max_size=20))
+def test_correct_answer_beats_truncated_or_noisy_variants(cut, noise):
+    for task in TASKS:
+        completion, reference, context = REFERENCE_ANSWERS[task]
+        best = score(task, completion, reference, context).total
+        truncated = completion[: max(0, len(completion) - cut - 1)]
+        assert best >= score(task, truncated, reference, context).total
+        spliced = completion[: len(completion) // 2] + noise + completion[len(completion) // 2 + 3:]
+        assert best >= score(task, spliced, reference, context).total
+
+
+@pytest.mark.parametrize("variant,component", [
+    ({"title": "ANA, PROMOÇÃO IMPERDÍVEL!! 🎉🎉🎉", "body": PUSH_REF["body"]}, "caps"),
+    ({"title": PUSH_REF["title"], "body": "Use o cupom e aproveite. " * 3 + "15% off em mochila."}, "key_info_early"),
+    ({"title": "Oi, tem cupom", "body": "15% off hoje. Aproveite."}, "personalised"),
+    ({"title": PUSH_REF["title"], "body": "15% off em mochila com cupom VOLTA10."}, "action_verb"),
+    ({"title": PUSH_REF["title"], "body": "15% off em mochila!! Aproveite."}, "exclamations"),
+    ({"title": "Ana, " + "x" * 60, "body": PUSH_REF["body"]}, "title_length"),
+    ({"title": PUSH_REF["title"], "body": "15% off em mochila. " + "Aproveite muito. " * 12}, "body_length"),
+    ({"title": "Ana 🎉🔥⭐📦", "body": PUSH_REF["body"]}, "emoji"),
+    ({"title": "Ana, your coupon", "body": "15% off the mochila. Check it out with the coupon and enjoy the deal."}, "ptbr"),
+    ({"title": PUSH_REF["title"], "body": PUSH_REF["body"], "extra": "x" * 5000}, "payload_bytes"),
+])
+def test_each_push_rule_is_its_own_component(variant, component):
+    good = score("push", json.dumps(PUSH_REF, ensure_ascii=False), None, PUSH_CONTEXT)
+    bad = score("push", json.dumps(variant, ensure_ascii=False), None, PUSH_CONTEXT)
+    assert bad.components[component] < good.components[component] == 1.0
+    assert bad.total < good.total
+
+
+def test_escaped_lone_surrogates_are_read_as_replacement_characters():
+    # "\ud800" is valid JSON text but no UTF-8 string: an answer holding one must still be scored,
+    # recorded and returned, so it reads as U+FFFD (a surrogate pair stays the character it spells)
+    value = parse_json_object('{"title": "Oi \\ud800", "body": "Confira \\ud83c\\udf89 \\udfff"}').value
+    assert value == {"title": "Oi \ufffd", "body": "Confira 🎉 \ufffd"}
+    json.dumps(value, ensure_ascii=False).encode("utf-8")
+    result = score("push", '{"title": "Ana, \\ud800", "body": "Confira o fone com 20% off"}', None, PUSH_CONTEXT)
+    assert result.components["format"] == 1.0 and result.components["payload_bytes"] == 1.0
+
+
+def test_push_payload_counts_bytes_not_characters():
+    emoji_heavy = {"title": "Ana", "body": "🎉" * 1100}  # 1,100 characters, 4,400 bytes
+    assert score("push", json.dumps(emoji_heavy, ensure_ascii=False), None, PUSH_CONTEXT).components["payload_bytes"] == 0.0
+
+
+def test_insights_grounding_catches_invented_numbers():
+    invented = INSIGHT.replace("293.568,79", "999.999,00").replace("86.627,69", "12.345,67")
+    good, bad = score("insights", INSIGHT, None, ROWS), score("insights", invented, None, ROWS)
+    assert good.components["grounding"] == 1.0 and bad.components["grounding"] < 0.5
+    english = "Summary: SP leads with 293568.79 in revenue.\n- RJ is next.\nWe recommend focusing on SP."
+    assert score("insights", english, None, ROWS).components["ptbr"] < 0.5
+    assert score("insights", INSIGHT, None, ROWS).reference_used is False
+
+
+def test_sql_scores_reference_free_and_with_reference():
+    with_ref = score("sql", "SELECT customer_state, COUNT(*) FROM olist_customers_dataset GROUP BY 1 ORDER BY 2 DESC LIMIT 5", SQL_REF)
+    assert with_ref.components["execution_match"] == 1.0 and with_ref.reference_used
+    wrong_order = score("sql", "SELECT customer_state, COUNT(*) AS n FROM olist_customers_dataset GROUP BY 1 ORDER BY n ASC LIMIT 5", SQL_REF)
+    assert wrong_order.components["execution_match"] < 1.0
+    bag = "SELECT order_status, COUNT(*) FROM olist_orders_dataset GROUP BY order_status"
+    reordered = "SELECT COUNT(*), order_status FROM olist_orders_dataset GROUP BY order_status ORDER BY 1"
+    assert score("sql", reordered, {"sql": bag}).components["execution_match"] == 1.0  # a bag: order and column order free
+    free = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset")
+    assert not free.reference_used and "execution_match" not in free.components and free.total == 1.0
+    bad_names = score("sql", "SELECT colour FROM olist_ordersz")
+    assert bad_names.components["schema_link"] == 0.0 and bad_names.components["executes"] == 0.0
+
+
+# --- the SQL sandbox --------------------------------------------------------------------
+
+FORBIDDEN = [
+    "DELETE FROM olist_orders_dataset",
+    "UPDATE olist_orders_dataset SET order_status = 'x'",
+    "INSERT INTO olist_orders_dataset (order_id) VALUES ('x')",
+    "REPLACE INTO olist_sellers_dataset VALUES ('a', 'b', 'c', 'd')",
+    "DROP TABLE olist_orders_dataset",
+    "ALTER TABLE olist_orders_dataset ADD COLUMN x",
+    "CREATE TABLE t (x)",
+    "CREATE TEMP TABLE t AS SELECT 1",
+    "CREATE VIEW v AS SELECT 1",
+    "PRAGMA writable_schema = ON",
+    "PRAGMA table_info(olist_orders_dataset)",
+    "ATTACH DATABASE '/tmp/evil.db' AS evil",
+    "DETACH DATABASE main",
+    "SELECT 1; DELETE FROM olist_orders_dataset",
+    "SELECT 1; SELECT 2",
+    "SELECT load_extension('/tmp/evil.so')",
+    "VACUUM",
+    "VACUUM INTO '/tmp/copy.db'",
+    "BEGIN TRANSACTION",
+    "SELECT * INTO copy FROM olist_orders_dataset",
+    "REINDEX",
+    "ANALYZE",
+    "WITH x AS (SELECT 1) DELETE FROM olist_orders_dataset",
+]
+
+
+@pytest.mark.parametrize("statement", FORBIDDEN)
+def test_forbidden_statements_are_refused_unexecuted(small_commerce_db, statement):
+    before = file_sha256(small_commerce_db)
+    assert not check_readonly(statement).ok
+    result = run_readonly(small_commerce_db, statement, timeout_s=1.0, row_cap=1000)
+    assert result.error and result.error.startswith("refused")
+    scored = score("sql", statement, SQL_REF)
+    assert scored.total == 0.0 and scored.components["safety"] == 0.0 and scored.components["executes"] == 0.0
+    assert file_sha256(small_commerce_db) == before
+
+
+def test_runaway_queries_are_stopped_within_the_limit(small_commerce_db):
+    runaway = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
+    started = time.perf_counter()
+    result = run_readonly(small_commerce_db, runaway, timeout_s=0.5, row_cap=1000)
+    assert result.error == "time limit exceeded"
+    assert time.perf_counter() - started < 2.0
+    blowup = "WITH RECURSIVE r(x) AS (SELECT 'a' UNION ALL SELECT x || x FROM r) SELECT length(x) FROM r"
+    assert run_readonly(small_commerce_db, blowup, timeout_s=2.0, row_cap=1000).error  # length limit, not memory exhaustion
+    cross = "SELECT COUNT(*) FROM olist_orders_dataset a, olist_orders_dataset b, olist_orders_dataset c"
+    assert run_readonly(small_commerce_db, cross, timeout_s=0.5, row_cap=1000).error == "time limit exceeded"
+    assert score("sql", runaway, SQL_REF, {"timeout_s": 0.3}).components["executes"] == 0.0
+
+
+def test_row_cap(small_commerce_db):
+    result = run_readonly(small_commerce_db, "SELECT * FROM olist_order_items_dataset", timeout_s=1.0, row_cap=50)
+    assert len(result.rows) == 50 and result.truncated
+
+
+# --- TRL reward functions ---------------------------------------------------------------
+
+def test_trl_reward_functions_are_per_component_and_none_for_other_tasks():
+    funcs, weights = reward_functions()
+    assert len(funcs) == len(weights) == sum(len(c) for c in COMPONENTS.values())
+    completions = [[{"role": "assistant", "content": REFERENCE_ANSWERS[t][0]}] for t in TASKS]
+    kwargs = {"task": list(TASKS), "reference": [REFERENCE_ANSWERS[t][1] for t in TASKS],
+              "context": [json.dumps(ctx(**REFERENCE_ANSWERS[t][2])) for t in TASKS]}
+    for func in funcs:
+        values = func(prompts=[""] * 4, completions=completions, **kwargs)
+        own = func.__name__.split("_", 1)[0]
+        for task, value in zip(TASKS, values):
+            if task != own:
+                assert value is None
+            else:
+                assert value is None or 0.0 <= value <= 1.0
+    by_name = {f.__name__: f for f in funcs}
+    assert by_name["sql_execution_match"](completions=completions, **kwargs)[TASKS.index("sql")] == 1.0
+    assert by_name["extraction_grounding"](completions=completions, **kwargs)[0] is None  # has a reference
+
+
+# --- references vs. the tiny model -------------------------------------------------------
+

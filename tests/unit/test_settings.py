@@ -1,0 +1,68 @@
+import subprocess
+import sys
+
+import pytest
+
+from common.settings import ConfigError, load_settings
+from tests.conftest import REPO
+
+TUCANO = [sys.executable, "-m", "deploy.cli"]
+
+
+def test_defaults_and_derived_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUCANO_DATA_DIR", str(tmp_path))
+    settings = load_settings()
+    assert settings.root == tmp_path.resolve()
+    assert settings.db_path == tmp_path.resolve() / "commerce.db"
+    assert settings.redis_url is None and settings.base_engine_urls == []
+    assert settings.base_model_path.endswith("models/base")
+
+
+def test_env_and_toml_file(tmp_path, monkeypatch):
+    config = tmp_path / "tucano.toml"
+    config.write_text('port = 9100\nbase_engine_urls = ["http://10.0.0.5:8000/"]\nmin_records_per_task = 7\n')
+    monkeypatch.setenv("TUCANO_CONFIG", str(config))
+    monkeypatch.setenv("TUCANO_MIN_RECORDS_PER_TASK", "11")  # the environment wins over the file
+    settings = load_settings()
+    assert settings.port == 9100
+    assert settings.base_engine_urls == ["http://10.0.0.5:8000"]
+    assert settings.min_records_per_task == 11
+
+
+@pytest.mark.parametrize("name,value", [
+    ("TUCANO_PORT", "eighty"),
+    ("TUCANO_PORT", "70000"),
+    ("TUCANO_REDIS_URL", "http://localhost:6379"),
+    ("TUCANO_BASE_ENGINE_URLS", '["ftp://x"]'),
+    ("TUCANO_TRAIN_METHOD", "ppo"),
+    ("TUCANO_GATEWAY_WORKERS", "0"),
+])
+def test_bad_setting_is_named(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        load_settings()
+
+
+def test_unknown_key_in_file_and_missing_file_are_named(tmp_path, monkeypatch):
+    config = tmp_path / "tucano.toml"
+    config.write_text("prot = 1\n")
+    monkeypatch.setenv("TUCANO_CONFIG", str(config))
+    with pytest.raises(ConfigError, match="TUCANO_PROT"):
+        load_settings()
+    monkeypatch.setenv("TUCANO_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match="TUCANO_CONFIG"):
+        load_settings()
+
+
+def test_cli_bad_setting_exits_2_with_the_name(monkeypatch):
+    env = {"TUCANO_PORT": "eighty", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(TUCANO + ["bootstrap"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "TUCANO_PORT" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["no-such-command"], ["bootstrap", "--no-such-option"], ["adapters", "frobnicate"]])
+def test_cli_unknown_command_or_option_is_usage_error(args):
+    result = subprocess.run(TUCANO + args, cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Usage" in result.stderr

@@ -1,0 +1,105 @@
+"""The typed shapes that cross rooms, the routing table's arms, the classifier and the API's
+input models: pure code, checked without any server."""
+from __future__ import annotations
+
+import json
+import random
+
+import msgspec
+import pytest
+from pydantic import ValidationError
+
+from common.records import AdapterMeta, Record, Reward, Sampling, Usage, adapter_version_name, decode_adapter, decode_record, encode
+from common.tasks import TASK_ENGINE, TASKS, ExtractionOutput, output_json_schema
+from router.classify import classify
+from router.prompts import SYSTEM_PROMPTS, build_messages
+from router.registry import REGISTRY
+from router.routing import RouteTable
+from server.schemas import INPUT_MODELS, FeedbackRequest, TaskRequest
+
+
+def make_record(**changes) -> Record:
+    values = dict(
+        id="r1", time=1.0, task="sql", source="tasks", input={"question": "Quantos pedidos?"}, prompt="<|im_start|>...",
+        chat_template_sha256="abc", raw="SELECT 1", output={"sql": "SELECT 1"}, valid=True,
+        sampling=Sampling(0.0, 1.0, 256, 7), engine="http://e", model="base", adapter=None, arm="base",
+        usage=Usage(10, 3), finish_reason="stop", latency_ms=12.5,
+        reward=Reward(0.5, {"parse": 1.0}, False, {"parse": "ok"}), reward_version="2",
+    )
+    values.update(changes)
+    return Record(**values)
+
+
+def test_a_record_survives_the_store_encoding_with_every_type():
+    record = make_record(reference={"sql": "SELECT 2"}, key_id="k1")
+    again = decode_record(encode(record))
+    assert again == record and again.version == "base"
+    assert make_record(adapter="sql-v3", arm="active").version == "sql-v3"
+
+
+@pytest.mark.parametrize("broken", [
+    {"sampling": {"temperature": "hot"}},  # a wrong type
+    {"arm": "sideways"},  # outside the arms
+    {"usage": None},
+])
+def test_a_malformed_stored_record_is_refused_not_half_read(broken):
+    raw = msgspec.to_builtins(make_record())
+    raw.update(broken)
+    with pytest.raises(msgspec.ValidationError):
+        decode_record(json.dumps(raw))
+    missing = msgspec.to_builtins(make_record())
+    del missing["raw"]
+    with pytest.raises(msgspec.ValidationError):
+        decode_record(json.dumps(missing))
+
+
+def test_adapter_meta_names_and_round_trip():
+    assert adapter_version_name("extraction", 7) == "extraction-v7"
+    meta = AdapterMeta(version="push-v2", task="push", path="/a/push-v2", parent="push-v1", method="sft")
+    assert decode_adapter(encode(meta)) == meta and meta.status == "candidate" and meta.created > 0
+
+
+def test_routing_table_sends_the_canary_its_share_and_the_rest_to_active():
+    table = RouteTable(store=None)
+    table.routes = {"sql": {"active": "sql-v2", "canary": "sql-v3", "canary_share": 0.25}}
+    random.seed(1)
+    picks = [table.adapter_for("sql") for _ in range(4000)]
+    assert set(picks) == {"sql-v2", "sql-v3"}
+    assert 0.22 < picks.count("sql-v3") / len(picks) < 0.28
+    assert table.adapter_for("push") is None  # no route yet: the base model
+
+
+def test_every_task_has_one_spec_engine_and_prompt():
+    assert set(REGISTRY) == set(TASKS) == set(SYSTEM_PROMPTS) == set(INPUT_MODELS)
+    for task, spec in REGISTRY.items():
+        assert spec.engine == TASK_ENGINE[task] and spec.sampling.max_tokens > 0
+        assert (spec.json_schema is not None) == (task in ("extraction", "push"))
+    # the prompt states the domains the schema enforces, from the same tuples
+    schema = output_json_schema("extraction")["properties"]
+    for value in schema["complaint_category"]["enum"]:
+        assert value in SYSTEM_PROMPTS["extraction"]
+    assert build_messages("sql", {"question": "x"})[1]["content"] == "Pergunta: x"
+
+
+@pytest.mark.parametrize("text,task", [
+    ("Quantos clientes são do estado SP?", "sql"),
+    ("O fone chegou quebrado, não recomendo.", "extraction"),
+    ('{"campaign": "carrinho_abandonado", "customer_name": "Ana"}', "push"),
+    ("Analise: o que a queda de vendas sugere para a loja?", "insights"),
+    ("", "insights"),
+])
+def test_classifier(text, task):
+    assert classify(text) == task
+
+
+def test_api_input_models_refuse_unknown_fields_and_bad_values():
+    with pytest.raises(ValidationError):
+        TaskRequest.model_validate({"input": {"review": "x"}, "options": {"temperature": 9}})
+    with pytest.raises(ValidationError):
+        TaskRequest.model_validate({"input": {"review": "x"}, "surprise": 1})
+    with pytest.raises(ValidationError):
+        FeedbackRequest.model_validate({"id": "x", "rating": 2})
+    with pytest.raises(ValidationError):
+        INPUT_MODELS["push"].model_validate({"discount_pct": 250})
+    with pytest.raises(ValidationError):
+        ExtractionOutput.model_validate({"sentiment": "furious"})
