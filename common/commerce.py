@@ -100,3 +100,8 @@ SCHEMA_SQL = "\n".join(
     + [_VIEW_SQL]
 )
 SCHEMA_COLUMNS: dict[str, tuple[str, ...]] = {**TABLES, VIEW: VIEW_COLUMNS}
+
+# the domains of the columns a question names by value (PRODUCT §4)
+UF_CODES = frozenset("AC AL AP AM BA CE DF ES GO MA MT MS MG PA PB PR PE PI RJ RN RS RO RR SC SP SE TO".split())
+ORDER_STATUSES = ("delivered", "shipped", "canceled", "unavailable", "invoiced", "processing", "created", "approved")
+PAYMENT_TYPES = ("credit_card", "boleto", "voucher", "debit_card", "not_defined")

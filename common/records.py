@@ -1,6 +1,6 @@
 """The typed shapes that cross rooms: what the gateway writes for every answer (`Record`), what
-a user attaches to it (`Feedback`), and what the registry holds for every adapter version
-(`AdapterMeta`). msgspec Structs: the gateway encodes a record per request on its event loop,
+a user attaches to it (`Feedback`), the labelled examples kept across rounds (`Label`), and what
+the registry holds for every adapter version (`AdapterMeta`). msgspec Structs: the gateway encodes a record per request on its event loop,
 and msgspec does it in a fraction of the json module's time; decoding checks every type.
 """
 from __future__ import annotations
@@ -10,7 +10,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from common.datasets import input_hash, split_of
+
 Arm = Literal["base", "active", "canary"]
+Split = Literal["train", "eval"]
 AdapterStatus = Literal["candidate", "canary", "active", "retired", "rejected"]
 
 
@@ -79,6 +82,34 @@ class Record(msgspec.Struct):
         return self.adapter or "base"
 
 
+class Label(msgspec.Struct):
+    """A labelled example of a task, kept across rounds (the replay set) and never consumed: the
+    reference a request carried or a user's correction (`answer`), and/or a user's rating of what
+    was served. Its split is fixed when it arrives, by a stable hash of its input: an input in the
+    team's eval set is never trained on."""
+    id: str  # the record it came from
+    task: str
+    input: dict[str, Any]
+    input_hash: str
+    split: Split
+    served: str  # the completion that was served
+    served_version: str
+    time: float
+    answer: Any = None  # a checked reference or correction
+    answer_source: Literal["reference", "correction"] | None = None
+    rating: int | None = None  # -1, 0 or 1
+    key_id: str | None = None
+    updated: float = 0.0  # when its answer or rating last changed
+
+
+def label_of(record: Record, eval_share: float) -> Label:
+    """The label a record starts: its input, what was served, and the reference it carried."""
+    digest = input_hash(record.task, record.input)
+    return Label(id=record.id, task=record.task, input=record.input, input_hash=digest, split=split_of(digest, eval_share),
+                 served=record.raw, served_version=record.version, time=record.time, answer=record.reference,
+                 answer_source="reference" if record.reference is not None else None, key_id=record.key_id, updated=record.time)
+
+
 class AdapterMeta(msgspec.Struct):
     """A registered adapter version. Immutable in what defines it (version, files, hash, lineage);
     only its status and what the gate and the canary found are updated."""
@@ -119,3 +150,7 @@ def decode_record(raw: bytes | str) -> Record:
 
 def decode_adapter(raw: bytes | str) -> AdapterMeta:
     return msgspec.json.decode(raw, type=AdapterMeta)
+
+
+def decode_label(raw: bytes | str) -> Label:
+    return msgspec.json.decode(raw, type=Label)

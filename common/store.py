@@ -5,11 +5,17 @@
   with the consumer group `trainers` and acknowledge only what a finished round used; trimming
   (`trim_records`) never removes entries newer than the oldest unacknowledged one.
 - Feedback is a hash per record (`tucano:feedback:<id>`), merged into the record when read.
+- Labels (a request's reference, a correction, a rating) are kept per task in a hash
+  (`tucano:labels:<task>`, record id -> `Label`), written with the record or the feedback in the
+  same atomic step; rounds read them all, every time, and never remove one.
 - Engine failures go to their own stream (`tucano:failures`), so no trainer reads them.
-- Routes: one hash `tucano:routes` (task -> JSON {active, previous, canary, canary_share}) and a
-  counter `tucano:routes:version` bumped in the same transaction, which gateways poll.
+- Routes: one hash `tucano:routes` (task -> JSON {active, previous, and while a canary runs
+  canary, canary_share, canary_started, canary_since}) and a counter `tucano:routes:version`
+  bumped in the same transaction, which gateways poll.
 - Adapters: `tucano:adapter:<version>` JSON metadata, `tucano:adapters:<task>` the set of a
   task's versions, `tucano:adapters:seq:<task>` the counter that names new versions.
+- Rounds: `tucano:round:<id>` a round's summary, `tucano:rounds` their ids, newest first.
+- Eval rows a team loaded: `tucano:evalset:<task>` (input hash -> row), never trained on.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import hashlib
 import json
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +33,18 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
-from common.records import AdapterMeta, Feedback, Record, adapter_version_name, decode_adapter, decode_record, encode
+from common.records import (
+    AdapterMeta,
+    Feedback,
+    Label,
+    Record,
+    adapter_version_name,
+    decode_adapter,
+    decode_label,
+    decode_record,
+    encode,
+    label_of,
+)
 from common.tasks import TASKS
 
 RECORDS = "tucano:records"
@@ -36,7 +54,14 @@ ROUTES = "tucano:routes"
 ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
 ROUND_LOCK = "tucano:lock:round"
-ADD_RECORD = "local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1]) redis.call('SET', KEYS[2], id) return id"
+ROUNDS = "tucano:rounds"
+# the record, its id index and (when it carries a reference) its label: all or nothing
+ADD_RECORD = """
+local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1])
+redis.call('SET', KEYS[2], id)
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], ARGV[3], ARGV[2]) end
+return id
+"""
 
 
 class StoreUnavailable(RuntimeError):
@@ -53,6 +78,14 @@ def _record_key(record_id: str) -> str:
 
 def _feedback_key(record_id: str) -> str:
     return f"tucano:feedback:{record_id}"
+
+
+def _labels_key(task: str) -> str:
+    return f"tucano:labels:{task}"
+
+
+class TooManyCorrections(ValueError):
+    """A record's correction was changed as often as allowed."""
 
 
 @dataclass
@@ -89,16 +122,17 @@ class Store:
             if "BUSYGROUP" not in str(error):
                 raise
 
-    async def add_record(self, record: Record) -> str:
-        """Write a record atomically (stream entry + id index, one Lua call): either both exist or
-        neither. Raise StoreUnavailable when Redis cannot take it."""
+    async def add_record(self, record: Record, label: Label | None = None) -> str:
+        """Write a record atomically (stream entry, id index and its label if it has one, one Lua
+        call): all exist or none. Raise StoreUnavailable when Redis cannot take it."""
         loop = asyncio.get_running_loop()
         script = self._record_scripts.get(loop)
         if script is None:
             client = redis.asyncio.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
             script = self._record_scripts[loop] = client.register_script(ADD_RECORD)
         try:
-            entry_id = await script(keys=[RECORDS, _record_key(record.id)], args=[encode(record)])
+            entry_id = await script(keys=[RECORDS, _record_key(record.id), _labels_key(record.task)],
+                                    args=[encode(record), encode(label) if label else "", record.id])
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
         return entry_id
@@ -122,17 +156,90 @@ class Store:
             raise UnknownRecord(record_id)
         return StoredRecord(entry_id, _with_feedback(decode_record(entries[0][1]["record"]), feedback))
 
-    def add_feedback(self, record_id: str, rating: int, correction=None) -> Record:
+    def add_feedback(self, record_id: str, rating: int, correction=None, eval_share: float = 0.2,
+                     max_corrections: int = 3) -> Record:
+        """Attach a rating (and a checked correction, which becomes the record's reference) and
+        update the record's label in the same transaction. A record's correction can be set
+        `max_corrections` times at most."""
         try:
-            if not self.redis.exists(_record_key(record_id)):
+            stored = self.get_record(record_id)
+            record = stored.record
+            if record is None:
                 raise UnknownRecord(record_id)
-            mapping = {"rating": rating, "at": time.time()}
-            if correction is not None:
-                mapping["correction"] = json.dumps(correction, ensure_ascii=False)
-            self.redis.hset(_feedback_key(record_id), mapping=mapping)
+
+            def attach(pipe: redis.client.Pipeline) -> None:
+                corrections = int(pipe.hget(_feedback_key(record_id), "corrections") or 0)
+                raw_label = pipe.hget(_labels_key(record.task), record_id)
+                label = decode_label(raw_label) if raw_label else label_of(record, eval_share)
+                mapping = {"rating": rating, "at": time.time()}
+                if correction is not None:
+                    if corrections >= max_corrections:
+                        raise TooManyCorrections(f"record {record_id} was corrected {corrections} times, the most allowed")
+                    mapping.update(correction=json.dumps(correction, ensure_ascii=False), corrections=corrections + 1)
+                    label.answer, label.answer_source = correction, "correction"
+                label.rating, label.updated = rating, time.time()
+                pipe.multi()
+                pipe.hset(_feedback_key(record_id), mapping=mapping)
+                pipe.hset(_labels_key(record.task), record_id, encode(label))
+
+            self.redis.transaction(attach, _feedback_key(record_id), _labels_key(record.task))
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
         return self.get_record(record_id).record
+
+    def recent_records(self, task: str, count: int, scan: int = 5000) -> list[Record]:
+        """The newest `count` readable records of a task, newest first (looking at most `scan` back)."""
+        out, end, seen = [], "+", 0
+        while len(out) < count and seen < scan:
+            entries = self.redis.xrevrange(RECORDS, max=end, count=500)
+            if not entries:
+                break
+            for _, fields in entries:
+                seen += 1
+                try:
+                    record = decode_record(fields.get("record", ""))
+                except msgspec.DecodeError:
+                    continue
+                if record.task == task:
+                    out.append(record)
+                    if len(out) == count:
+                        break
+            end = "(" + entries[-1][0]
+        return out
+
+    # --- rounds and eval sets --------------------------------------------------------------
+
+    def save_round(self, summary: dict) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(f"tucano:round:{summary['round']}", json.dumps(summary, ensure_ascii=False))
+        pipe.lpush(ROUNDS, summary["round"])
+        pipe.execute()
+
+    def rounds(self, count: int = 50) -> list[dict]:
+        """The newest rounds' summaries, newest first."""
+        ids = self.redis.lrange(ROUNDS, 0, count - 1)
+        raws = self.redis.mget([f"tucano:round:{i}" for i in ids]) if ids else []
+        return [json.loads(raw) for raw in raws if raw]
+
+    def round(self, round_id: str) -> dict | None:
+        raw = self.redis.get(f"tucano:round:{round_id}")
+        return json.loads(raw) if raw else None
+
+    def add_eval_rows(self, task: str, rows: dict[str, dict]) -> int:
+        """Add rows (input hash -> row) to a task's loaded eval set; returns how many were new."""
+        if not rows:
+            return 0
+        pipe = self.redis.pipeline(transaction=True)
+        for key, row in rows.items():
+            pipe.hsetnx(f"tucano:evalset:{task}", key, json.dumps(row, ensure_ascii=False))
+        return sum(pipe.execute())
+
+    def eval_set(self, task: str) -> list[dict]:
+        return [json.loads(raw) for raw in self.redis.hvals(f"tucano:evalset:{task}")]
+
+    def labels(self, task: str) -> list[Label]:
+        """Every label of a task, oldest first."""
+        return sorted((decode_label(raw) for raw in self.redis.hvals(_labels_key(task))), key=lambda label: label.time)
 
     def read_new_records(self, consumer: str, count: int = 1000) -> list[StoredRecord]:
         """Records never delivered to the trainers' group; re-delivers this consumer's pending ones first."""
@@ -185,16 +292,42 @@ class Store:
     def routes_version(self) -> int:
         return int(self.redis.get(ROUTES_VERSION) or 0)
 
-    def set_active(self, task: str, version: str | None) -> dict:
-        """Point a task's `active` alias at a version in one atomic step; keep the previous one."""
+    def change_route(self, task: str, change: Callable[[dict], dict]) -> dict:
+        """Replace a task's route by `change(current)` in one atomic step that gateways see through
+        the version counter; `change` may raise to leave it as it was."""
         def flip(pipe: redis.client.Pipeline) -> dict:
-            current = json.loads(pipe.hget(ROUTES, task) or "{}")
-            route = {**current, "active": version, "previous": current.get("active")}
+            route = change(json.loads(pipe.hget(ROUTES, task) or "{}"))
             pipe.multi()
             pipe.hset(ROUTES, task, json.dumps(route))
             pipe.incr(ROUTES_VERSION)
             return route
         return self.redis.transaction(flip, ROUTES, value_from_callable=True)
+
+    def set_active(self, task: str, version: str | None) -> dict:
+        """Point a task's `active` alias at a version; keep the previous one; end any canary."""
+        return self.change_route(task, lambda current: {"active": version, "previous": current.get("active")})
+
+    def last_record_id(self) -> str:
+        """The records stream's newest entry id ("0-0" when empty): where a canary starts counting."""
+        entries = self.redis.xrevrange(RECORDS, count=1)
+        return entries[0][0] if entries else "0-0"
+
+    def records_since(self, entry_id: str, task: str, limit: int = 100_000) -> list[Record]:
+        """A task's readable records after an entry id, oldest first."""
+        out, start = [], "(" + entry_id
+        while len(out) < limit:
+            entries = self.redis.xrange(RECORDS, min=start, count=1000)
+            if not entries:
+                break
+            for _, fields in entries:
+                try:
+                    record = decode_record(fields.get("record", ""))
+                except msgspec.DecodeError:
+                    continue
+                if record.task == task:
+                    out.append(record)
+            start = "(" + entries[-1][0]
+        return out
 
     # --- engines and the round lock ------------------------------------------------------
 

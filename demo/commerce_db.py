@@ -16,7 +16,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from common.commerce import SCHEMA_SQL
+from common.commerce import ORDER_STATUSES as STATUS_NAMES
+from common.commerce import PAYMENT_TYPES as PAYMENT_NAMES
+from common.commerce import SCHEMA_SQL, UF_CODES
 from demo.reviews import SCENARIOS, make_review
 
 CATEGORIES_CSV = Path(__file__).parent / "data" / "olist_product_categories.csv"
@@ -44,6 +46,8 @@ ORDER_STATUSES = (
     ("processing", 0.3), ("created", 0.05), ("approved", 0.05),
 )
 PAYMENT_TYPES = (("credit_card", 74.0), ("boleto", 19.0), ("voucher", 5.5), ("debit_card", 1.45), ("not_defined", 0.05))
+assert {s[0] for s in STATES} == UF_CODES and {s[0] for s in ORDER_STATUSES} == set(STATUS_NAMES)
+assert {p[0] for p in PAYMENT_TYPES} == set(PAYMENT_NAMES)
 FIRST_PURCHASE = datetime(2016, 9, 4)
 LAST_PURCHASE = datetime(2018, 10, 16)
 TS = "%Y-%m-%d %H:%M:%S"

@@ -126,7 +126,7 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
     _exit_cleanly_on_sigterm()
     with _store_url(settings) as url:
         store = Store(url, maxlen=settings.records_stream_maxlen)
-        fleet = HotSwap(store, settings.base_model_path, settings.base_engine_urls or None, settings.drain_seconds)
+        fleet = HotSwap.for_settings(store, settings)
 
         def one_round() -> None:
             with Progress(*_BAR_COLUMNS, console=console, transient=True) as bars:
@@ -249,8 +249,8 @@ def _hotswap(action: str, target: str) -> None:
     settings = _settings()
     with _store_url(settings) as url:
         store = Store(url)
-        hotswap = HotSwap(store, settings.base_model_path, settings.base_engine_urls or None, settings.drain_seconds)
-        if not hotswap.urls():
+        hotswap = HotSwap.for_settings(store, settings)
+        if not hotswap.urls("base"):
             console.print("[yellow]no base engine is registered: the route flips now and engines load it when they start[/yellow]")
         try:
             result = asyncio.run(hotswap.act(action, target))

@@ -1,5 +1,6 @@
-"""Hot-swap: loading adapter versions into every base engine under their own immutable names,
-verifying each engine answers with them, flipping a task's route, and unloading after a drain.
+"""Hot-swap: loading adapter versions into every engine of their model under their own immutable
+names, verifying each engine answers with them, flipping a task's route (or giving a canary its
+share of it), and unloading after a drain.
 
 Names are never reused and never loaded in place (`load_inplace` has open vLLM bugs: stale
 prefix cache, re-reads from disk). If any engine fails to load, the ones that did are unloaded
@@ -12,12 +13,15 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
 import httpx
 
 from common.records import AdapterMeta
+from common.settings import Settings
 from common.store import Store, content_sha256
+from common.tasks import TASK_ENGINE
 
 
 class AdapterLoadError(ConnectionError):
@@ -92,72 +96,152 @@ async def _drain_then_unload(urls: list[str], version: str, drain_seconds: float
 
 
 class HotSwap:
-    """Promote and roll back versions across every base engine of the fleet.
+    """Promote, roll back and canary versions across every engine of a task's model (the base
+    servers for extraction, sql and push; the think servers for insights).
 
-    `wait_for_drain=False` (the gateway) unloads the old version in the background after the
-    drain; `True` (the CLI, the trainer) waits for it before returning."""
+    `urls`: fixed engine URLs per kind (from settings), else the engines `serve` registered in
+    Redis. `wait_for_drain=False` (the gateway) unloads an old version in the background after
+    the drain; `True` (the CLI, the trainer) waits for it before returning."""
 
-    def __init__(self, store: Store, base_model: str, urls: list[str] | None, drain_seconds: float,
+    def __init__(self, store: Store, models: dict[str, str], urls: dict[str, list[str]] | None, drain_seconds: float,
                  wait_for_drain: bool = True):
-        self.store, self.base_model, self.fixed_urls = store, base_model, urls
+        self.store, self.models, self.fixed_urls = store, models, {k: v for k, v in (urls or {}).items() if v}
         self.drain_seconds, self.wait_for_drain = drain_seconds, wait_for_drain
         self._background: set[asyncio.Task] = set()
 
-    def urls(self) -> list[str]:
-        return list(self.fixed_urls) if self.fixed_urls else self.store.engine_urls("base")
+    @classmethod
+    def for_settings(cls, store: Store, settings: Settings, base_urls: list[str] | None = None, think_url: str | None = None,
+                     wait_for_drain: bool = True) -> HotSwap:
+        """The fleet as settings describe it: configured engine URLs, else those `serve` registered."""
+        base_urls = base_urls or settings.base_engine_urls
+        think_url = think_url or settings.think_engine_url
+        return cls(store, {"base": settings.base_model_path, "think": settings.think_model_path},
+                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds, wait_for_drain)
 
-    async def load(self, version: str, path: str) -> None:
-        """Load a version into every engine under its own name (no route points at it yet)."""
-        await load_everywhere(self.urls(), version, path)
+    def urls(self, kind: str) -> list[str]:
+        return list(self.fixed_urls.get(kind) or self.store.engine_urls(kind))
 
-    async def unload(self, version: str) -> None:
-        await unload_everywhere(self.urls(), version)
+    async def load(self, version: str, path: str, kind: str) -> None:
+        """Load a version into every engine of its kind under its own name (no route points at it yet)."""
+        await load_everywhere(self.urls(kind), version, path)
 
-    async def _retire(self, version: str | None, keep: str | None) -> None:
-        if version is None or version == keep:
+    async def unload(self, version: str, kind: str) -> None:
+        await unload_everywhere(self.urls(kind), version)
+
+    def _meta(self, version: str) -> AdapterMeta:
+        meta = self.store.adapter(version)
+        if meta is None:
+            raise LookupError(f"unknown adapter version {version!r}")
+        check_adapter_files(meta, self.models[TASK_ENGINE[meta.task]])
+        return meta
+
+    async def _retire(self, version: str | None, keep: set, kind: str) -> None:
+        if version is None or version in keep:
             return
         if self.wait_for_drain:
-            await _drain_then_unload(self.urls(), version, self.drain_seconds)
+            await _drain_then_unload(self.urls(kind), version, self.drain_seconds)
         else:
-            job = asyncio.get_running_loop().create_task(_drain_then_unload(self.urls(), version, self.drain_seconds))
+            job = asyncio.get_running_loop().create_task(_drain_then_unload(self.urls(kind), version, self.drain_seconds))
             self._background.add(job)
             job.add_done_callback(self._background.discard)
 
     async def promote(self, version: str) -> dict:
-        meta = self.store.adapter(version)
-        if meta is None:
-            raise LookupError(f"unknown adapter version {version!r}")
-        check_adapter_files(meta, self.base_model)
-        task = meta.task
-        if self.store.routes()[1].get(task, {}).get("active") == version:
+        """Make a version active. While a canary runs, only the canary itself can be promoted."""
+        meta = self._meta(version)
+        task, kind = meta.task, TASK_ENGINE[meta.task]
+        route = self.store.routes()[1].get(task, {})
+        if route.get("active") == version:
             raise PromotionRefused(f"{version} is already the active version of {task}")
-        await load_everywhere(self.urls(), version, meta.path)
-        route = self.store.set_active(task, version)
+        if route.get("canary") and route["canary"] != version:
+            raise PromotionRefused(f"a canary of {task} ({route['canary']}) is running: promote or abort it first")
+        await load_everywhere(self.urls(kind), version, meta.path)
+
+        def flip(current: dict) -> dict:
+            if current.get("canary") and current["canary"] != version:
+                raise PromotionRefused(f"a canary of {task} ({current['canary']}) started meanwhile")
+            return {"active": version, "previous": current.get("active")}
+        flipped = self.store.change_route(task, flip)
         self.store.update_adapter(version, status="active", reason="promoted")
-        if route.get("previous"):
-            self.store.update_adapter(route["previous"], status="retired", reason=f"{version} was promoted")
-        await self._retire(route.get("previous"), keep=version)
-        return {"task": task, "active": version, "previous": route.get("previous")}
+        if flipped.get("previous"):
+            self.store.update_adapter(flipped["previous"], status="retired", reason=f"{version} was promoted")
+        await self._retire(flipped.get("previous"), {version}, kind)
+        return {"task": task, "active": version, "previous": flipped.get("previous")}
 
     async def rollback(self, task: str) -> dict:
-        _, routes = self.store.routes()
-        route = routes.get(task) or {}
-        current, previous = route.get("active"), route.get("previous")
+        route = self.store.routes()[1].get(task) or {}
+        current, previous, kind = route.get("active"), route.get("previous"), TASK_ENGINE[task]
+        if route.get("canary"):
+            raise PromotionRefused(f"a canary of {task} ({route['canary']}) is running: abort it first")
         if current is None:
             raise PromotionRefused(f"{task} has no active version to roll back from")
         if previous is not None:
-            meta = self.store.adapter(previous)
-            if meta is None:
-                raise PromotionRefused(f"the previous version {previous} of {task} is not registered")
-            check_adapter_files(meta, self.base_model)
-            await load_everywhere(self.urls(), previous, meta.path)
+            meta = self._meta(previous)
+            await load_everywhere(self.urls(kind), previous, meta.path)
         flipped = self.store.set_active(task, previous)
         self.store.update_adapter(current, status="retired", reason="rolled back")
         if previous is not None:
             self.store.update_adapter(previous, status="active", reason=f"{current} was rolled back")
-        await self._retire(current, keep=previous)
+        await self._retire(current, {previous}, kind)
         return {"task": task, "active": flipped.get("active"), "previous": flipped.get("previous")}
 
-    async def act(self, action: str, target: str) -> dict:
-        """The gateway's admin path: `promote <version>` or `rollback <task>`."""
-        return await (self.promote(target) if action == "promote" else self.rollback(target))
+    async def start_canary(self, version: str, share: float) -> dict:
+        """Serve a candidate to `share` of its task's traffic beside the active version."""
+        if not 0 < share < 1:
+            raise ValueError(f"a canary's share is between 0 and 1 (exclusive), not {share}")
+        meta = self._meta(version)
+        task, kind = meta.task, TASK_ENGINE[meta.task]
+        if meta.status != "candidate":
+            raise PromotionRefused(f"{version} is {meta.status}, not a candidate: only a candidate can be a canary")
+        await load_everywhere(self.urls(kind), version, meta.path)
+        since = self.store.last_record_id()
+
+        def start(current: dict) -> dict:
+            if current.get("canary"):
+                raise PromotionRefused(f"a canary of {task} ({current['canary']}) is already running")
+            return {**current, "canary": version, "canary_share": share, "canary_started": time.time(), "canary_since": since}
+        try:
+            route = self.store.change_route(task, start)
+        except PromotionRefused:
+            await unload_everywhere(self.urls(kind), version)
+            raise
+        self.store.update_adapter(version, status="canary", reason=f"canary at {share:.0%} of {task} traffic")
+        return {"task": task, **route}
+
+    def _canary(self, task: str) -> str:
+        canary = (self.store.routes()[1].get(task) or {}).get("canary")
+        if not canary:
+            raise PromotionRefused(f"{task} has no canary running")
+        return canary
+
+    async def promote_canary(self, task: str, reason: str = "promoted by hand") -> dict:
+        version = self._canary(task)
+        result = await self.promote(version)
+        self.store.update_adapter(version, canary={**self.store.adapter(version).canary, "outcome": "promoted", "reason": reason})
+        return result
+
+    async def abort_canary(self, task: str, reason: str = "aborted by hand") -> dict:
+        """End the canary: all traffic back to the active version; the canary version is rejected."""
+        version = self._canary(task)
+
+        def stop(current: dict) -> dict:
+            return {k: v for k, v in current.items() if not k.startswith("canary")}
+        route = self.store.change_route(task, stop)
+        meta = self.store.update_adapter(version, status="rejected", reason=f"canary rolled back: {reason}")
+        self.store.update_adapter(version, canary={**meta.canary, "outcome": "rolled back", "reason": reason})
+        await self._retire(version, {route.get("active")}, TASK_ENGINE[task])
+        return {"task": task, "active": route.get("active"), "canary": None, "rolled_back": version}
+
+    async def act(self, action: str, target: str, **options) -> dict:
+        """The gateway's admin path: promote VERSION, rollback TASK, canary VERSION share=..., and
+        canary-promote or canary-abort TASK."""
+        if action == "promote":
+            return await self.promote(target)
+        if action == "rollback":
+            return await self.rollback(target)
+        if action == "canary":
+            return await self.start_canary(target, options["share"])
+        if action == "canary-promote":
+            return await self.promote_canary(target)
+        if action == "canary-abort":
+            return await self.abort_canary(target)
+        raise ValueError(f"unknown adapter action {action!r}")

@@ -9,6 +9,7 @@ reverse order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -21,10 +22,12 @@ from pathlib import Path
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI
+from redis.exceptions import LockError
 
 from common.processes import has_gpu
 from common.settings import Settings, load_settings
 from common.store import Store
+from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap, load_everywhere
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer
@@ -32,6 +35,9 @@ from router.engine_client import ChatTemplate, EnginePool
 from router.routing import RouteTable
 from server.app import create_app
 from server.state import GatewayState
+from trainer import canary
+
+CANARY_WATCH_S = 5.0
 
 log = logging.getLogger("tucano.serve")
 
@@ -42,10 +48,13 @@ def engine_device(settings: Settings) -> str:
     return "cuda" if has_gpu() else "cpu"
 
 
-def reload_active_adapters(store: Store, urls: list[str]) -> None:
-    """An engine that (re)starts has no adapters: load every active and canary version into it."""
+def reload_active_adapters(store: Store, kind: str, urls: list[str]) -> None:
+    """An engine that (re)starts has no adapters: load every active and canary version of the
+    tasks its model serves into it."""
     _, routes = store.routes()
-    for _task, route in routes.items():
+    for task, route in routes.items():
+        if TASK_ENGINE.get(task) != kind:
+            continue
         for version in {route.get("active"), route.get("canary")} - {None}:
             meta = store.adapter(version)
             if meta:
@@ -59,7 +68,7 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
         "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
         "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
     }
-    hotswap = HotSwap(store, settings.base_model_path, base_urls, settings.drain_seconds, wait_for_drain=False)
+    hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, wait_for_drain=False)
     return GatewayState(settings, store, RouteTable(store), pools, adapter_action=hotswap.act)
 
 
@@ -104,10 +113,37 @@ def _run_round_process(settings: Settings, redis_url: str, say) -> None:
     say(f"training round finished with exit code {code}; log {log_path}")
 
 
-def periodic_jobs(settings: Settings, store: Store, redis_url: str, say) -> BackgroundScheduler:
-    """Trimming of the records stream, and (when enabled) the periodic training rounds."""
+def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> None:
+    """Judge every running canary on its live records; promote or roll it back when the verdict is
+    in. One watcher acts at a time across every `serve` of the fleet (a Redis lock)."""
+    lock = store.redis.lock("tucano:lock:canary", timeout=60, blocking=False)
+    if not lock.acquire():
+        return
+    try:
+        for task, route in store.routes()[1].items():
+            if not route.get("canary"):
+                continue
+            records = store.records_since(route["canary_since"], task)
+            verdict = canary.judge(records, route["canary"], route["canary_started"], settings.canary_min_requests,
+                                   settings.canary_max_minutes)
+            store.update_adapter(route["canary"], canary={**verdict.figures, "verdict": verdict.action, "reason": verdict.reason})
+            if verdict.action == "promote":
+                asyncio.run(fleet.promote_canary(task, reason=verdict.reason))
+                say(f"{task}: canary {route['canary']} promoted ({verdict.reason})")
+            elif verdict.action == "rollback":
+                asyncio.run(fleet.abort_canary(task, reason=verdict.reason))
+                say(f"{task}: canary {route['canary']} rolled back ({verdict.reason})")
+    finally:
+        with contextlib.suppress(LockError):
+            lock.release()
+
+
+def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: str, say) -> BackgroundScheduler:
+    """Trimming of the records stream, the canary watcher, and (when enabled) the periodic training rounds."""
     scheduler = BackgroundScheduler()
     scheduler.add_job(store.trim_records, "interval", seconds=settings.records_trim_seconds, max_instances=1, coalesce=True)
+    scheduler.add_job(watch_canaries, "interval", args=(settings, store, fleet, say), seconds=CANARY_WATCH_S, max_instances=1,
+                      coalesce=True)
     if settings.train_enabled:
         scheduler.add_job(_run_round_process, "interval", args=(settings, redis_url, say), max_instances=1, coalesce=True,
                           minutes=settings.train_interval_minutes)
@@ -125,7 +161,7 @@ def serve(settings: Settings, say=print) -> None:
         if not settings.base_engine_urls:
             servers.append(VllmServer("base", settings.base_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
         if not settings.think_engine_url:
-            servers.append(VllmServer("think", settings.think_model_path, lora=False, device=device, log_dir=settings.root / "logs"))
+            servers.append(VllmServer("think", settings.think_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
         for server in servers:
             server.start()
             stack.callback(server.stop)
@@ -137,11 +173,13 @@ def serve(settings: Settings, say=print) -> None:
         store = Store(redis_url, maxlen=settings.records_stream_maxlen)
         store.register_engines("base", base_urls)  # trainers and the CLI load adapters into these
         store.register_engines("think", [think_url])
-        reload_active_adapters(store, base_urls)
-        supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, [s.url]) if s.lora else None)
+        reload_active_adapters(store, "base", base_urls)
+        reload_active_adapters(store, "think", [think_url])
+        supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, s.name, [s.url]))
         stack.callback(supervisor.stop)
         supervisor.start()
-        scheduler = periodic_jobs(settings, store, redis_url, say)
+        fleet = HotSwap.for_settings(store, settings, base_urls, think_url)
+        scheduler = periodic_jobs(settings, store, fleet, redis_url, say)
         stack.callback(scheduler.shutdown, wait=False)
         say(f"gateway on http://{settings.host}:{settings.port} (OpenAI base URL http://{settings.host}:{settings.port}/v1), "
             f"{settings.gateway_workers} worker(s)")

@@ -133,11 +133,15 @@ def _grounding(value: dict, review: str | None) -> tuple[float, str]:
     return sum(checks) / len(checks), f"{sum(checks)}/{len(checks)} phrases found in the review"
 
 
-def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
+def score(completion: str, reference: dict | None, context: dict, fields: dict | None = None) -> tuple[dict, dict, dict, object]:
+    """`fields`, when given, receives each field's credit against the reference (0 for an answer
+    that cannot be read), so the gate can compare fields one by one."""
     parsed = parse_json_object(completion)
     fmt, fmt_reason = format_score(parsed)
     value = parsed.value
     if value is None:
+        if reference and fields is not None:
+            fields.update(dict.fromkeys(EXTRACTION_FIELDS, 0.0))
         components = {"format": 0.0, "schema": 0.0}
         components["content" if reference else "grounding"] = 0.0
         weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE
@@ -149,6 +153,8 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
                "schema": f"{len(valid)}/10 fields valid" + (f", unknown keys {extra[:3]}" if extra else "")}
     if reference:
         credits = {name: credit(value.get(name), reference.get(name)) for name, credit in CREDIT_PLAN}
+        if fields is not None:
+            fields.update(credits)
         components = {"format": fmt, "schema": schema, "content": sum(credits.values()) / len(credits)}
         misses = [f"{k}={v:.2f}" for k, v in credits.items() if v < 1.0]
         details["content"] = "all fields match" if not misses else "partial: " + ", ".join(misses)

@@ -1,5 +1,5 @@
 """Insights reward, reference-free: PT-BR prose, structure (paragraphs, a list, a
-recommendation), numbers grounded in the given data rows rather than invented, a sensible
+recommendation), numbers grounded in the given data (no credit when no data was given) rows rather than invented, a sensible
 length, and thinking efficiency (an unclosed `<think>` or reasoning that eats most of the
 output costs reward). The answer is scored without its think block.
 """
@@ -49,7 +49,7 @@ def _grounded(reading: set[float], values: list[float]) -> bool:
 
 def grounding(answer: str, context: dict) -> tuple[float, str]:
     if not context.get("rows"):
-        return 1.0, "no data rows given: nothing to check"
+        return 0.0, "no data rows given: nothing to ground in"
     values = _data_values(context)
     cited = [read_number(t) for t in NUMBER.findall(answer)]
     cited = [r for r in cited if r and not all(float(x).is_integer() and 0 <= x <= 12 for x in r)]  # counts, ordinals

@@ -25,6 +25,8 @@ class Score:
     valid: bool
     details: dict[str, str] = field(default_factory=dict)
     output: object = None  # the parsed answer: a dict, the SQL text, or the insights answer
+    weights: dict[str, float] = field(default_factory=dict)  # how the components make the total
+    fields: dict[str, float] = field(default_factory=dict)  # extraction with a reference: each field's credit
 
     def as_dict(self) -> dict:
         return {"total": self.total, "components": self.components, "reference_used": self.reference_used,
@@ -58,8 +60,9 @@ def score(task: str, completion: str, reference=None, context: dict | None = Non
     completion = completion if isinstance(completion, str) else ""
     context = context or {}
     reference = normalise_reference(task, reference)
+    fields: dict[str, float] = {}
     if task == "extraction":
-        components, weights, details, output = extraction.score(completion, reference, context)
+        components, weights, details, output = extraction.score(completion, reference, context, fields)
     elif task == "sql":
         if not context.get("db_path"):
             raise ValueError("scoring SQL needs the commerce DB: context['db_path']")
@@ -72,4 +75,4 @@ def score(task: str, completion: str, reference=None, context: dict | None = Non
     components = {k: v if 0.0 <= v <= 1.0 else (1.0 if v > 1.0 else 0.0) for k, v in components.items()}
     total = sum(map(mul, weights.values(), map(components.__getitem__, weights))) / sum(weights.values())
     return Score(round(min(1.0, max(0.0, total)), 4), components, reference is not None,
-                 _valid(task, components, output), details, output)
+                 _valid(task, components, output), details, output, weights, fields)

@@ -5,7 +5,9 @@ but one read-only SELECT is refused unexecuted and scores 0 in total), `parse`, 
 (share of referenced tables and columns that exist), `executes` (runs without error within
 the limits), and with a reference `execution_match`: results compared as bags of rows, in
 order only when the reference has ORDER BY (as Spider's test-suite does), partial credit by
-multiset overlap.
+multiset overlap. Without a reference, `question_match` (what of the question the SQL
+addresses, `rewards.sql_question`) carries most of the weight, and schema linking and execution
+earn credit only in its proportion: a query that ignores the question earns almost nothing.
 """
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ from sqlglot import exp
 
 from common.commerce import SCHEMA_COLUMNS
 from rewards.parsing import split_think, strip_fences
+from rewards.sql_question import question_match
 from rewards.sql_sandbox import QueryResult, check_readonly, execute_readonly
 
 WEIGHTS_WITH_REFERENCE = {"format": 0.05, "safety": 0.0, "parse": 0.1, "schema_link": 0.15, "executes": 0.1, "execution_match": 0.6}
-WEIGHTS_WITHOUT_REFERENCE = {"format": 0.1, "safety": 0.0, "parse": 0.2, "schema_link": 0.35, "executes": 0.35}
+WEIGHTS_WITHOUT_REFERENCE = {"format": 0.05, "safety": 0.0, "parse": 0.05, "schema_link": 0.15, "executes": 0.15,
+                             "question_match": 0.6}
 SQL_START = re.compile(r"\b(SELECT|WITH)\b", re.I)
 # A text that opens with any statement verb is SQL from its first word: nothing is cut, so
 # "CREATE TABLE t AS SELECT ..." is judged (and refused) whole.
@@ -69,7 +73,7 @@ def schema_link(tree: exp.Expression) -> tuple[float, str]:
 
 
 IDENTIFIER = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", re.I)
-KNOWN_NAMES = set(TABLES) | ALL_COLUMNS
+KNOWN_NAMES = frozenset(TABLES) | frozenset(ALL_COLUMNS)
 
 
 def identifier_link(sql: str) -> tuple[float, str]:
@@ -153,11 +157,17 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
         return components, weights, details, sql
     components["executes"] = 1.0
     details["executes"] = f"{len(result.rows)} rows" + (" (capped)" if result.truncated else "")
-    if reference:
-        expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap)
-        if expected is None:
-            details["execution_match"] = "the reference query itself fails; content not scored"
-            components["execution_match"] = 0.0
-        else:
-            components["execution_match"], details["execution_match"] = execution_match(_rows(result), *expected)
+    if not reference:
+        used = {t.name.lower() for t in checked.tree.find_all(exp.Table)} & set(TABLES)
+        match, details["question_match"] = question_match(str(context.get("question", "")), checked.tree, used, KNOWN_NAMES)
+        components["question_match"] = match
+        components["schema_link"] *= match  # reference-free credit only for what the question asks
+        components["executes"] *= match
+        return components, weights, details, sql
+    expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap)
+    if expected is None:
+        details["execution_match"] = "the reference query itself fails; content not scored"
+        components["execution_match"] = 0.0
+    else:
+        components["execution_match"], details["execution_match"] = execution_match(_rows(result), *expected)
     return components, weights, details, sql

@@ -1,40 +1,33 @@
-"""The reward components as separate TRL reward functions, for GDPO
-(`GRPOConfig(multi_objective_aggregation="normalize_then_sum", reward_weights=...)`): each
-component is normalised across a group before the weighted sum, so a component that rarely
-varies is not drowned by one that always does.
+"""The GRPO reward as one TRL reward function, built on `rewards.score` and weighted exactly as
+scoring weighs each sample (its own weights: with a reference or without), so training and
+serving never disagree about what a good answer is.
 
-A function answers None for samples of other tasks, and for samples where its component does
-not apply (content without a reference), as TRL allows. The dataset carries `task`,
-`reference` and `context` columns (dicts or JSON strings); a completion is scored once and its
-components served to every function from a small cache.
+Two ways to turn a group's scores into the values TRL centres into advantages (the trainer runs
+TRL with `scale_rewards="none"`, so nothing rescales them afterwards):
+
+- `sum`: the scored total (Dr. GRPO: advantage = total - group mean).
+- `gdpo`: each component centred within its group and divided by max(its group std, `std_floor`),
+  then combined with the sample's weights. A component that varies only a little moves the
+  advantage only a little: the floor keeps a 0.001 spread from becoming a full unit of advantage,
+  which plain normalise-then-sum (std + 1e-4) does.
+
+Completions arrive in groups of `num_generations` consecutive samples of one prompt (TRL's
+sampler repeats each prompt that many times in a row). The dataset carries `task`, `reference`
+and `context` columns (JSON strings). Every call also records what it saw for the round's
+per-step metrics: the raw total and each component's mean, and the share of groups whose totals
+did not vary.
 """
 from __future__ import annotations
 
 import json
+import statistics
+from collections import defaultdict
 from collections.abc import Callable
 from functools import lru_cache
 
-from common.tasks import TASKS
-from rewards import extraction, insights, push, sql
-from rewards.scoring import score
+from rewards.scoring import Score, score
 
-COMPONENTS: dict[str, dict[str, float]] = {
-    "extraction": {**extraction.WEIGHTS_WITH_REFERENCE, **extraction.WEIGHTS_WITHOUT_REFERENCE},
-    "sql": {k: v for k, v in {**sql.WEIGHTS_WITHOUT_REFERENCE, **sql.WEIGHTS_WITH_REFERENCE}.items() if k != "safety"},
-    "push": {**push.WEIGHTS, "reference_overlap": 0.1},
-    "insights": dict(insights.WEIGHTS),
-}
-
-
-def _as_json(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
-@lru_cache(maxsize=8192)
-def _components(task: str, completion: str, reference_json: str, context_json: str) -> dict[str, float]:
-    reference = json.loads(reference_json) if reference_json else None
-    context = json.loads(context_json) if context_json else {}
-    return score(task, completion, reference, context).components
+AGGREGATIONS = ("sum", "gdpo")
 
 
 def completion_text(completion) -> str:
@@ -43,29 +36,67 @@ def completion_text(completion) -> str:
     return completion if isinstance(completion, str) else ""
 
 
-def _make(own_task: str, component: str) -> Callable:
-    def reward(prompts=None, completions=(), task=None, reference=None, context=None, **kwargs):
-        tasks = task or [own_task] * len(completions)
-        references = reference or [None] * len(completions)
-        contexts = context or [None] * len(completions)
-        out: list[float | None] = []
-        for sample_task, completion, ref, ctx in zip(tasks, completions, references, contexts):
-            if sample_task != own_task:
-                out.append(None)
-                continue
-            components = _components(own_task, completion_text(completion), _as_json(ref) if ref else "", _as_json(ctx) if ctx else "")
-            out.append(components.get(component))
-        return out
+@lru_cache(maxsize=8192)
+def _score(task: str, completion: str, reference_json: str, context_json: str) -> Score:
+    reference = json.loads(reference_json) if reference_json else None
+    return score(task, completion, reference, json.loads(context_json) if context_json else {})
 
-    reward.__name__ = f"{own_task}_{component}"
+
+def _as_json(value) -> str:
+    if value is None or value == "":
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def gdpo_values(scores: list[Score], num_generations: int, std_floor: float) -> list[float]:
+    """Per group, each component centred and scaled by max(std, floor), summed with the weights."""
+    values = [0.0] * len(scores)
+    for start in range(0, len(scores), num_generations):
+        group = range(start, min(start + num_generations, len(scores)))
+        names = {name for i in group for name in scores[i].weights}
+        for name in names:
+            column = [scores[i].components.get(name, 0.0) for i in group]
+            mean = statistics.fmean(column)
+            spread = max(statistics.pstdev(column), std_floor)
+            for i, value in zip(group, column):
+                weights = scores[i].weights
+                values[i] += weights.get(name, 0.0) / sum(weights.values()) * (value - mean) / spread
+    return values
+
+
+class StepLog:
+    """What the reward function saw in each generation batch, read back into the round's metrics."""
+
+    def __init__(self):
+        self.batches: list[dict[str, float]] = []
+
+    def add(self, scores: list[Score], num_generations: int) -> None:
+        components: dict[str, list[float]] = defaultdict(list)
+        for s in scores:
+            for name, value in s.components.items():
+                components[name].append(value)
+        groups = [scores[i:i + num_generations] for i in range(0, len(scores), num_generations)]
+        flat = sum(1 for g in groups if len({s.total for s in g}) == 1)
+        entry = {"reward_total": statistics.fmean(s.total for s in scores), "groups": len(groups),
+                 "zero_variance_groups": flat, "zero_variance_share": flat / len(groups) if groups else 0.0}
+        entry.update({f"reward/{name}": statistics.fmean(v) for name, v in components.items()})
+        self.batches.append(entry)
+
+
+def reward_function(aggregation: str, num_generations: int, std_floor: float, log: StepLog | None = None) -> Callable:
+    """The TRL reward function for a GRPO round of any task (the task comes with each sample)."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {aggregation!r}")
+
+    def reward(prompts=None, completions=(), task=None, reference=None, context=None, **kwargs) -> list[float]:
+        n = len(completions)
+        scores = [_score(t, completion_text(c), _as_json(r), _as_json(x))
+                  for t, c, r, x in zip(task or [""] * n, completions, reference or [None] * n, context or [None] * n)]
+        if log is not None:
+            log.add(scores, num_generations)
+        if aggregation == "sum":
+            return [s.total for s in scores]
+        return gdpo_values(scores, num_generations, std_floor)
+
+    reward.__name__ = f"tucano_{aggregation}"
     return reward
-
-
-def reward_functions(tasks: tuple[str, ...] = TASKS) -> tuple[list[Callable], list[float]]:
-    """TRL reward functions for the tasks' components, with their weights (for `reward_weights`)."""
-    funcs, weights = [], []
-    for task in tasks:
-        for component, weight in COMPONENTS[task].items():
-            funcs.append(_make(task, component))
-            weights.append(weight)
-    return funcs, weights

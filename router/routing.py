@@ -47,10 +47,12 @@ class RouteTable:
     def stop(self) -> None:
         self._stop.set()
 
-    def adapter_for(self, task: str) -> str | None:
-        """The version that serves this request: the canary for its share of traffic, else active."""
+    def adapter_for(self, task: str) -> tuple[str | None, str]:
+        """The version that serves this request and its arm: the canary for its share of traffic,
+        else the active version (None and "base" while the task has none)."""
         route = self.routes.get(task) or {}
         canary, share = route.get("canary"), float(route.get("canary_share") or 0)
         if canary and share > 0 and random.random() < share:
-            return canary
-        return route.get("active")
+            return canary, "canary"
+        active = route.get("active")
+        return active, "active" if active else "base"

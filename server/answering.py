@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
-from common.records import Record, Reward, Sampling, Usage
+from common.records import Record, Reward, Sampling, Usage, label_of
 from common.store import StoreUnavailable
 from rewards import REWARD_VERSION, score
 from rewards.parsing import split_think
@@ -35,6 +35,7 @@ class Prepared:
     prompt: str
     template_sha256: str
     adapter: str | None
+    arm: str
     sampling: Sampling
     reference: object
     source: str
@@ -44,9 +45,9 @@ class Prepared:
 def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str) -> Prepared:
     spec = REGISTRY[task]
     pool = state.pools[spec.engine]
-    adapter = state.routes.adapter_for(task) if spec.engine == "base" else None
+    adapter, arm = state.routes.adapter_for(task)
     prompt = pool.template.render(build_messages(task, task_input))
-    return Prepared(task, task_input, prompt, pool.template.sha256, adapter,
+    return Prepared(task, task_input, prompt, pool.template.sha256, adapter, arm,
                     spec.sampling.override(**sampling_overrides), reference, source, time.perf_counter())
 
 
@@ -93,14 +94,15 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
         id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=prepared.task_input,
         prompt=prepared.prompt, chat_template_sha256=prepared.template_sha256, raw=completion.text, output=output,
         valid=scored.valid, sampling=prepared.sampling, engine=completion.engine, model=completion.model,
-        adapter=prepared.adapter, arm="active" if prepared.adapter else "base",
+        adapter=prepared.adapter, arm=prepared.arm,
         usage=Usage(completion.prompt_tokens, completion.completion_tokens), finish_reason=completion.finish_reason,
         latency_ms=round((time.perf_counter() - prepared.started) * 1000, 2),
         reward=Reward(scored.total, scored.components, scored.reference_used, scored.details),
         reward_version=REWARD_VERSION, reference=prepared.reference,
     )
+    label = label_of(record, state.settings.team_eval_share) if record.reference is not None else None
     try:
-        await state.store.add_record(record)
+        await state.store.add_record(record, label)
     except StoreUnavailable:
         metrics.RECORD_FAILURES.inc()
         metrics.REQUESTS.labels(prepared.task, record.version, "503").inc()

@@ -1,8 +1,8 @@
 """Training one task's candidate version in a round and registering it.
 
-The method is the setting (`grpo`, `dpo`, or `auto`: DPO where at least `min_dpo_pairs` pairs
-exist, else GRPO). The policy continues from the task's active version, else starts from the
-base model. Files are written to a hidden `.partial` dir and renamed into place before the
+The methods of the task's plan (`methods.plan`) run one after the other on one LoRA, which
+continues from the task's active version when there is one, each within its share of the task's
+time budget. Files are written to a hidden `.partial` dir and renamed into place before the
 version is registered (one atomic Redis step), so a round killed at any moment leaves either
 nothing registered or a complete version; `clean_orphans` removes what a killed round left.
 """
@@ -13,19 +13,18 @@ import shutil
 import time
 
 from common.records import AdapterMeta
+from common.settings import Settings
 from common.store import Store, content_sha256
-from trainer import methods
+from common.tasks import TASK_ENGINE
+from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
 from trainer.policy import load_policy, trainable_parameters
 
-
-def choose_method(setting: str, pairs: int, min_pairs: int) -> str:
-    if setting == "auto":
-        return "dpo" if pairs >= min_pairs else "grpo"
-    return setting
+# each method's share of the task's time budget (of what the plan's methods add up to)
+BUDGET_SHARE = {"sft": 0.5, "dpo": 0.25, "kto": 0.25, "grpo": 0.5}
 
 
-def clean_orphans(settings) -> list[str]:
+def clean_orphans(settings: Settings) -> list[str]:
     """Remove the `.partial` dirs of rounds killed while writing. A complete dir that was never
     registered (killed between rename and registration) is left alone: it may be another
     deployment's, and deleting stored adapters is never a trainer's call."""
@@ -37,7 +36,7 @@ def clean_orphans(settings) -> list[str]:
     return [p.name for p in partial]
 
 
-def _new_version(settings, store: Store, task: str) -> str:
+def _new_version(settings: Settings, store: Store, task: str) -> str:
     """The next version whose dir is free (a data dir reused with a fresh Redis keeps its old dirs)."""
     while True:
         version = store.next_adapter_version(task)
@@ -45,37 +44,51 @@ def _new_version(settings, store: Store, task: str) -> str:
             return version
 
 
-def train_candidate(settings, store: Store, task_data: TaskData, round_id: str, progress=None) -> AdapterMeta:
+def model_path(settings: Settings, task: str) -> str:
+    return settings.base_model_path if TASK_ENGINE[task] == "base" else settings.think_model_path
+
+
+def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[tuple[str, str]], progress=None
+             ) -> list[methods.Outcome]:
+    total_share = sum(BUDGET_SHARE[m] for m, _ in steps)
+    outcomes = []
+    for method, why in steps:
+        budget = settings.train_time_budget_s * BUDGET_SHARE[method] / total_share
+        if method == "sft":
+            outcomes.append(sft.train(settings, model, tokenizer, data.sft, data.validation, budget, why, progress))
+        elif method == "dpo":
+            outcomes.append(dpo.train(settings, model, tokenizer, data.pairs, budget, why, progress))
+        elif method == "kto":
+            outcomes.append(kto.train(settings, model, tokenizer, data.kto, budget, why, progress))
+        else:
+            outcomes.append(grpo.train(settings, model, tokenizer, data.task, data.prompts, budget, why, progress))
+    return outcomes
+
+
+def train_candidate(settings: Settings, store: Store, data: TaskData, steps: list[tuple[str, str]], round_id: str,
+                    progress=None) -> AdapterMeta:
     """Train and register a candidate; returns its metadata (status `candidate`)."""
-    task = task_data.task
-    method = choose_method(settings.train_method, len(task_data.pairs), settings.min_dpo_pairs)
-    if method == "dpo" and not task_data.pairs:
-        raise ValueError(f"{task}: method dpo, but the round has no preference pairs")
+    task = data.task
     active = store.routes()[1].get(task, {}).get("active")
-    parent = store.adapter(active) if active else None
+    parent = store.adapter(active) if active and settings.train_from == "active" else None
     started = time.perf_counter()
-    model, tokenizer = load_policy(settings.base_model_path, parent.path if parent else None,
-                                   settings.lora_rank, settings.lora_alpha)
+    path = model_path(settings, task)
+    model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
     load_seconds = time.perf_counter() - started
-    if method == "grpo":
-        result = methods.grpo(settings, model, tokenizer, task, task_data.prompts, progress)
-    else:
-        result = methods.dpo(settings, model, tokenizer, task, task_data.pairs, progress)
+    outcomes = run_plan(settings, model, tokenizer, data, steps, progress)
     version = _new_version(settings, store, task)
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"
+    started = time.perf_counter()
     model.save_pretrained(partial)
     os.rename(partial, final)
     meta = AdapterMeta(
-        version=version, task=task, path=str(final), parent=active, round=round_id, method=method,
-        base_model=settings.base_model_path, sha256=content_sha256(final), trainable_parameters=trainable_parameters(model),
-        data={"records": task_data.records, "first_entry": task_data.entry_ids[0] if task_data.entry_ids else None,
-              "last_entry": task_data.entry_ids[-1] if task_data.entry_ids else None,
-              "prompts": len(task_data.prompts), "pairs": len(task_data.pairs), "skipped": dict(task_data.skipped)},
-        training={"steps": result.steps, "metrics": result.metrics, "seconds": {
-            "load": round(load_seconds, 2), "generation": result.generation_seconds, "scoring": result.scoring_seconds,
-            "optimisation": round(result.seconds - result.generation_seconds - result.scoring_seconds, 2),
-            "train_total": round(result.seconds, 2)}, "completion_tokens": result.completion_tokens},
+        version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,
+        method="+".join(o.method for o in outcomes), base_model=path, sha256=content_sha256(final),
+        trainable_parameters=trainable_parameters(model), data={**data.counts(), "sources": data.sources()},
+        training={"methods": [o.summary() for o in outcomes], "steps": {o.method: o.steps_log for o in outcomes},
+                  "seconds": {"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
+                              "save": round(time.perf_counter() - started, 2)}},
     )
     store.put_adapter(meta)
     return meta

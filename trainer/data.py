@@ -1,89 +1,139 @@
-"""A round's data, built from the records the trainers' consumer group has not acknowledged.
+"""A round's data for one task, from every signal a team gave (PRODUCT §8):
 
-Per task: the GRPO prompt set (distinct inputs, re-rendered with the base model's own chat
-template, since the policy regenerates completions for them) and DPO pairs (for one input,
-the best- against the worst-scored logged answer when they differ by a margin; a user's
-correction as the chosen answer against what was served). Records are re-scored with the
-current reward functions, so records logged under an older reward version still rank right.
-Records that cannot be used are skipped and counted by reason, never fatal.
+- the labelled set, all of it, every round (labels are never consumed): a reference or a
+  correction becomes a supervised example (SFT) and a DPO chosen answer against what was served
+  when that scored lower; a rating becomes a KTO example (served answer desirable or not), and
+  an input with both a liked and a disliked answer becomes a DPO pair too;
+- the records new since the last round: their distinct unlabelled inputs become GRPO prompts
+  scored by the reference-free rewards, besides the labelled inputs scored with their references.
+
+Inputs of any eval set (the team's share of its labels, fixed by input hash; the bootstrap eval
+split; loaded eval files) never reach a training example. A slice of the supervised examples is
+kept apart as the validation set that stops SFT early. Every example names the label or record
+it came from, so a round can say exactly what it trained on.
 """
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+import random
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.datasets import input_key
+from common.records import Label, Record
 from rewards import score
 from router.prompts import build_messages
 
-PAIR_MARGIN = 0.1  # smaller reward differences are mostly sampling noise
+PAIR_MARGIN = 0.1  # a served answer at least this much below the reference makes a pair
+VALIDATION_SHARE = 0.15
+MIN_VALIDATION = 4
 
 
 @dataclass
 class TaskData:
     task: str
-    entry_ids: list[str] = field(default_factory=list)
-    prompts: list[dict] = field(default_factory=list)  # {prompt, task, reference, context}
-    pairs: list[dict] = field(default_factory=list)  # {prompt, chosen, rejected}
+    sft: list[dict] = field(default_factory=list)  # {prompt, completion, source}
+    validation: list[dict] = field(default_factory=list)  # SFT examples held apart for early stopping
+    pairs: list[dict] = field(default_factory=list)  # {prompt, chosen, rejected, source}
+    kto: list[dict] = field(default_factory=list)  # {prompt, completion, label: bool, source}
+    prompts: list[dict] = field(default_factory=list)  # GRPO: {prompt, task, reference, context, source}
+    entry_ids: list[str] = field(default_factory=list)  # records read this round (acknowledged with it)
     skipped: Counter = field(default_factory=Counter)
 
-    @property
-    def records(self) -> int:
-        return len(self.entry_ids)
+    def counts(self) -> dict:
+        return {"sft": len(self.sft), "validation": len(self.validation), "pairs": len(self.pairs), "kto": len(self.kto),
+                "prompts": len(self.prompts), "labelled_prompts": sum(1 for p in self.prompts if p["reference"]),
+                "records": len(self.entry_ids), "skipped": dict(self.skipped)}
+
+    def sources(self) -> dict[str, list[str]]:
+        """Which labels and records each method's examples came from."""
+        return {"sft": sorted({e["source"] for e in self.sft}), "pairs": sorted({e["source"] for e in self.pairs}),
+                "kto": sorted({e["source"] for e in self.kto}), "prompts": sorted({e["source"] for e in self.prompts})}
 
 
-def _answer_text(task: str, correction) -> str:
-    return correction if isinstance(correction, str) else json.dumps(correction, ensure_ascii=False)
+def answer_text(task: str, answer) -> str:
+    """An answer as the model should write it after the chat template's generation prompt."""
+    if task == "sql":
+        return answer["sql"] if isinstance(answer, dict) else str(answer)
+    if task == "insights":  # the Think template has opened <think> already
+        text = str(answer)
+        return text.removeprefix("<think>").lstrip("\n") if "</think>" in text else "</think>\n\n" + text
+    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 
 
-def collect(stored, render, reward_context, tasks: tuple[str, ...], held_out: frozenset[str] = frozenset()
-            ) -> tuple[dict[str, TaskData], Counter, list[str]]:
-    """Split stored records by task. Returns the per-task data, the skipped counts of records no
-    task could use, and the entry ids of those (acknowledged with the round: they never become usable).
+def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
+    by_input: dict[str, list[Label]] = {}
+    for label in labels:  # oldest first: the newest answer of an input wins
+        by_input.setdefault(label.input_hash, []).append(label)
+    return by_input
 
-    `held_out` holds the input keys of the eval split: traffic that asks an eval question is
-    never trained on, so the promotion gate keeps measuring unseen inputs."""
-    data = {task: TaskData(task) for task in tasks}
-    unusable, unusable_ids = Counter(), []
-    by_input: dict[str, dict[str, list]] = {task: defaultdict(list) for task in tasks}
-    for entry in stored:
-        record = entry.record
-        problem = "unparseable record" if record is None else None
-        if problem is None and record.task not in data:
-            problem = f"task {record.task} is not trained by rounds"
-        if problem:
-            unusable[problem] += 1
-            unusable_ids.append(entry.entry_id)
+
+def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
+          reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int) -> TaskData:
+    """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task."""
+    data = TaskData(task)
+    labelled_inputs: set[str] = set()
+    for same_input in _latest_by_input(labels).values():
+        newest = same_input[-1]
+        key = input_key(newest.input)
+        labelled_inputs.add(key)
+        if newest.split == "eval" or key in held_out:
+            data.skipped["eval-set input"] += len(same_input)
             continue
-        task_data = data[record.task]
-        task_data.entry_ids.append(entry.entry_id)
+        prompt = render(build_messages(task, newest.input))
+        context = reward_context(newest.input)
+        with_answer = [label for label in same_input if label.answer is not None]
+        if with_answer:
+            best = with_answer[-1]
+            target = answer_text(task, best.answer)
+            data.sft.append({"prompt": prompt, "completion": target, "source": best.id})
+            for label in same_input:  # what was served, when it scores below the answer, is the rejected side
+                served = score(task, label.served, best.answer, context).total
+                if label.served.strip() and label.served != target and served <= 1.0 - PAIR_MARGIN:
+                    data.pairs.append({"prompt": prompt, "chosen": target, "rejected": label.served, "source": label.id})
+        rated = [label for label in same_input if label.rating in (-1, 1)]
+        for label in rated:
+            data.kto.append({"prompt": prompt, "completion": label.served, "label": label.rating == 1, "source": label.id})
+        liked = [label for label in rated if label.rating == 1]
+        disliked = [label for label in rated if label.rating == -1]
+        if liked and disliked and not with_answer:
+            data.pairs.append({"prompt": prompt, "chosen": liked[-1].served, "rejected": disliked[-1].served,
+                               "source": disliked[-1].id})
+        reference = with_answer[-1].answer if with_answer and task != "insights" else None
+        data.prompts.append({"prompt": prompt, "task": task, "source": newest.id,
+                             "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
+                             "context": json.dumps(context, ensure_ascii=False)})
+    _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit)
+    _split_validation(data, seed)
+    return data
+
+
+def _add_unlabelled(data: TaskData, new_records, render, reward_context, excluded: set[str], limit: int) -> None:
+    """The newest distinct unlabelled inputs of the records read this round (a recency window)."""
+    seen: set[str] = set()
+    for entry_id, record in reversed(new_records):
+        data.entry_ids.append(entry_id)
+        if record is None:
+            data.skipped["unreadable record"] += 1
+            continue
         key = input_key(record.input)
-        if key in held_out:
-            task_data.skipped["held-out eval input"] += 1
+        if key in excluded or key in seen:
+            data.skipped["eval-set or labelled input" if key in excluded else "repeated input"] += 1
             continue
-        try:
-            prompt = render(build_messages(record.task, record.input))
-        except (KeyError, TypeError, ValueError):
-            task_data.skipped["input the prompt cannot be built from"] += 1
+        if len(seen) >= limit:
+            data.skipped["beyond the recency window"] += 1
             continue
-        context = reward_context(record.input)
-        reference = record.reference
-        total = score(record.task, record.raw, reference, context).total
-        by_input[record.task][key].append((total, record.raw, prompt, reference, context))
-        correction = record.feedback.correction if record.feedback else None
-        if correction is not None:
-            chosen = _answer_text(record.task, correction)
-            if chosen.strip() and chosen != record.raw:
-                task_data.pairs.append({"prompt": prompt, "chosen": chosen, "rejected": record.raw})
-    for task, groups in by_input.items():
-        for answers in groups.values():
-            answers.sort(key=lambda a: a[0])
-            worst, best = answers[0], answers[-1]
-            if best[0] - worst[0] >= PAIR_MARGIN and best[1] != worst[1]:
-                data[task].pairs.append({"prompt": best[2], "chosen": best[1], "rejected": worst[1]})
-            reference = next((a[3] for a in reversed(answers) if a[3] is not None), None)
-            data[task].prompts.append({"prompt": best[2], "task": task,
-                                       "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
-                                       "context": json.dumps(best[4], ensure_ascii=False)})
-    return data, unusable, unusable_ids
+        seen.add(key)
+        data.prompts.append({"prompt": render(build_messages(data.task, record.input)), "task": data.task, "reference": "",
+                             "context": json.dumps(reward_context(record.input), ensure_ascii=False), "source": record.id})
+    data.entry_ids.reverse()
+
+
+def _split_validation(data: TaskData, seed: int) -> None:
+    if len(data.sft) < 2 * MIN_VALIDATION:
+        return
+    shuffled = sorted(data.sft, key=lambda e: e["source"])
+    random.Random(seed).shuffle(shuffled)
+    n = max(MIN_VALIDATION, round(VALIDATION_SHARE * len(shuffled)))
+    data.validation, data.sft = shuffled[:n], shuffled[n:]

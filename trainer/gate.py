@@ -1,78 +1,176 @@
-"""The promotion gate's measurement: versions of a task's adapter (and the base model) scored on
-the same held-out eval rows, through the same vLLM engines, prompts, sampling settings and
-per-row seeds as live traffic, by the same `rewards/`. Only evaluation reads the eval split.
+"""The promotion gate (PRODUCT §8): candidate and incumbent answer the same eval rows with the
+same seeds, through the same vLLM engines, prompts and sampling as live traffic, scored by the
+same `rewards/`; the decision reads the per-row paired differences.
 
-Policy: a candidate is promoted when its total beats the incumbent's (the active version, else
-the base model) by `promote_margin` and no component drops by more than `promote_tolerance`.
+- The rows: the team's eval set (the share of its labelled inputs held out by hash), the rows a
+  team loaded (`tucano eval-set add`), and the demo's bootstrap eval split, de-duplicated by
+  input; beyond `gate_max_rows`, a sample drawn anew each round (never the same fixed head).
+- Promote only when the 95% interval of the mean paired difference (percentile bootstrap over
+  rows) lies above `promote_margin`, and no component (each extraction field on its own) is
+  significantly worse: its whole interval below `-component_tolerance`. Fewer than
+  `gate_min_rows` rows decide nothing: the candidate is rejected.
+
+A candidate that is the incumbent's own weights under a new name answers every row as the
+incumbent does, so its interval is [0, 0] and it is never promoted.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import random
+import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
-from common.datasets import load_split
-from rewards import score
+from common.datasets import input_key, load_split
+from common.settings import Settings
+from rewards import Score, score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.prompts import build_messages
 from router.registry import REGISTRY
 
 CONCURRENCY = 8
+RESAMPLES = 2000
+SOURCES = ("team", "file", "bootstrap")
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    id: str
+    source: str  # team, file or bootstrap
+    input: dict
+    reference: object
+
+
+def bootstrap_rows(settings: Settings, task: str) -> list[EvalRow]:
+    path = settings.datasets_dir / task / "eval.jsonl"
+    if not path.is_file():
+        return []
+    return [EvalRow(row["id"], "bootstrap", row["input"], row.get("reference")) for row in load_split(settings.datasets_dir, task, "eval")]
+
+
+def eval_rows(settings: Settings, store, task: str) -> list[EvalRow]:
+    """Every eval row of a task, the team's first, one per input."""
+    team = [EvalRow(label.id, "team", label.input, label.answer) for label in store.labels(task)
+            if label.split == "eval" and (label.answer is not None or task == "insights")]
+    loaded = [EvalRow(row["id"], "file", row["input"], row.get("reference")) for row in store.eval_set(task)]
+    unique: dict[str, EvalRow] = {}
+    for row in team + loaded + bootstrap_rows(settings, task):
+        unique.setdefault(input_key(row.input), row)
+    return list(unique.values())
+
+
+def held_out_inputs(settings: Settings, store, task: str) -> frozenset[str]:
+    """Input keys no round may train on: the loaded eval rows and the bootstrap eval split (the
+    team's own eval labels are marked by their split)."""
+    return frozenset(input_key(row.input) for row in bootstrap_rows(settings, task) + [
+        EvalRow(r["id"], "file", r["input"], r.get("reference")) for r in store.eval_set(task)])
+
+
+def sample_rows(rows: list[EvalRow], most: int, seed: int) -> list[EvalRow]:
+    return list(rows) if len(rows) <= most else random.Random(seed).sample(rows, most)
+
+
+def row_seed(round_seed: int, row_id: str) -> int:
+    """The sampling seed of one row in one decision: the same for every version it compares."""
+    return int(hashlib.sha256(f"{round_seed}:{row_id}".encode()).hexdigest()[:8], 16)
+
+
+async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], round_seed: int
+                 ) -> list[Score]:
+    spec = REGISTRY[task]
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(row: EvalRow) -> Score:
+        prompt = pool.template.render(build_messages(task, row.input))
+        async with gate:
+            completion = await pool.complete(prompt, version, spec.sampling.override(seed=row_seed(round_seed, row.id)),
+                                             spec.json_schema)
+        return score(task, completion.text, row.reference, settings.reward_context(row.input))
+
+    if not await pool.check():
+        raise EngineUnavailable(f"no healthy {pool.kind} engine to evaluate on")
+    return await asyncio.gather(*(one(row) for row in rows))
+
+
+def mean_interval(diffs: list[float], resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """The mean and its 95% percentile-bootstrap interval."""
+    if not diffs:
+        return 0.0, 0.0, 0.0
+    rng, n = random.Random(seed), len(diffs)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return statistics.fmean(diffs), means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
+
+
+def _parts(s: Score) -> dict[str, float]:
+    """What is compared one by one: every component, and each extraction field on its own."""
+    return {**s.components, **{f"field:{name}": value for name, value in s.fields.items()}}
 
 
 @dataclass
-class EvalScores:
-    version: str  # "base" for the base model
-    rows: int
-    total: float
-    components: dict[str, float]
-    completion_tokens: int
-    seconds: float
+class Decision:
+    promote: bool
+    reason: str
+    n: int
+    rows: dict[str, int]  # by source
+    candidate_mean: float
+    incumbent_mean: float
+    difference: float
+    interval: tuple[float, float]
+    components: dict[str, dict] = field(default_factory=dict)  # name -> {difference, interval, worse}
+    seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {"promote": self.promote, "reason": self.reason, "n": self.n, "rows": self.rows,
+                "candidate_mean": round(self.candidate_mean, 4), "incumbent_mean": round(self.incumbent_mean, 4),
+                "difference": round(self.difference, 4), "interval": [round(v, 4) for v in self.interval],
+                "components": self.components, "seconds": round(self.seconds, 2)}
 
 
-async def score_version(pool: EnginePool, settings, task: str, version: str | None) -> EvalScores:
-    rows = load_split(settings.datasets_dir, task, "eval")[: settings.eval_rows_per_task]
-    spec = REGISTRY[task]
-    gate = asyncio.Semaphore(CONCURRENCY)
+def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], settings: Settings, seed: int = 0) -> Decision:
+    n = len(rows)
+    by_source = {source: sum(1 for r in rows if r.source == source) for source in SOURCES}
+    diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
+    mean, low, high = mean_interval(diffs, seed=seed)
+    components = {}
+    for name in sorted({k for s in candidate + incumbent for k in _parts(s)}):
+        part = [_parts(c).get(name, 0.0) - _parts(i).get(name, 0.0) for c, i in zip(candidate, incumbent)]
+        d, lo, hi = mean_interval(part, seed=seed)
+        components[name] = {"difference": round(d, 4), "interval": [round(lo, 4), round(hi, 4)],
+                            "worse": hi < -settings.component_tolerance}
+    decision = Decision(False, "", n, by_source, statistics.fmean(c.total for c in candidate) if n else 0.0,
+                        statistics.fmean(i.total for i in incumbent) if n else 0.0, mean, (low, high), components)
+    worse = [name for name, c in components.items() if c["worse"]]
+    if n < settings.gate_min_rows:
+        decision.reason = f"{n} eval rows, fewer than the {settings.gate_min_rows} a decision needs"
+    elif low <= settings.promote_margin:
+        decision.reason = (f"paired difference {mean:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}] does not clear "
+                           f"the margin {settings.promote_margin} (n={n})")
+    elif worse:
+        decision.reason = f"significantly worse: {', '.join(worse[:5])} (n={n})"
+    else:
+        decision.promote = True
+        decision.reason = f"paired difference {mean:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}] > {settings.promote_margin} (n={n})"
+    return decision
+
+
+async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candidate: str, incumbent: str | None,
+                   round_seed: int) -> Decision:
     started = time.perf_counter()
-
-    async def one(index: int, row: dict):
-        prompt = pool.template.render(build_messages(task, row["input"]))
-        async with gate:
-            completion = await pool.complete(prompt, version, spec.sampling.override(seed=settings.seed + index), spec.json_schema)
-        scored = score(task, completion.text, row["reference"], settings.reward_context(row["input"]))
-        return scored, completion.completion_tokens
-
-    results = await asyncio.gather(*(one(i, row) for i, row in enumerate(rows)))
-    names = sorted({name for scored, _ in results for name in scored.components})
-    components = {name: round(sum(s.components.get(name, 0.0) for s, _ in results) / len(results), 4) for name in names}
-    return EvalScores(version or "base", len(results), round(sum(s.total for s, _ in results) / len(results), 4), components,
-                      sum(tokens for _, tokens in results), round(time.perf_counter() - started, 2))
+    rows = sample_rows(eval_rows(settings, store, task), settings.gate_max_rows, round_seed)
+    candidate_scores = await answer(pool, settings, task, candidate, rows, round_seed)
+    incumbent_scores = await answer(pool, settings, task, incumbent, rows, round_seed)
+    decision = decide(candidate_scores, incumbent_scores, rows, settings, seed=round_seed)
+    decision.seconds = time.perf_counter() - started
+    return decision
 
 
-async def evaluate(pool: EnginePool, settings, task: str, versions: list[str | None]) -> list[EvalScores]:
-    if not await pool.check():
-        raise EngineUnavailable(f"no healthy {pool.kind} engine to evaluate on")
-    return [await score_version(pool, settings, task, version) for version in versions]
-
-
-def decide(candidate: EvalScores, incumbent: EvalScores, margin: float, tolerance: float) -> tuple[bool, str]:
-    gain = round(candidate.total - incumbent.total, 4)
-    if gain < margin:
-        return False, f"total {candidate.total} vs {incumbent.version} {incumbent.total}: gain {gain} is below the margin {margin}"
-    drops = {name: round(incumbent.components[name] - value, 4) for name, value in candidate.components.items()
-             if name in incumbent.components and incumbent.components[name] - value > tolerance}
-    if drops:
-        return False, f"components dropped beyond the tolerance {tolerance}: {drops}"
-    return True, f"total {candidate.total} vs {incumbent.version} {incumbent.total} (+{gain}); no component down more than {tolerance}"
-
-
-def table(task: str, scores: list[EvalScores]) -> str:
-    names = sorted({n for s in scores for n in s.components})
-    lines = [f"| {task} | total | " + " | ".join(names) + " | rows |", "|---|---:|" + "---:|" * len(names) + "---:|"]
-    for s in scores:
-        lines.append(f"| {s.version} | {s.total:.4f} | " + " | ".join(f"{s.components.get(n, 0):.4f}" for n in names) + f" | {s.rows} |")
+def table(task: str, decision: Decision, candidate: str, incumbent: str | None) -> str:
+    lines = [f"| {task} | n | {candidate} | {incumbent or 'base'} | difference | 95% interval | decision |",
+             "|---|---:|---:|---:|---:|---|---|",
+             f"| total | {decision.n} | {decision.candidate_mean:.4f} | {decision.incumbent_mean:.4f} | {decision.difference:+.4f} | "
+             f"[{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}] | {'promote' if decision.promote else 'reject'} |"]
+    for name, c in decision.components.items():
+        lines.append(f"| {name} | | | | {c['difference']:+.4f} | [{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}] | "
+                     f"{'worse' if c['worse'] else ''} |")
     return "\n".join(lines)

@@ -1,14 +1,23 @@
-"""A learning round, end to end: lock, read the unacknowledged records, train a candidate per
-task, load it into every base engine under its own name, score candidate, active and base on
-the held-out eval split, promote through the fleet only if the gate says so, and acknowledge
-the records last.
+"""A learning round, end to end (PRODUCT §8):
 
-The fleet (engines to load versions into, the hot-swap that flips a route) is whatever the
-caller hands in as a `Fleet`: deploy/ hands its `HotSwap`, so this package never imports deploy.
+1. take the round lock (one round at a time across the fleet; renewed while the round runs,
+   expiring when its trainer dies);
+2. read the records new since the last round, and every task's labelled set;
+3. per task with something new to learn from: build its data, choose its methods, train a
+   candidate (`candidate`), load it into every engine of its model under its own name;
+4. the gate (`gate`): candidate and incumbent on the same eval rows with the same seeds, a
+   paired 95% interval; then shadow replay on recent real inputs (`shadow`);
+5. a candidate that passes goes to canary (a share of live traffic) when one is configured, else
+   it is promoted through the fleet's hot-swap; one that fails is rejected and unloaded;
+6. acknowledge the records read (labels are never consumed), and keep the round's summary (what
+   each task trained on, per-step metrics, stop conditions, the decision with its interval, the
+   seconds of each phase) in `<data dir>/rounds/` and in Redis.
 
-One round at a time across every trainer (a Redis lock, renewed while the round runs, expiring
-when its trainer dies). Anything that stops a round before its end leaves the routes as they
-were and acknowledges nothing, so the next round reads the same records again.
+Anything that stops a round before its end leaves the routes as they were and acknowledges
+nothing, so the next round reads the same records again; labels are never at risk.
+
+The fleet (engines to load versions into, the hot-swap that flips a route, the canary) is what
+the caller hands in as a `Fleet`: deploy/ hands its `HotSwap`, so this package never imports deploy.
 """
 from __future__ import annotations
 
@@ -17,36 +26,39 @@ import json
 import threading
 import time
 import uuid
-from collections import Counter
+import zlib
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Protocol
 
 from redis.exceptions import LockError
 
-from common.datasets import input_key, load_split
+from common.datasets import input_key
 from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
 from router.engine_client import ChatTemplate, EnginePool
-from trainer.candidate import clean_orphans, train_candidate
-from trainer.data import collect
-from trainer.gate import decide, evaluate, table
+from trainer import data as round_data
+from trainer import gate, methods, shadow
+from trainer.candidate import clean_orphans, model_path, train_candidate
+from trainer.diagnostics import stop_conditions
 
-TRAINED_TASKS = tuple(task for task in TASKS if TASK_ENGINE[task] == "base")  # the Think model has no adapters
 CONSUMER = "trainer"
 
 
 class Fleet(Protocol):
     """What a round needs of the serving fleet (deploy.hotswap.HotSwap is one)."""
 
-    def urls(self) -> list[str]: ...
+    def urls(self, kind: str) -> list[str]: ...
 
-    async def load(self, version: str, path: str) -> None: ...
+    async def load(self, version: str, path: str, kind: str) -> None: ...
 
-    async def unload(self, version: str) -> None: ...
+    async def unload(self, version: str, kind: str) -> None: ...
 
     async def promote(self, version: str) -> dict: ...
+
+    async def start_canary(self, version: str, share: float) -> dict: ...
 
 
 class RoundError(RuntimeError):
@@ -89,84 +101,140 @@ def _abandon_stale_candidates(store: Store) -> list[str]:
     return stale
 
 
-async def _gate(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, say) -> dict:
-    task, version = candidate.task, candidate.version
-    urls = fleet.urls()
+def _round_seed(round_id: str) -> int:
+    return zlib.crc32(round_id.encode())
+
+
+async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say) -> dict:
+    """Gate, shadow replay, then canary, promotion or rejection. Returns what it decided and found."""
+    task, version, kind = candidate.task, candidate.version, TASK_ENGINE[candidate.task]
+    timings: dict[str, float] = {}
     started = time.perf_counter()
-    await fleet.load(version, candidate.path)  # under its own name; no route points at it yet
-    load_seconds = time.perf_counter() - started
-    active = store.routes()[1].get(task, {}).get("active")
-    versions = [version, active, None] if active else [version, None]
-    pool = EnginePool("base", urls, ChatTemplate.load(settings.base_model_path))
+    await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
+    timings["load"] = time.perf_counter() - started
+    incumbent = store.routes()[1].get(task, {}).get("active")
+    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, task)))
     try:
-        scores = await evaluate(pool, settings, task, versions)
+        decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)
+        timings["gate"] = decision.seconds
+        say(gate.table(task, decision, version, incumbent))
+        outcome = {"decision": decision.as_dict(), "incumbent": incumbent or "base"}
+        passed, reason = decision.promote, decision.reason
+        if passed and settings.shadow_records:
+            held = gate.held_out_inputs(settings, store, task)
+            recent = shadow.distinct_recent(store.recent_records(task, 20 * settings.shadow_records), held, settings.shadow_records)
+            replay = await shadow.replay(pool, settings, task, version, recent, seed)
+            timings["shadow"] = replay["seconds"]
+            outcome["shadow"] = replay
+            say(f"{task}: shadow replay {replay['reason']}")
+            if replay["worse"]:
+                passed, reason = False, f"gate passed ({decision.reason}) but shadow replay: {replay['reason']}"
     finally:
         await pool.close()
-    by_version = {s.version: s for s in scores}
-    incumbent = by_version[active or "base"]
-    promote, reason = decide(by_version[version], incumbent, settings.promote_margin, settings.promote_tolerance)
-    say(table(task, scores))
-    evaluation = {"scores": [s.as_dict() for s in scores], "incumbent": incumbent.version, "decision": reason,
-                  "seconds": round(sum(s.seconds for s in scores), 2)}
-    store.update_adapter(version, gate=evaluation)
+    store.update_adapter(version, gate=outcome)
     started = time.perf_counter()
-    if promote:
+    if passed and settings.canary_share > 0:
+        await fleet.start_canary(version, settings.canary_share)
+        status = "canary"
+        say(f"{task}: {version} serves {settings.canary_share:.0%} of traffic as a canary ({reason})")
+    elif passed:
         await fleet.promote(version)
+        status = "promoted"
         say(f"{task}: promoted {version} ({reason})")
     else:
         store.update_adapter(version, status="rejected", reason=reason)
-        await fleet.unload(version)
+        await fleet.unload(version, kind)
+        status = "rejected"
         say(f"{task}: rejected {version} ({reason})")
-    return {"version": version, "promoted": promote, "reason": reason, "evaluation": evaluation,
-            "seconds": {"load": round(load_seconds, 2), "evaluation": evaluation["seconds"],
-                        "promotion": round(time.perf_counter() - started, 2)}}
+    timings["flip"] = time.perf_counter() - started
+    return {"status": status, "reason": reason, **outcome, "seconds": {k: round(v, 2) for k, v in timings.items()}}
+
+
+def _has_news(store: Store, task: str, labels, new_records: int, settings: Settings) -> tuple[bool, str]:
+    last = float(store.redis.get(f"tucano:round:last:{task}") or 0)
+    changed = sum(1 for label in labels if label.updated > last)
+    if changed:
+        return True, f"{changed} labels new or changed since the last round"
+    if new_records >= settings.min_records_per_task:
+        return True, f"{new_records} new records >= {settings.min_records_per_task}"
+    return False, f"nothing new: no label changed, {new_records} new records < {settings.min_records_per_task}"
+
+
+def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say, progress) -> dict:
+    labels = store.labels(task)
+    news, why = _has_news(store, task, labels, len(records), settings)
+    template = ChatTemplate.load(model_path(settings, task))
+    data = round_data.build(task, labels, records, template.render, settings.reward_context,
+                            gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round)
+    entry: dict = {"labels": len(labels), "data": data.counts(), "why": why}
+    steps = methods.plan(settings.train_method, data, settings) if news else []
+    entry["plan"] = [{"method": m, "why": w} for m, w in steps]
+    if not steps:
+        entry["status"] = "not trained: " + (why if not news else "no method has enough data")
+        say(f"{task}: {entry['status']}")
+        return entry
+    say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
+    started = time.perf_counter()
+    candidate = train_candidate(settings, store, data, steps, round_id, progress)
+    entry["seconds"] = {"training": round(time.perf_counter() - started, 2)}
+    flags = stop_conditions(candidate.training["steps"])
+    store.update_adapter(candidate.version, training={**candidate.training, "stop_conditions": flags})
+    entry.update(version=candidate.version, method=candidate.method, training=candidate.training["methods"],
+                 stop_conditions=flags, trained_on=data.sources())
+    judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say))
+    entry["seconds"].update(judged.pop("seconds"))
+    entry.update(judged)
+    store.redis.set(f"tucano:round:last:{task}", str(time.time()))
+    return entry
 
 
 def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, ...] | None = None,
               say: Callable[[str], None] = print, progress: Callable[[str, int, int], None] | None = None) -> dict:
     """One round; returns its summary (also written under the data dir's rounds/ and in Redis)."""
-    tasks = tasks or TRAINED_TASKS
-    unknown = [t for t in tasks if t not in TRAINED_TASKS]
+    tasks = tasks or TASKS
+    unknown = [t for t in tasks if t not in TASKS]
     if unknown:
-        raise RoundError(f"rounds train {', '.join(TRAINED_TASKS)}; not {', '.join(unknown)}")
+        raise RoundError(f"rounds train {', '.join(TASKS)}; not {', '.join(unknown)}")
     lock = store.round_lock(settings.round_lock_seconds)
     if not lock.acquire():
         say("another round is running (the round lock is held); nothing to do")
         return {"status": "locked"}
     with _LockKeeper(lock, settings.round_lock_seconds):
-        if not fleet.urls():
-            raise RoundError("no base engine is registered: start `tucano serve` (or set TUCANO_BASE_ENGINE_URLS)")
+        missing = sorted({TASK_ENGINE[t] for t in tasks if not fleet.urls(TASK_ENGINE[t])})
+        if missing:
+            raise RoundError(f"no {' or '.join(missing)} engine is registered: start `tucano serve` (or set its URLs)")
         round_id = time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         started = time.perf_counter()
         orphans, stale = clean_orphans(settings), _abandon_stale_candidates(store)
-        template = ChatTemplate.load(settings.base_model_path)
         stored = store.read_new_records(CONSUMER, count=1_000_000)
-        held_out = frozenset(input_key(row["input"]) for t in TRAINED_TASKS for row in load_split(settings.datasets_dir, t, "eval"))
-        data, unusable, unusable_ids = collect(stored, template.render, settings.reward_context, TRAINED_TASKS, held_out)
-        summary = {"round": round_id, "records": len(stored), "unusable": dict(unusable), "orphans_removed": orphans,
-                   "stale_candidates": stale, "tasks": {}}
-        say(f"round {round_id}: {len(stored)} unacknowledged records")
-        acknowledged: list[str] = list(unusable_ids)
+        by_task: dict[str, list] = defaultdict(list)
+        for entry in stored:
+            by_task[entry.record.task if entry.record else ""].append((entry.entry_id, entry.record))
+        summary = {"round": round_id, "started": time.time(), "records": len(stored), "orphans_removed": orphans,
+                   "stale_candidates": stale, "settings": _recipe(settings), "tasks": {}}
+        say(f"round {round_id}: {len(stored)} new records")
         for task in tasks:
-            task_data = data[task]
-            entry = summary["tasks"][task] = {"records": task_data.records, "prompts": len(task_data.prompts),
-                                              "pairs": len(task_data.pairs), "skipped": dict(task_data.skipped)}
-            usable = task_data.records - sum(task_data.skipped.values())
-            if usable < settings.min_records_per_task or not task_data.prompts:
-                entry["status"] = f"too few usable records ({usable} < {settings.min_records_per_task}); not trained"
-                say(f"{task}: {entry['status']}")
-                continue
-            say(f"{task}: training on {task_data.records} records ({len(task_data.prompts)} prompts, {len(task_data.pairs)} pairs)")
-            candidate = train_candidate(settings, store, task_data, round_id, progress)
-            entry.update(version=candidate.version, method=candidate.method, training=candidate.training)
-            entry.update(asyncio.run(_gate(settings, store, fleet, candidate, say)))
-            entry["status"] = "promoted" if entry["promoted"] else "rejected"
-            acknowledged += task_data.entry_ids
-        summary["acknowledged"] = store.ack(acknowledged)
+            summary["tasks"][task] = _train_task(settings, store, fleet, task, by_task.get(task, []), round_id, say, progress)
+        summary["acknowledged"] = store.ack([entry.entry_id for entry in stored])
         summary["seconds"] = round(time.perf_counter() - started, 2)
+        store.save_round(summary)
         settings.rounds_dir.mkdir(parents=True, exist_ok=True)
         (settings.rounds_dir / f"{round_id}.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-        store.redis.set(f"tucano:round:{round_id}", json.dumps(summary, ensure_ascii=False))
-        trained = Counter(e.get("status", "?").split(" ")[0] for e in summary["tasks"].values())
-        say(f"round {round_id} done in {summary['seconds']} s: {dict(trained)}")
+        outcomes = {t: e.get("status", "?").split(":")[0] for t, e in summary["tasks"].items()}
+        say(f"round {round_id} done in {summary['seconds']} s: {outcomes}")
         return summary
+
+
+def _recipe(settings: Settings) -> dict:
+    """The settings a round's outcome depends on, kept with it."""
+    keys = ("train_method", "train_from", "train_time_budget_s", "train_learning_rate", "sft_max_epochs", "min_sft_examples",
+            "min_dpo_pairs", "min_kto_examples", "grpo_advantage", "grpo_std_floor", "grpo_iterations", "grpo_num_generations",
+            "grpo_entropy_coef", "team_eval_share", "promote_margin", "component_tolerance", "gate_max_rows", "shadow_records",
+            "canary_share")
+    return {k: getattr(settings, k) for k in keys}
+
+
+def held_out_keys(settings: Settings, store: Store, task: str) -> frozenset[str]:
+    """Every input of a task that no round trains on (for tests and benches that check it)."""
+    team = {input_key(label.input) for label in store.labels(task) if label.split == "eval"}
+    return gate.held_out_inputs(settings, store, task) | team

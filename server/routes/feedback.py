@@ -1,10 +1,13 @@
-"""POST /v1/feedback: a rating, and optionally a correction that becomes the record's reference."""
+"""POST /v1/feedback: a rating, and optionally a correction that becomes the record's reference
+and a label that rounds train on. A correction must be a valid answer of the record's task
+(`rewards.references`): anything else is a 422 and nothing is stored."""
 from __future__ import annotations
 
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from common.store import StoreUnavailable, UnknownRecord
+from common.store import StoreUnavailable, TooManyCorrections, UnknownRecord
+from rewards.references import InvalidReference, check_reference
 from server.deps import UserState
 from server.errors import ApiError, unavailable
 from server.schemas import ErrorResponse, FeedbackRequest, FeedbackResponse
@@ -13,12 +16,25 @@ router = APIRouter(tags=["feedback"])
 
 
 @router.post("/v1/feedback", response_model=FeedbackResponse,
-             responses={code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)})
+             responses={code: {"model": ErrorResponse} for code in (401, 404, 409, 413, 422, 503)})
 async def feedback(body: FeedbackRequest, state: UserState) -> FeedbackResponse:
+    store, settings = state.store, state.settings
     try:
-        record = await run_in_threadpool(state.store.add_feedback, body.id, body.rating, body.correction)
+        stored = await run_in_threadpool(store.get_record, body.id)
+        if stored.record is None:
+            raise UnknownRecord(body.id)
+        correction = None
+        if body.correction is not None:
+            try:
+                correction = check_reference(stored.record.task, body.correction)
+            except InvalidReference as error:
+                raise ApiError(422, "invalid_request", f"correction: {error}") from None
+        record = await run_in_threadpool(store.add_feedback, body.id, body.rating, correction, settings.team_eval_share,
+                                         settings.max_corrections_per_record)
     except UnknownRecord:
         raise ApiError(404, "unknown_record", f"no record with id {body.id!r}") from None
+    except TooManyCorrections as error:
+        raise ApiError(409, "too_many_corrections", str(error)) from None
     except StoreUnavailable:
         raise unavailable("store_unavailable", "the record store is unavailable; retry shortly") from None
     return FeedbackResponse(id=body.id, rating=body.rating, reference_set=record.reference is not None)

@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 
 from common.tasks import TASKS
+from rewards.references import InvalidReference, check_reference
 from server import answering
 from server.deps import TaskPath, UserState
 from server.errors import ApiError
@@ -28,9 +29,15 @@ async def run_task(task: TaskPath, body: TaskRequest, state: UserState) -> TaskR
         raise ApiError(422, "invalid_request", _problems(error, "input")) from None
     if task == "push" and not task_input:
         raise ApiError(422, "invalid_request", "input: push needs at least one of campaign, customer_name, product, briefing")
+    reference = None
+    if body.reference is not None:
+        try:
+            reference = check_reference(task, body.reference)
+        except InvalidReference as error:
+            raise ApiError(422, "invalid_request", f"reference: {error}") from None
     options = body.options
     overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed}
-    prepared = answering.prepare(state, task, task_input, overrides, body.reference, "tasks")
+    prepared = answering.prepare(state, task, task_input, overrides, reference, "tasks")
     record = await answering.answer(state, prepared, execute=options.execute and task == "sql",
                                     include_think=options.include_think)
     reward = record.reward

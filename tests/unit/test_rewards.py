@@ -14,8 +14,9 @@ import rewards
 from common.tasks import TASKS
 from demo.commerce_db import file_sha256
 from rewards.parsing import parse_json_object, split_think
+from rewards.references import InvalidReference, check_reference
 from rewards.sql_sandbox import check_readonly, run_readonly
-from rewards.trl import COMPONENTS, reward_functions
+from rewards.trl import StepLog, gdpo_values, reward_function
 from tests.unit.conftest import ctx
 
 EXTRACTION_REF = {
@@ -222,7 +223,7 @@ def test_sql_scores_reference_free_and_with_reference():
     bag = "SELECT order_status, COUNT(*) FROM olist_orders_dataset GROUP BY order_status"
     reordered = "SELECT COUNT(*), order_status FROM olist_orders_dataset GROUP BY order_status ORDER BY 1"
     assert score("sql", reordered, {"sql": bag}).components["execution_match"] == 1.0  # a bag: order and column order free
-    free = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset")
+    free = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset", None, {"question": "Quantos pedidos existem no total?"})
     assert not free.reference_used and "execution_match" not in free.components and free.total == 1.0
     bad_names = score("sql", "SELECT colour FROM olist_ordersz")
     assert bad_names.components["schema_link"] == 0.0 and bad_names.components["executes"] == 0.0
@@ -288,23 +289,90 @@ def test_row_cap(small_commerce_db):
 
 # --- TRL reward functions ---------------------------------------------------------------
 
-def test_trl_reward_functions_are_per_component_and_none_for_other_tasks():
-    funcs, weights = reward_functions()
-    assert len(funcs) == len(weights) == sum(len(c) for c in COMPONENTS.values())
-    completions = [[{"role": "assistant", "content": REFERENCE_ANSWERS[t][0]}] for t in TASKS]
-    kwargs = {"task": list(TASKS), "reference": [REFERENCE_ANSWERS[t][1] for t in TASKS],
-              "context": [json.dumps(ctx(**REFERENCE_ANSWERS[t][2])) for t in TASKS]}
-    for func in funcs:
-        values = func(prompts=[""] * 4, completions=completions, **kwargs)
-        own = func.__name__.split("_", 1)[0]
-        for task, value in zip(TASKS, values):
-            if task != own:
-                assert value is None
-            else:
-                assert value is None or 0.0 <= value <= 1.0
-    by_name = {f.__name__: f for f in funcs}
-    assert by_name["sql_execution_match"](completions=completions, **kwargs)[TASKS.index("sql")] == 1.0
-    assert by_name["extraction_grounding"](completions=completions, **kwargs)[0] is None  # has a reference
+def test_the_grpo_reward_is_the_scored_total_with_the_scoring_weights():
+    """Training and serving agree: `sum` returns exactly `score(...).total` for each sample,
+    whatever its task and whether it has a reference."""
+    completions = [[{"role": "assistant", "content": REFERENCE_ANSWERS[t][0] + ("" if k else " x")}] for t in TASKS for k in (0, 1)]
+    kwargs = {"task": [t for t in TASKS for _ in (0, 1)], "reference": [REFERENCE_ANSWERS[t][1] for t in TASKS for _ in (0, 1)],
+              "context": [json.dumps(ctx(**REFERENCE_ANSWERS[t][2])) for t in TASKS for _ in (0, 1)]}
+    log = StepLog()
+    values = reward_function("sum", 2, 0.1, log)(completions=completions, **kwargs)
+    for value, completion, task, reference, context in zip(values, completions, kwargs["task"], kwargs["reference"], kwargs["context"]):
+        assert value == rewards.score(task, completion[0]["content"], reference, json.loads(context)).total
+    assert log.batches[0]["groups"] == 4 and 0.0 <= log.batches[0]["zero_variance_share"] <= 1.0
+
+
+def test_gdpo_centres_each_component_per_group_and_a_tiny_spread_stays_tiny():
+    def scored(components, weights):
+        return rewards.Score(0.0, components, False, True, weights=weights)
+
+    weights = {"a": 0.5, "b": 0.5}
+    # component a varies a lot, b only by 0.001: b's share of the advantage must stay small
+    group = [scored({"a": 1.0, "b": 0.5005}, weights), scored({"a": 0.0, "b": 0.4995}, weights)]
+    values = gdpo_values(group, 2, std_floor=0.1)
+    assert abs(sum(values)) < 1e-9  # centred within the group
+    assert abs(values[0] - 0.5 * 1.0 - 0.5 * 0.005) < 1e-6  # a: (1-0.5)/0.5 = 1; b: 0.0005/0.1
+    plain = [(0.5005 - 0.5) / (0.0005 + 1e-4)]  # what std + 1e-4 would give b: a full unit
+    assert plain[0] > 0.8
+    flat = [scored({"a": 0.3, "b": 0.3}, weights)] * 2
+    assert gdpo_values(flat, 2, 0.1) == [0.0, 0.0]
+
+
+# --- rewards that cannot be gamed ---------------------------------------------------------
+
+@pytest.mark.parametrize("question", [
+    "Quantos clientes são do estado SP?", "Qual o valor médio dos pagamentos com boleto?", "Quantos vendedores estão no estado RJ?",
+    "Qual a nota média das avaliações por categoria de produto?", "Quantos pedidos foram feitos em 2017?",
+])
+def test_a_constant_sql_answer_scores_low_without_a_reference(question):
+    gamed = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset", None, {"question": question})
+    assert gamed.total <= 0.55 and gamed.components["question_match"] <= 0.5, gamed.details
+    constant = score("sql", "SELECT 42", None, {"question": question})
+    assert constant.total <= 0.15 and constant.components["question_match"] == 0.0
+
+
+def test_a_sql_answer_that_addresses_the_question_earns_reference_free_credit():
+    right = score("sql", "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'", None,
+                  {"question": "Quantos clientes são do estado SP?"})
+    wrong_value = score("sql", "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'RJ'", None,
+                        {"question": "Quantos clientes são do estado SP?"})
+    assert right.total == 1.0 and right.components["question_match"] == 1.0
+    assert wrong_value.total < right.total
+
+
+def test_insights_earns_no_grounding_without_data():
+    no_data = score("insights", INSIGHT, None, {"question": "Como vão as vendas?"})
+    assert no_data.components["grounding"] == 0.0
+    assert no_data.total < score("insights", INSIGHT, None, ROWS).total
+
+
+# --- corrections and references are checked before anything stores them ------------------
+
+@pytest.mark.parametrize("task,value,needle", [
+    ("extraction", {"sentiment": "furious"}, "sentiment"),
+    ("extraction", {**EXTRACTION_REF, "urgency": "now"}, "urgency"),
+    ("extraction", {**EXTRACTION_REF, "extra": 1}, "extra"),
+    ("extraction", "not json", "JSON object"),
+    ("extraction", [1, 2], "JSON object"),
+    ("push", {"title": "x" * 41, "body": "ok"}, "title"),
+    ("push", {"title": "Oi"}, "body"),
+    ("sql", "DROP TABLE olist_orders_dataset", "not a read-only SELECT"),
+    ("sql", "SELECT 1; SELECT 2", "not a read-only SELECT"),
+    ("sql", {"sql": 5}, "one SELECT"),
+    ("sql", "", "one SELECT"),
+    ("insights", {"answer": "x"}, "text"),
+])
+def test_bad_corrections_are_refused_with_the_problem_named(task, value, needle):
+    with pytest.raises(InvalidReference, match=needle):
+        check_reference(task, value)
+
+
+def test_good_corrections_are_kept_in_their_stored_form():
+    assert check_reference("extraction", json.dumps({**EXTRACTION_REF, "sentiment_score": "1,5"})) == EXTRACTION_REF
+    assert check_reference("push", PUSH_REF) == PUSH_REF
+    assert check_reference("sql", SQL_REF + ";") == {"sql": SQL_REF}
+    assert check_reference("sql", {"sql": SQL_REF}) == {"sql": SQL_REF}
+    assert check_reference("insights", INSIGHT) == INSIGHT
 
 
 # --- references vs. the tiny model -------------------------------------------------------

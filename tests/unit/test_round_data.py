@@ -1,39 +1,100 @@
-"""What a round trains on, followed through `trainer.data`: an input of the eval split never
-reaches a training prompt or pair, whether it came as plain traffic or with a correction."""
+"""What a round trains on, followed through `trainer.data` and `trainer.methods.plan`: every
+signal lands where it should (corrections and references as SFT examples and chosen answers,
+ratings as KTO examples, unlabelled traffic as GRPO prompts), and an input of any eval set never
+reaches a training example."""
 from __future__ import annotations
 
 import json
 
-from common.datasets import input_key
-from common.records import Feedback
-from common.store import StoredRecord
+from common.datasets import input_hash, input_key
+from common.records import Label
+from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
-from trainer.data import collect
+from trainer import methods
+from trainer.data import build
 
-EVAL_INPUTS = [{"question": f"Quantos pedidos em {year}?"} for year in (2016, 2017)]
-TRAIN_INPUTS = [{"question": f"Quantos clientes em {uf}?"} for uf in ("SP", "RJ", "MG")]
+GOOD = "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'"
+BAD = "SELECT 1"
 
 
-def _stored(task_input: dict, n: int, corrected: bool) -> StoredRecord:
-    record = make_record(id=f"r{n}", input=task_input, raw="SELECT 1")
-    if corrected:
-        record.feedback = Feedback(-1, 1.0, "SELECT COUNT(*) FROM olist_orders_dataset")
-        record.reference = record.feedback.correction
-    return StoredRecord(f"{n}-0", record)
+def label(n: int, question: str, *, answer=None, rating=None, split="train", served=BAD) -> Label:
+    task_input = {"question": question}
+    return Label(id=f"l{n}", task="sql", input=task_input, input_hash=input_hash("sql", task_input), split=split, served=served,
+                 served_version="base", time=float(n), answer=answer, answer_source="correction" if answer else None,
+                 rating=rating, updated=float(n))
+
+
+def render(messages: list[dict]) -> str:
+    return json.dumps(messages, ensure_ascii=False)
+
+
+def run(labels, records=(), held_out=frozenset(), limit=64):
+    return build("sql", labels, list(records), render, lambda i: ctx(**i), held_out, seed=1, unlabelled_limit=limit)
+
+
+def test_every_signal_lands_where_it_should():
+    labels = [label(0, "Quantos clientes são do estado SP?", answer={"sql": GOOD}, rating=-1),
+              label(1, "Quantos pedidos existem no total?", rating=1, served="SELECT COUNT(*) FROM olist_orders_dataset"),
+              label(2, "Quantos vendedores há?", rating=-1),
+              label(3, "Quantos produtos há?", rating=1, served="SELECT COUNT(*) FROM olist_products_dataset"),
+              label(4, "Quantos produtos há?", rating=-1, served="SELECT 7")]
+    records = [(f"{n}-0", make_record(id=f"r{n}", input={"question": f"Pergunta nova {n}?"})) for n in range(3)]
+    data = run(labels, records)
+    assert [e["completion"] for e in data.sft] == [GOOD] and data.sft[0]["source"] == "l0"  # the correction
+    pairs = {(p["chosen"], p["rejected"]) for p in data.pairs}
+    assert (GOOD, BAD) in pairs  # the correction against what was served
+    assert ("SELECT COUNT(*) FROM olist_products_dataset", "SELECT 7") in pairs  # liked against disliked, one input
+    assert sorted((e["source"], e["label"]) for e in data.kto) == [("l0", False), ("l1", True), ("l2", False), ("l3", True), ("l4", False)]
+    unlabelled = [p for p in data.prompts if not p["reference"]]
+    assert [p["source"] for p in unlabelled][-3:] == ["r2", "r1", "r0"]  # the newest first
+    assert json.loads(next(p for p in data.prompts if p["source"] == "l0")["reference"]) == {"sql": GOOD}
+    assert data.entry_ids == ["0-0", "1-0", "2-0"]  # every record read is acknowledged with the round
 
 
 def test_the_rows_a_round_trains_on_never_include_eval_inputs():
-    stored = [_stored(task_input, n, corrected=n % 2 == 0)
-              for n, task_input in enumerate(EVAL_INPUTS * 3 + TRAIN_INPUTS * 3)]
-    held_out = frozenset(input_key(i) for i in EVAL_INPUTS)
-    data, unusable, _ = collect(stored, lambda messages: json.dumps(messages, ensure_ascii=False),
-                                lambda task_input: ctx(**task_input), ("sql",), held_out)
-    sql = data["sql"]
-    trained_text = json.dumps(sql.prompts + sql.pairs, ensure_ascii=False)
-    for task_input in EVAL_INPUTS:
-        assert task_input["question"] not in trained_text
-    for task_input in TRAIN_INPUTS:
-        assert task_input["question"] in trained_text
-    assert sql.skipped["held-out eval input"] == 6 and not unusable
-    assert sql.records == len(stored)  # every record is accounted for (acknowledged with the round)
+    team_eval = label(0, "Quantos pedidos em 2016?", answer={"sql": GOOD}, split="eval", rating=-1)
+    bootstrap_eval = {"question": "Quantos pedidos em 2017?"}
+    train = [label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}, rating=1) for n, uf in enumerate(("SP", "RJ", "MG"), 1)]
+    records = [("9-0", make_record(id="r9", input=bootstrap_eval)), ("10-0", make_record(id="r10", input=team_eval.input))]
+    data = run([team_eval, *train, label(7, bootstrap_eval["question"], answer={"sql": GOOD})], records,
+               held_out=frozenset({input_key(bootstrap_eval)}))
+    trained = json.dumps([data.sft, data.validation, data.pairs, data.kto, data.prompts], ensure_ascii=False)
+    assert "2016" not in trained and "2017" not in trained
+    for uf in ("SP", "RJ", "MG"):
+        assert f"Quantos clientes em {uf}?" in trained
+    assert data.skipped["eval-set input"] == 2 and data.skipped["eval-set or labelled input"] == 2
+
+
+def test_labels_are_replayed_every_round():
+    """A label is never consumed: a later round's data holds it beside the new ones."""
+    first = [label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ"))]
+    later = first + [label(5, "Quantos clientes em BA?", answer={"sql": GOOD})]
+    assert {e["source"] for e in run(first).sft} <= {e["source"] for e in run(later).sft} == {"l0", "l1", "l5"}
+
+
+def test_a_newer_correction_of_an_input_replaces_an_older_one():
+    older = label(0, "Quantos clientes em SP?", answer={"sql": BAD.replace("1", "2")})
+    newer = label(1, "Quantos clientes em SP?", answer={"sql": GOOD})
+    assert [e["completion"] for e in run([older, newer]).sft] == [GOOD]
+
+
+def test_sft_keeps_a_validation_slice_apart():
+    labels = [label(n, f"Quantos pedidos no dia {n}?", answer={"sql": GOOD}) for n in range(40)]
+    data = run(labels)
+    assert len(data.validation) == 6 and len(data.sft) == 34
+    assert not {e["source"] for e in data.validation} & {e["source"] for e in data.sft}
+
+
+def test_auto_plans_methods_from_what_the_data_holds():
+    settings = load_settings(min_sft_examples=2, min_dpo_pairs=2, min_kto_examples=2)
+    corrected = run([label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ", "MG"))])
+    assert [m for m, _ in methods.plan("auto", corrected, settings)] == ["sft", "dpo"]
+    rated = run([label(n, f"Quantos clientes em {uf}?", rating=1 if n % 2 else -1, served=GOOD if n % 2 else BAD)
+                 for n, uf in enumerate(("SP", "RJ", "MG", "BA"))])
+    steps = methods.plan("auto", rated, settings)
+    assert [m for m, _ in steps] == ["kto"] and "too few pairs" in steps[0][1]
+    traffic = run([], [(f"{n}-0", make_record(id=f"r{n}", input={"question": f"q{n}"})) for n in range(3)])
+    assert [m for m, _ in methods.plan("auto", traffic, settings)] == ["grpo"]
+    assert methods.plan("auto", run([]), settings) == []
+    assert [m for m, _ in methods.plan("sft", corrected, settings)] == ["sft"] and methods.plan("kto", corrected, settings) == []

@@ -64,9 +64,9 @@ def test_routing_table_sends_the_canary_its_share_and_the_rest_to_active():
     table.routes = {"sql": {"active": "sql-v2", "canary": "sql-v3", "canary_share": 0.25}}
     random.seed(1)
     picks = [table.adapter_for("sql") for _ in range(4000)]
-    assert set(picks) == {"sql-v2", "sql-v3"}
-    assert 0.22 < picks.count("sql-v3") / len(picks) < 0.28
-    assert table.adapter_for("push") is None  # no route yet: the base model
+    assert set(picks) == {("sql-v2", "active"), ("sql-v3", "canary")}
+    assert 0.22 < picks.count(("sql-v3", "canary")) / len(picks) < 0.28
+    assert table.adapter_for("push") == (None, "base")  # no route yet: the base model
 
 
 def test_every_task_has_one_spec_engine_and_prompt():

@@ -1,0 +1,58 @@
+"""What a reference (or a user's correction) must be before anything stores it: the task's output
+shape, exactly. A correction becomes training data (a supervised target, a chosen answer), so one
+that is not a valid answer would teach the model to be wrong.
+
+`check_reference(task, value)` returns the reference in its stored form or raises
+`InvalidReference` with a message that names the problem.
+"""
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+from common.tasks import OUTPUT_MODELS
+from rewards.extraction import as_score
+from rewards.sql_sandbox import check_readonly
+
+MAX_INSIGHTS_ANSWER_CHARS = 8_000
+
+
+class InvalidReference(ValueError):
+    """The reference is not a valid answer of its task; the message says why."""
+
+
+def _problems(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()[:5])
+
+
+def check_reference(task: str, value):
+    if task in OUTPUT_MODELS:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise InvalidReference(f"a {task} reference is a JSON object, not text") from None
+        if not isinstance(value, dict):
+            raise InvalidReference(f"a {task} reference is a JSON object")
+        if task == "extraction" and isinstance(value.get("sentiment_score"), str):  # "4,5" is understood
+            value = {**value, "sentiment_score": as_score(value["sentiment_score"])}
+        try:
+            return OUTPUT_MODELS[task].model_validate(value, strict=False).model_dump()
+        except ValidationError as error:
+            raise InvalidReference(f"not a valid {task} answer: {_problems(error)}") from None
+    if task == "sql":
+        sql = value.get("sql") if isinstance(value, dict) and set(value) == {"sql"} else value
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidReference('a sql reference is one SELECT, as text or {"sql": "..."}')
+        checked = check_readonly(sql.strip().rstrip(";"))
+        if not checked.ok:
+            raise InvalidReference(f"not a read-only SELECT: {checked.reason}")
+        return {"sql": sql.strip().rstrip(";").strip()}
+    if task == "insights":
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidReference("an insights reference is the answer's text")
+        if len(value) > MAX_INSIGHTS_ANSWER_CHARS:
+            raise InvalidReference(f"an insights answer is at most {MAX_INSIGHTS_ANSWER_CHARS} characters")
+        return value
+    raise InvalidReference(f"unknown task {task!r}")

@@ -1,0 +1,94 @@
+"""What a question asks of its SQL, for the reference-free SQL reward: the tables its words point
+at and the values it names (a state, a year, a month, a status, a payment type, a category, a
+number). An answer earns reference-free credit only for those, so a query that runs cleanly but
+ignores the question (`SELECT COUNT(*) FROM olist_orders_dataset` for any question) earns little,
+and one whose result is a constant earns nothing.
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from sqlglot import exp
+
+from common.commerce import ORDER_STATUSES, UF_CODES, VIEW
+from rewards.text import fold
+
+ORDERS, CUSTOMERS, SELLERS = "olist_orders_dataset", "olist_customers_dataset", "olist_sellers_dataset"
+PRODUCTS, ITEMS, PAYMENTS = "olist_products_dataset", "olist_order_items_dataset", "olist_order_payments_dataset"
+REVIEWS, TRANSLATION = "olist_order_reviews_dataset", "product_category_name_translation"
+# folded word stems -> the tables that can answer for them (any one of them will do)
+TABLE_WORDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("pedido", "compra", "cancelad", "cancelament", "entreg", "atras", "status"), (ORDERS,)),
+    **dict.fromkeys(("cliente", "customer"), (CUSTOMERS,)),
+    **dict.fromkeys(("vendedor", "seller"), (SELLERS, ITEMS)),
+    **dict.fromkeys(("produto", "product", "categoria", "peso"), (PRODUCTS, ITEMS)),
+    **dict.fromkeys(("item", "itens", "preco", "frete", "vendid", "vendeu", "venderam"), (ITEMS,)),
+    **dict.fromkeys(("fatur", "receita", "ticket"), (ITEMS, PAYMENTS)),
+    **dict.fromkeys(("pagament", "pago", "pagou", "parcel", "boleto", "cartao", "voucher"), (PAYMENTS,)),
+    **dict.fromkeys(("avaliac", "nota", "review", "comentario"), (REVIEWS,)),
+    "ingles": (TRANSLATION,),
+}
+PAYMENT_WORDS = {"cartao de credito": "credit_card", "cartao de debito": "debit_card", "boleto": "boleto", "voucher": "voucher"}
+STATUS_WORDS = {"cancelad": "canceled"}
+NUMBER_WORDS = {"dois": "2", "duas": "2", "tres": "3", "cinco": "5", "dez": "10"}
+YEAR = re.compile(r"\b(201[0-9]|202[0-9])\b")
+MONTH_YEAR = re.compile(r"\b(\d{1,2})/(\d{4})\b")
+MONTH_OF_YEAR = re.compile(r"\bmes (\d{1,2}) de (\d{4})\b")
+NUMBER = re.compile(r"(?<![\w/])(\d+(?:[.,]\d+)?)(?![\w/])")
+IDENTIFIER = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+
+
+class Cues(NamedTuple):
+    tables: tuple[frozenset[str], ...]  # for each table word: the tables that answer for it
+    values: tuple[str, ...]  # folded texts the SQL must contain
+
+
+def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
+    folded = fold(question)
+    tables = tuple(dict.fromkeys(frozenset(t) for stem, t in TABLE_WORDS.items() if stem in folded))
+    values: list[str] = [uf.lower() for uf in re.findall(r"\b[A-Z]{2}\b", question) if uf in UF_CODES]
+    for month, year in MONTH_YEAR.findall(folded) + MONTH_OF_YEAR.findall(folded):
+        values.append(f"{year}-{int(month):02d}")
+    values += [y for y in YEAR.findall(folded) if not any(v.startswith(y + "-") for v in values)]
+    values += [status for status in ORDER_STATUSES if re.search(rf"\b{status}\b", folded)]
+    values += [status for stem, status in STATUS_WORDS.items() if stem in folded and status not in values]
+    values += [ptype for words, ptype in PAYMENT_WORDS.items() if words in folded]
+    values += [name for name in IDENTIFIER.findall(folded) if name not in schema_names]  # a category, a campaign
+    numbers = [n.replace(",", ".") for n in NUMBER.findall(MONTH_YEAR.sub(" ", MONTH_OF_YEAR.sub(" ", folded)))]
+    values += [n for n in numbers if n not in {y for y in YEAR.findall(folded)}]
+    values += [digit for word, digit in NUMBER_WORDS.items() if re.search(rf"\b{word}\b", folded)]
+    return Cues(tables, tuple(dict.fromkeys(values)))
+
+
+def _constant(tree: exp.Expression) -> bool:
+    """A SELECT whose every output is a literal: its result does not depend on the data."""
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None:
+        return True
+    return all(not list(e.find_all(exp.Column, exp.AggFunc, exp.Star)) for e in select.expressions)
+
+
+def question_match(question: str, tree: exp.Expression, tables_used: set[str], schema_names: frozenset[str]
+                   ) -> tuple[float, str]:
+    """The share of what the question asks that the SQL addresses: a table its words point at
+    (words are loose, so any one will do; the `orders_enriched` view answers for all), and each
+    value it names (values are exact: a state, a year, a number)."""
+    if not tables_used or _constant(tree):
+        return 0.0, "the result is a constant: no table is read, or only literals are selected"
+    cues = question_cues(question, schema_names)
+    sql_text = fold(tree.sql(dialect="sqlite"))
+    parts, said = [], []
+    if cues.tables:
+        named = frozenset().union(*cues.tables)
+        hit = bool(named & tables_used) or VIEW in tables_used
+        parts.append(1.0 if hit else 0.0)
+        said.append("reads a table the question names" if hit else f"reads none of {sorted(named)}")
+    if cues.values:
+        found = [v for v in cues.values if re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", sql_text)]
+        parts.append(len(found) / len(cues.values))
+        missing = [v for v in cues.values if v not in found]
+        said.append(f"{len(found)}/{len(cues.values)} values of the question" + (f" (missing {missing[:4]})" if missing else ""))
+    if not parts:
+        return 0.5, "the question names no table or value to check against"
+    return sum(parts) / len(parts), "; ".join(said)

@@ -1,0 +1,133 @@
+"""The promotion decisions as pure functions: the gate's paired interval (a candidate that is the
+incumbent's own weights is never promoted; a clearly better one is; one with a significantly
+worse field is not), the canary's verdict on live records, the stop conditions, KTO's class
+weights."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from common.records import Feedback, Reward
+from common.settings import load_settings
+from rewards import Score
+from tests.unit.test_shapes_and_routing import make_record
+from trainer import canary
+from trainer.diagnostics import stop_conditions
+from trainer.gate import EvalRow, decide, mean_interval, row_seed, sample_rows
+from trainer.kto import class_weights
+
+SETTINGS = load_settings(gate_min_rows=16, promote_margin=0.0, component_tolerance=0.01)
+
+
+def rows(n: int) -> list[EvalRow]:
+    return [EvalRow(f"row-{i}", ("team", "bootstrap")[i % 2], {"review": f"r{i}"}, {}) for i in range(n)]
+
+
+def scored(total: float, **fields) -> Score:
+    return Score(total, {"content": total, "format": 1.0}, True, True, fields=fields)
+
+
+def answers(rng: random.Random, n: int, shift: float = 0.0) -> list[Score]:
+    return [scored(min(1.0, max(0.0, rng.uniform(0.3, 0.9) + shift)), sentiment=1.0) for _ in range(n)]
+
+
+@pytest.mark.parametrize("repetition", range(20))
+def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(repetition):
+    """Same weights, same rows, same seeds: every row answers alike, whatever the seed."""
+    rng = random.Random(repetition)
+    incumbent = answers(rng, 60)
+    decision = decide(list(incumbent), incumbent, rows(60), SETTINGS, seed=repetition)
+    assert not decision.promote and decision.interval == (0.0, 0.0)
+
+
+def test_noise_alone_is_not_promoted_where_a_mean_rule_would():
+    """Two draws of the same distribution: the old rule (mean gain > 0.01) promotes about half of
+    them; the interval promotes (almost) none."""
+    old_rule = new_rule = 0
+    for repetition in range(40):
+        rng = random.Random(1000 + repetition)
+        incumbent, candidate = answers(rng, 48), answers(rng, 48)
+        old_rule += sum(c.total for c in candidate) / 48 - sum(i.total for i in incumbent) / 48 > 0.01
+        new_rule += decide(candidate, incumbent, rows(48), SETTINGS, seed=repetition).promote
+    assert old_rule >= 10 and new_rule <= 2
+
+
+def test_a_clearly_better_candidate_is_promoted_with_its_interval_and_sources():
+    rng = random.Random(7)
+    incumbent = answers(rng, 60)
+    candidate = [scored(min(1.0, i.total + 0.1), sentiment=1.0) for i in incumbent]
+    decision = decide(candidate, incumbent, rows(60), SETTINGS)
+    assert decision.promote and decision.interval[0] > 0 and decision.rows == {"team": 30, "file": 0, "bootstrap": 30}
+    assert decision.as_dict()["n"] == 60 and "interval" in decision.reason
+
+
+def test_a_significantly_worse_field_blocks_a_better_total():
+    rng = random.Random(8)
+    incumbent = answers(rng, 60)
+    candidate = [Score(min(1.0, i.total + 0.1), i.components, True, True, fields={"sentiment": 0.0}) for i in incumbent]
+    decision = decide(candidate, incumbent, rows(60), SETTINGS)
+    assert not decision.promote and "field:sentiment" in decision.reason
+    assert decision.components["field:sentiment"]["worse"] and not decision.components["content"]["worse"]
+
+
+def test_too_few_rows_decide_nothing():
+    incumbent = answers(random.Random(9), 8)
+    decision = decide([scored(1.0)] * 8, incumbent, rows(8), SETTINGS)
+    assert not decision.promote and "fewer than the 16" in decision.reason
+
+
+def test_rows_rotate_between_rounds_and_seeds_are_shared_by_the_versions_compared():
+    many = rows(500)
+    first, second = sample_rows(many, 100, seed=1), sample_rows(many, 100, seed=2)
+    assert len(first) == len(second) == 100 and first != second and first[:10] != many[:10]
+    assert sample_rows(rows(50), 100, seed=1) == rows(50)
+    assert row_seed(1, "row-1") == row_seed(1, "row-1") != row_seed(2, "row-1")
+    mean, low, high = mean_interval([0.1] * 30)
+    assert mean == pytest.approx(0.1) and low == pytest.approx(0.1) and high == pytest.approx(0.1)
+
+
+def live(arm: str, adapter: str | None, total: float, rating: int | None = None):
+    record = make_record(arm=arm, adapter=adapter, reward=Reward(total, {}, False))
+    record.feedback = Feedback(rating, 0.0) if rating is not None else None
+    return record
+
+
+def test_a_worse_canary_is_rolled_back_and_a_good_one_promoted():
+    rng = random.Random(3)
+    active = [live("active", "sql-v1", rng.uniform(0.5, 0.9)) for _ in range(60)]
+    worse = active + [live("canary", "sql-v2", rng.uniform(0.1, 0.4)) for _ in range(40)]
+    verdict = canary.judge(worse, "sql-v2", started=0.0, min_requests=30, max_minutes=60, now=60.0)
+    assert verdict.action == "rollback" and verdict.figures["reward_difference"] < -0.3
+    good = active + [live("canary", "sql-v2", rng.uniform(0.55, 0.95)) for _ in range(40)]
+    assert canary.judge(good, "sql-v2", 0.0, 30, 60, now=60.0).action == "promote"
+    early = active + [live("canary", "sql-v2", 0.9) for _ in range(10)]
+    assert canary.judge(early, "sql-v2", 0.0, 30, 60, now=60.0).action == "wait"
+    assert canary.judge(early, "sql-v2", 0.0, 30, 60, now=3601.0).action == "rollback"  # out of time, too little traffic
+
+
+def test_a_canary_rated_worse_is_rolled_back_even_at_equal_reward():
+    rated = [live("active", "sql-v1", 0.7, 1) for _ in range(40)] + [live("canary", "sql-v2", 0.7, -1) for _ in range(40)]
+    verdict = canary.judge(rated, "sql-v2", 0.0, 30, 60, now=60.0)
+    assert verdict.action == "rollback" and "ratings" in verdict.reason
+
+
+def test_stop_conditions_flag_what_they_say():
+    grpo = [{"grad_norm": 0.5, "entropy": 1.0, "completions/clipped_ratio": 0.5},
+            {"grad_norm": 3.0, "entropy": 0.3, "completions/clipped_ratio": 0.4},
+            {"generation_batch": 0, "reward_total": 0.4, "zero_variance_share": 0.75},
+            {"generation_batch": 1, "reward_total": 0.4, "zero_variance_share": 0.5}]
+    flags = stop_conditions({"grpo": grpo, "sft": [{"grad_norm": 0.2}]})
+    assert all(flag["flagged"] for flag in flags.values()) and set(flags) == {
+        "length_ceiling", "zero_variance_groups", "grad_norm_spikes", "flat_reward", "entropy_collapse"}
+    calm = stop_conditions({"sft": [{"grad_norm": 0.2}, {"grad_norm": 0.3}]})
+    assert calm == {"grad_norm_spikes": {"flagged": False, "value": 0.3, "spikes": 0}}
+
+
+@pytest.mark.parametrize("good,bad", [(10, 40), (40, 10), (20, 20), (0, 5)])
+def test_kto_class_weights_keep_the_weighted_ratio_within_one_and_four_thirds(good, bad):
+    desirable, undesirable = class_weights(good, bad)
+    if good and bad:
+        assert 1.0 <= desirable * good / (undesirable * bad) <= 4 / 3 + 1e-9
+    else:
+        assert (desirable, undesirable) == (1.0, 1.0)

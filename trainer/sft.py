@@ -1,0 +1,73 @@
+"""SFT with TRL's `SFTTrainer` on the round's supervised examples (corrections and references):
+epochs over them within the task's time budget, the loss on the answer tokens only, evaluated on
+the validation slice after every epoch; training stops when the validation loss stops falling
+and the LoRA keeps its best epoch's weights.
+
+The examples are tokenized here as vLLM sees them: the rendered prompt alone, then the answer
+and the end-of-turn token, so no token merges across the boundary.
+"""
+from __future__ import annotations
+
+from datasets import Dataset
+from transformers.trainer_callback import TrainerCallback
+
+from common.settings import Settings
+from trainer import methods
+
+PATIENCE = 1  # epochs without a better validation loss before stopping
+
+
+def tokenized(tokenizer, examples: list[dict]) -> Dataset:
+    rows = []
+    for example in examples:
+        prompt = tokenizer(example["prompt"], add_special_tokens=False)["input_ids"]
+        answer = tokenizer(example["completion"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        rows.append({"input_ids": prompt + answer, "completion_mask": [0] * len(prompt) + [1] * len(answer)})
+    return Dataset.from_list(rows)
+
+
+class KeepBest(TrainerCallback):
+    """Early stopping on the validation loss, keeping the best epoch's trainable weights in memory
+    (a LoRA is small), restored once training ends."""
+
+    def __init__(self, model):
+        self.model, self.best_loss, self.best_state, self.bad_epochs, self.stopped = model, float("inf"), None, 0, False
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        loss = (metrics or {}).get("eval_loss")
+        if loss is None:
+            return
+        if loss < self.best_loss:
+            self.best_loss, self.bad_epochs = loss, 0
+            self.best_state = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        else:
+            self.bad_epochs += 1
+            if self.bad_epochs >= PATIENCE:
+                self.stopped = control.should_training_stop = True
+
+    def restore(self) -> None:
+        if self.best_state is not None:
+            params = dict(self.model.named_parameters())
+            for name, value in self.best_state.items():
+                params[name].data.copy_(value)
+
+
+def train(settings: Settings, model, tokenizer, examples: list[dict], validation: list[dict], budget_s: float, why: str,
+          progress=None) -> methods.Outcome:
+    from trl import SFTConfig, SFTTrainer
+
+    batch = settings.sft_batch_size
+    config = SFTConfig(**methods.trainer_args(settings, settings.sft_max_epochs, batch, len(examples)),
+                       completion_only_loss=True, max_length=settings.train_max_length,
+                       eval_strategy="epoch" if validation else "no", per_device_eval_batch_size=batch)
+    budget, metrics, best = methods.TimeBudget(budget_s), methods.StepMetrics(), KeepBest(model)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=tokenized(tokenizer, examples),
+                         eval_dataset=tokenized(tokenizer, validation) if validation else None, processing_class=tokenizer,
+                         callbacks=[budget, metrics, best, methods.Progress("sft", progress)])
+    outcome = methods.run(trainer, methods.Outcome("sft", why, len(examples)), budget, metrics)
+    if best.stopped:
+        outcome.stopped_by = "early stopping"
+    best.restore()
+    if best.best_state is not None:
+        outcome.steps_log.append({"best_eval_loss": round(best.best_loss, 5)})
+    return outcome
