@@ -1,4 +1,5 @@
-"""The `tucano` console script (PRODUCT §6): serve, train, eval, adapters, bootstrap, bench.
+"""The `tucano` console script (PRODUCT §6): serve, train, eval, eval-set, rounds, adapters,
+bootstrap, bench, settings.
 
 Settings come from TUCANO_* variables (see the README); a bad one stops the command with a
 message naming it and exit code 2, as do unknown subcommands and options.
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Annotated
 
@@ -19,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common.settings import ConfigError, Settings, load_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="tucano-commerce: PT-BR e-commerce analysis on vLLM that keeps improving its own adapters.")
-adapters_app = typer.Typer(no_args_is_help=True, help="List, promote and roll back adapter versions.")
+adapters_app = typer.Typer(no_args_is_help=True, help="List, promote, roll back and canary adapter versions.")
 bench_app = typer.Typer(no_args_is_help=True, help="Performance benchmarks (results under <data dir>/bench).")
 app.add_typer(adapters_app, name="adapters")
 app.add_typer(bench_app, name="bench")
@@ -106,10 +107,10 @@ def _store_url(settings: Settings):
 
 
 def _task_option(task: str | None) -> tuple[str, ...] | None:
-    from trainer.round import TRAINED_TASKS
+    from common.tasks import TASKS
 
-    if task is not None and task not in TRAINED_TASKS:
-        raise _fail(f"--task must be one of {', '.join(TRAINED_TASKS)} (insights runs on the Think model, without adapters)", 2)
+    if task is not None and task not in TASKS:
+        raise _fail(f"--task must be one of {', '.join(TASKS)}", 2)
     return (task,) if task else None
 
 
@@ -150,86 +151,143 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
         scheduler.add_job(one_round, "interval", minutes=settings.train_interval_minutes, max_instances=1,
                           coalesce=True, next_run_time=datetime.now())
         console.print(f"a round every {settings.train_interval_minutes} min; Ctrl-C stops")
-        with suppress(KeyboardInterrupt, SystemExit):
+        try:
             scheduler.start()
+        except (KeyboardInterrupt, SystemExit):
+            pass
 
 
 @app.command("eval")
 def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] = None,
              version: Annotated[list[str] | None, typer.Option(help="Also score these versions (repeatable).")] = None,
              json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False) -> None:
-    """Score the base model, the active version and any given versions on the held-out eval split."""
+    """Score the base model, the active version and any given versions on every eval row (the
+    team's, loaded files', the bootstrap's), with each version's mean and 95% interval."""
     import asyncio
 
     from common.store import Store
-    from deploy.hotswap import load_everywhere
+    from common.tasks import TASK_ENGINE, TASKS
+    from deploy.hotswap import HotSwap
     from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
-    from trainer.gate import evaluate as score_versions
-    from trainer.gate import table
-    from trainer.round import TRAINED_TASKS
+    from trainer import gate
+    from trainer.candidate import model_path
 
     settings = _settings()
-    tasks = _task_option(task) or TRAINED_TASKS
+    tasks = _task_option(task) or TASKS
     with _store_url(settings) as url:
         store = Store(url)
-        urls = settings.base_engine_urls or store.engine_urls("base")
-        if not urls:
-            raise _fail("no base engine is registered: start `tucano serve` (or set TUCANO_BASE_ENGINE_URLS)")
-        _, routes = store.routes()
-        extra = {}
+        fleet = HotSwap.for_settings(store, settings)
+        extra: dict[str, list] = {}
         for name in version or []:
             meta = store.adapter(name)
             if meta is None:
                 raise _fail(f"unknown adapter version {name!r}", 2)
             extra.setdefault(meta.task, []).append(meta)
+        routes = store.routes()[1]
 
         async def run() -> dict:
             out = {}
             for t in tasks:
-                versions = [None] + ([routes[t]["active"]] if routes.get(t, {}).get("active") else [])
+                kind = TASK_ENGINE[t]
+                if not fleet.urls(kind):
+                    raise EngineUnavailable(f"no {kind} engine is registered: start `tucano serve` (or set its URLs)")
+                versions = [None, routes.get(t, {}).get("active")] + [m.version for m in extra.get(t, [])]
                 for meta in extra.get(t, []):
-                    await load_everywhere(urls, meta.version, meta.path)
-                    versions.append(meta.version)
-                pool = EnginePool("base", urls, ChatTemplate.load(settings.base_model_path))
+                    await fleet.load(meta.version, meta.path, kind)
+                rows = gate.eval_rows(settings, store, t)
+                pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, t)))
                 try:
-                    out[t] = await score_versions(pool, settings, t, list(dict.fromkeys(versions)))
+                    scores = {v or "base": await gate.answer(pool, settings, t, v, rows, settings.seed) for v in dict.fromkeys(versions)}
                 finally:
                     await pool.close()
+                out[t] = {"rows": {s: sum(1 for r in rows if r.source == s) for s in gate.SOURCES},
+                          "versions": {v: dict(zip(("mean", "low", "high"), (round(x, 4) for x in gate.mean_interval([s.total for s in sc]))))
+                                       for v, sc in scores.items()}}
             return out
         try:
             results = asyncio.run(run())
         except EngineUnavailable as error:
             raise _fail(str(error)) from None
     if json_out:
-        print(json.dumps({t: [s.as_dict() for s in scores] for t, scores in results.items()}, indent=2))
+        print(json.dumps(results, indent=2))
         return
-    for t, scores in results.items():
-        console.print(table(t, scores), highlight=False)
+    for t, result in results.items():
+        rows = ", ".join(f"{n} {source}" for source, n in result["rows"].items() if n)
+        console.print(f"{t}: {sum(result['rows'].values())} eval rows ({rows or 'none'})", highlight=False)
+        for v, figures in result["versions"].items():
+            console.print(f"  {v:<16} {figures['mean']:.4f}  95% interval [{figures['low']:.4f}, {figures['high']:.4f}]", highlight=False)
 
 
-@adapters_app.command("list")
-def adapters_list() -> None:
-    """List adapter versions and the active route of each task."""
-    from rich.table import Table
+eval_set_app = typer.Typer(no_args_is_help=True, help="The team's own eval rows.")
+app.add_typer(eval_set_app, name="eval-set")
 
+
+@eval_set_app.command("add")
+def eval_set_add(file: Annotated[str, typer.Argument(help="JSONL rows: {\"task\", \"input\", \"reference\"} as in the datasets.")]) -> None:
+    """Add a file of eval rows; every row is checked first, and one bad row adds nothing."""
+    from common.store import Store
+    from deploy.eval_set import EvalFileError, read_eval_file
+
+    settings = _settings()
+    try:
+        rows = read_eval_file(file)
+    except EvalFileError as error:
+        raise _fail(f"{file}: nothing added: {error}", 2) from None
+    with _store_url(settings) as url:
+        store = Store(url)
+        added = {task: store.add_eval_rows(task, by_hash) for task, by_hash in rows.items()}
+    for task, by_hash in rows.items():
+        console.print(f"{task}: {added[task]} new eval rows ({len(by_hash) - added[task]} already there)")
+
+
+rounds_app = typer.Typer(no_args_is_help=False, invoke_without_command=True, help="The history of training rounds.")
+app.add_typer(rounds_app, name="rounds")
+
+
+@rounds_app.callback()
+def rounds_list(ctx: typer.Context, limit: Annotated[int, typer.Option(min=1, max=500, help="How many rounds.")] = 20) -> None:
+    """List past rounds: per task the methods, examples, gate decision with its interval, canary outcome."""
+    if ctx.invoked_subcommand:
+        return
+    from common.store import Store
+    from deploy.history import rounds_table
+
+    settings = _settings()
+    with _store_url(settings) as url:
+        console.print(rounds_table(Store(url).rounds(limit)), highlight=False)
+
+
+@rounds_app.command("show")
+def rounds_show(round_id: str) -> None:
+    """One round in full (JSON)."""
     from common.store import Store
 
     settings = _settings()
     with _store_url(settings) as url:
+        found = Store(url).round(round_id)
+    if found is None:
+        raise _fail(f"no round {round_id!r}", 2)
+    print(json.dumps(found, indent=2, ensure_ascii=False))
+
+
+@adapters_app.command("list")
+def adapters_list() -> None:
+    """List adapter versions (with their gate decision and dates) and each task's route."""
+    from common.store import Store
+    from deploy.history import adapters_table
+
+    settings = _settings()
+    with _store_url(settings) as url:
         store = Store(url)
-        _, routes = store.routes()
-        table = Table("version", "task", "status", "method", "eval total", "created")
-        for meta in store.adapters():
-            table.add_row(meta.version, meta.task, meta.status, meta.method or "-",
-                          str(meta.gate.get("total", "-")), str(meta.created))
-        console.print(table)
-        for task, route in sorted(routes.items()):
-            console.print(f"route {task}: active={route.get('active')} previous={route.get('previous')}")
+        console.print(adapters_table(store.adapters()))
+        for task, route in sorted(store.routes()[1].items()):
+            canary = f" canary={route['canary']} ({route['canary_share']:.0%})" if route.get("canary") else ""
+            console.print(f"route {task}: active={route.get('active')} previous={route.get('previous')}{canary}")
 
 
 @adapters_app.command("promote")
 def adapters_promote(version: str) -> None:
-    """Load a version into every base engine, verify it answers, flip its task's route, drain, unload the old one."""
+    """Load a version into every engine of its model, verify it answers, flip its task's route, drain, unload the old one."""
     _hotswap("promote", version)
 
 
@@ -240,7 +298,33 @@ def adapters_rollback(task: str) -> None:
     _hotswap("rollback", task)
 
 
-def _hotswap(action: str, target: str) -> None:
+canary_app = typer.Typer(no_args_is_help=True, help="Start, promote or abort a canary.")
+adapters_app.add_typer(canary_app, name="canary")
+
+
+@canary_app.command("start")
+def canary_start(version: str, share: Annotated[float, typer.Option(help="Share of the task's traffic, in (0, 1).")] = 0.2) -> None:
+    """Serve a candidate version to a share of its task's traffic."""
+    if not 0 < share < 1:
+        raise _fail(f"--share must be between 0 and 1 (exclusive), not {share}", 2)
+    _hotswap("canary", version, share=share)
+
+
+@canary_app.command("promote")
+def canary_promote(task: str) -> None:
+    """Promote the task's running canary."""
+    _task_option(task)
+    _hotswap("canary-promote", task)
+
+
+@canary_app.command("abort")
+def canary_abort(task: str) -> None:
+    """Roll the task's canary back: all traffic to the active version."""
+    _task_option(task)
+    _hotswap("canary-abort", task)
+
+
+def _hotswap(action: str, target: str, **options) -> None:
     import asyncio
 
     from common.store import Store
@@ -253,12 +337,12 @@ def _hotswap(action: str, target: str) -> None:
         if not hotswap.urls("base"):
             console.print("[yellow]no base engine is registered: the route flips now and engines load it when they start[/yellow]")
         try:
-            result = asyncio.run(hotswap.act(action, target))
+            result = asyncio.run(hotswap.act(action, target, **options))
         except LookupError as error:
             raise _fail(str(error).strip("'\""), 2) from None
-        except (PromotionRefused, AdapterLoadError) as error:
-            raise _fail(f"{action} refused, nothing flipped: {error}") from None
-    console.print(f"{result['task']}: active={result['active']} previous={result['previous']}")
+        except (PromotionRefused, AdapterLoadError, ValueError) as error:
+            raise _fail(f"{action} refused, nothing changed: {error}") from None
+    console.print(json.dumps(result, ensure_ascii=False), highlight=False)
 
 
 def _built_settings() -> Settings:
@@ -275,7 +359,7 @@ def _report(settings: Settings, name: str, results: dict, table: str) -> None:
     from deploy.bench.results import write
 
     json_path, _ = write(settings.bench_dir, name, results, table)
-    console.print(table, highlight=False)
+    console.print(table, highlight=False, markup=False)
     console.print(f"written to {json_path}")
 
 
@@ -322,6 +406,35 @@ def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A 
     parameters = manifest.get("steps", {}).get("base_model", {}).get("parameters")
     results = bench.results(summary, parameters)
     _report(settings, "train", results, bench.table(results))
+
+
+@bench_app.command("learn")
+def bench_learn(
+    rounds: Annotated[int, typer.Option(min=1, max=20, help="Training rounds.")] = 3,
+    requests: Annotated[int, typer.Option(min=8, help="Requests per task per round.")] = 150,
+    correction_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of answers corrected.")] = 0.2,
+    rating_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of answers rated.")] = 0.3,
+    measure_rows: Annotated[int, typer.Option(min=8, help="Held-out rows per task the served reward is measured on.")] = 60,
+    task: Annotated[list[str] | None, typer.Option(help="Only these tasks (repeatable).")] = None,
+    oracle: Annotated[bool, typer.Option(help="Also train the oracle (SFT on every request's reference).")] = True,
+    ablation: Annotated[list[str] | None, typer.Option(help="Tasks of the GRPO sum-vs-gdpo ablation (repeatable).")] = None,
+    canary: Annotated[str | None, typer.Option(help="Task whose oracle runs a canary on live traffic.")] = "extraction",
+    name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "learn",
+) -> None:
+    """Play a team (traffic, corrections, ratings) for R rounds against the real stack; served reward per round on held-out rows."""
+    from common.tasks import TASKS
+    from deploy.bench import learn as bench
+
+    settings = _built_settings()
+    tasks = tuple(task or TASKS)
+    unknown = [t for t in tasks + tuple(ablation or ()) if t not in TASKS]
+    if unknown or correction_rate + rating_rate > 1:
+        raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
+    results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
+                        tuple(ablation or ("push",)), canary, say=lambda text: console.print(text, highlight=False))
+    settings.bench_dir.mkdir(parents=True, exist_ok=True)
+    bench.plot(results, settings.bench_dir / f"{name}.png")
+    _report(settings, name, results, bench.table(results) + f"\n\n![learning curves]({name}.png)")
 
 
 @app.command()

@@ -195,6 +195,18 @@ class AdapterInfo(BaseModel):
     status: str
 
 
+class CanaryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(min_length=1, max_length=64, description="A candidate version of the task, like sql-v4.")
+    share: float = Field(gt=0.0, lt=1.0, description="Share of the task's traffic the canary serves, in (0, 1).")
+
+
+class RoundList(BaseModel):
+    rounds: list[dict[str, Any]] = Field(description="Round summaries, newest first: per task the methods and why, what it "
+                                         "trained on, per-step metrics, stop conditions, the gate's decision with its "
+                                         "interval, shadow replay and canary.")
+
+
 class AdapterList(BaseModel):
     adapters: list[AdapterInfo]
     routes: dict[str, dict[str, Any]]

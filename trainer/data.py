@@ -105,7 +105,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
                              "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
                              "context": json.dumps(context, ensure_ascii=False)})
     _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit)
-    _split_validation(data, seed)
+    split_validation(data, seed)
     return data
 
 
@@ -130,7 +130,7 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
     data.entry_ids.reverse()
 
 
-def _split_validation(data: TaskData, seed: int) -> None:
+def split_validation(data: TaskData, seed: int) -> None:
     if len(data.sft) < 2 * MIN_VALIDATION:
         return
     shuffled = sorted(data.sft, key=lambda e: e["source"])

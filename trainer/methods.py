@@ -15,13 +15,24 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 
+import datasets
+import transformers
 from transformers.trainer_callback import TrainerCallback
 
 from common.settings import Settings
 from trainer.data import TaskData
 from trainer.policy import on_gpu
+
+# A round keeps its own per-step record; the libraries' progress bars and version notices (TRL
+# names the vLLM versions it was tested with; it does not use vLLM here) only bury it.
+datasets.disable_progress_bars()
+transformers.utils.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+warnings.filterwarnings("ignore", message=".*TRL currently supports vLLM.*")
+warnings.filterwarnings("ignore", message=".*is_vllm_available.*")
 
 METHODS = ("sft", "dpo", "kto", "grpo")
 # log keys of TRL's trainers kept per step with the round

@@ -28,8 +28,6 @@ import asyncio
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -44,22 +42,12 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import Store
+from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 TASK = "extraction"
 TARGET = {"added_p50_ms": 3.0, "throughput_ratio": 0.95}
 RESAMPLES = 2000
-
-
-def _serve_gateway(data_dir: str, redis_url: str, base_url: str, port: str, workers: str, metrics_dir: str,
-                   access_log: str) -> None:
-    """The gateway's process (its own interpreter, as `tucano serve` runs it, so uvicorn can
-    start workers from it, with serve's log level and access-log setting); the rest of its
-    settings come from the environment it inherits. Only the base engine is measured."""
-    from deploy.serve import run_gateway
-
-    os.environ["TUCANO_DATA_DIR"] = data_dir
-    run_gateway(redis_url, [base_url], base_url, "127.0.0.1", int(port), int(workers), Path(metrics_dir), access_log == "on")
 
 
 def _serve_proxy(engine_url: str, port: str) -> None:
@@ -338,32 +326,6 @@ async def _compare(base_url: str, proxy_url: str, gateway_url: str, base_model: 
         return rows
 
 
-def _start(stack: ExitStack, serve: str, log_path: Path, *args: str) -> subprocess.Popen:
-    """One of this module's servers in its own interpreter, its output in `log_path`, stopped
-    when the stack unwinds."""
-    log = stack.enter_context(log_path.open("wb"))
-    process = subprocess.Popen([sys.executable, "-c", f"import sys; from deploy.bench.gateway import {serve}; {serve}(*sys.argv[1:])",
-                                *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    stack.callback(process.wait, 15)
-    stack.callback(process.terminate)
-    return process
-
-
-def _wait_ready(process: subprocess.Popen, name: str, url: str, log_path: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        failure = (f"exited with code {process.returncode}" if process.poll() is not None else
-                   f"did not become ready in {timeout_s:.0f} s" if time.monotonic() > deadline else None)
-        if failure:  # the log lives in the benchmark's scratch directory, which goes when it stops
-            raise RuntimeError(f"the benchmark {name} {failure}; log tail:\n" + log_path.read_text(errors="replace")[-2000:])
-        time.sleep(0.2)
-
-
 def run(settings: Settings, concurrencies: list[int], requests_per_level: int, max_tokens: int,
         shared_cores: bool = False, say=print) -> dict:
     from deploy.vllm_server import VllmServer
@@ -393,12 +355,13 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
             base_url = engine.url
         gateway_port, proxy_port = free_port(), free_port()
         gateway_log, proxy_log = scratch / "gateway.log", scratch / "proxy.log"
-        gateway = _start(stack, "_serve_gateway", gateway_log, str(settings.root), redis_url, base_url, str(gateway_port),
+        gateway = start(stack, "deploy.bench.stack:serve_gateway", gateway_log, str(settings.root), redis_url, base_url, base_url,
+                        str(gateway_port),
                          str(settings.gateway_workers), str(scratch / "gateway-metrics"), "on" if settings.access_log else "off")
-        proxy = _start(stack, "_serve_proxy", proxy_log, base_url, str(proxy_port))
+        proxy = start(stack, "deploy.bench.gateway:_serve_proxy", proxy_log, base_url, str(proxy_port))
         gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
-        _wait_ready(gateway, "gateway", f"{gateway_url}/readyz", gateway_log)
-        _wait_ready(proxy, "proxy", proxy_url, proxy_log)
+        wait_ready(gateway, "gateway", f"{gateway_url}/readyz", gateway_log)
+        wait_ready(proxy, "proxy", proxy_url, proxy_log)
         # the gateway and, with several workers, its worker processes
         gateway_processes = [psutil.Process(gateway.pid), *psutil.Process(gateway.pid).children(recursive=True)]
 

@@ -1,5 +1,7 @@
-"""Adapter versions and routes; promote and rollback need the admin key and are carried out by
-the adapter action deploy/ hands to the gateway."""
+"""Adapter versions and routes. Promote, rollback and the canary (start, promote, abort) need the
+admin key and are carried out by the adapter action deploy/ hands to the gateway: a refused
+change (a canary already running, promoting beside a running canary, a version that is no
+candidate) is a 409 and changes nothing."""
 from __future__ import annotations
 
 import re
@@ -11,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from common.tasks import TASKS
 from server.deps import AdminState, TaskPath, UserState
 from server.errors import ApiError, unavailable
-from server.schemas import AdapterList, ErrorResponse
+from server.schemas import AdapterList, CanaryRequest, ErrorResponse
 
 router = APIRouter(tags=["adapters"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 501, 503)}
@@ -25,11 +27,11 @@ async def list_adapters(state: UserState) -> AdapterList:
     return AdapterList(adapters=[msgspec.structs.asdict(meta) for meta in adapters], routes=routes)
 
 
-async def _act(state, action: str, target: str) -> dict:
+async def _act(state, action: str, target: str, **options) -> dict:
     if state.adapter_action is None:
         raise ApiError(501, "not_implemented", f"{action} is not available in this deployment")
     try:
-        return await state.adapter_action(action, target)
+        return await state.adapter_action(action, target, **options)
     except LookupError as error:
         raise ApiError(404, "unknown_adapter", str(error)) from None
     except ValueError as error:
@@ -40,15 +42,42 @@ async def _act(state, action: str, target: str) -> dict:
 
 @router.post("/v1/adapters/{task}/promote", responses=ERRORS)
 async def promote(task: TaskPath, state: AdminState, version: str) -> dict:
+    _version_of(task, version)
+    return await _act(state, "promote", version)
+
+
+def _known(task: str) -> None:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}")
+
+
+def _version_of(task: str, version: str) -> None:
+    _known(task)
     if not VERSION.match(version) or not version.startswith(task + "-"):
         raise ApiError(422, "invalid_request", f"version {version!r} is not a version of {task} (like {task}-v3)")
-    return await _act(state, "promote", version)
 
 
 @router.post("/v1/adapters/{task}/rollback", responses=ERRORS)
 async def rollback(task: TaskPath, state: AdminState) -> dict:
-    if task not in TASKS:
-        raise ApiError(404, "unknown_task", f"unknown task {task!r}")
+    _known(task)
     return await _act(state, "rollback", task)
+
+
+@router.post("/v1/adapters/{task}/canary", responses=ERRORS)
+async def start_canary(task: TaskPath, body: CanaryRequest, state: AdminState) -> dict:
+    """Serve a candidate version to a share of the task's traffic; it is promoted or rolled back
+    automatically on its live reward, or by hand below."""
+    _version_of(task, body.version)
+    return await _act(state, "canary", body.version, share=body.share)
+
+
+@router.post("/v1/adapters/{task}/canary/promote", responses=ERRORS)
+async def promote_canary(task: TaskPath, state: AdminState) -> dict:
+    _known(task)
+    return await _act(state, "canary-promote", task)
+
+
+@router.post("/v1/adapters/{task}/canary/abort", responses=ERRORS)
+async def abort_canary(task: TaskPath, state: AdminState) -> dict:
+    _known(task)
+    return await _act(state, "canary-abort", task)

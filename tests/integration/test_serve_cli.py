@@ -133,10 +133,10 @@ def test_a_cpu_engine_yields_to_the_gateway_in_the_same_session(tmp_path):
 def test_a_bench_server_that_fails_to_start_says_why(tmp_path):
     from contextlib import ExitStack
 
-    from deploy.bench.gateway import _start, _wait_ready
+    from deploy.bench.stack import start, wait_ready
 
     log = tmp_path / "proxy.log"
     with ExitStack() as stack:
-        proxy = _start(stack, "_serve_proxy", log, "http://127.0.0.1:9", "not-a-port")
+        proxy = start(stack, "deploy.bench.gateway:_serve_proxy", log, "http://127.0.0.1:9", "not-a-port")
         with pytest.raises(RuntimeError, match=r"(?s)proxy exited with code 1; log tail:.*ValueError.*not-a-port"):
-            _wait_ready(proxy, "proxy", "http://127.0.0.1:9", log, timeout_s=60)
+            wait_ready(proxy, "proxy", "http://127.0.0.1:9", log, timeout_s=60)

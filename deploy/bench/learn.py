@@ -1,0 +1,348 @@
+"""`tucano bench learn`: does the served model get better from a team's own traffic?
+
+It plays a team against the real stack (vLLM engines with runtime LoRA, the gateway, an embedded
+Valkey, all throwaway, in a scratch data dir that links the bootstrap's models, DB and datasets):
+per round and task it sends `requests` requests drawn from the task's train split, corrects a
+share of the answers through `/v1/feedback` (the row's reference as the correction) and rates
+another share (+1 when the answer scores at least `LIKED` against the reference, else -1), then
+runs a training round in process, exactly as `tucano train --once` does.
+
+Served reward is measured before the first round and after each on held-out rows: a slice of the
+train split that is never sent as traffic, so no round trains on it and the gate never sees it
+(the gate uses the bootstrap eval split and the team's eval labels). Rows are answered through
+the engines with the version the route serves, the task's serving sampling and a fixed seed per
+row, and scored against their references; gains come with 95% paired intervals.
+
+It also trains an oracle per task (SFT, from the base model, on the references of all the traffic
+the loop saw) and reports the loop's gain as a share of the oracle's; runs a GRPO ablation (the
+same prompts, `sum` against `gdpo` advantages, from the same start); and times a canary driven
+by live traffic to its verdict. The round's own seconds per phase (training, gate, shadow
+replay, flip) come from the round summaries.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from common.datasets import load_split
+from common.processes import free_port
+from common.records import AdapterMeta
+from common.settings import Settings
+from common.store import Store
+from common.tasks import TASK_ENGINE
+from deploy.bench.stack import start, wait_ready
+from deploy.embedded_redis import EmbeddedRedis
+from deploy.hotswap import HotSwap
+from rewards import score
+from router.engine_client import ChatTemplate, EnginePool
+from trainer import gate, grpo
+from trainer.candidate import model_path, train_candidate
+from trainer.data import TaskData, answer_text, split_validation
+from trainer.round import run_round
+
+LIKED = 0.8  # a simulated user likes an answer that scores at least this against the reference
+CONCURRENCY = 8
+LINKED = ("models", "commerce.db", "datasets", "manifest.json")
+
+
+def _scratch(settings: Settings, scratch: Path) -> None:
+    for name in LINKED:
+        if (settings.root / name).exists():
+            (scratch / name).symlink_to(settings.root / name)
+
+
+class Team:
+    """The simulated team: traffic from each task's train split (the held-out slice excepted), a
+    share of the answers corrected with the reference, another share rated."""
+
+    def __init__(self, settings: Settings, gateway_url: str, tasks: tuple[str, ...], measure_rows: int, seed: int):
+        self.settings, self.url, self.rng = settings, gateway_url, random.Random(seed)
+        self.held_out: dict[str, list[dict]] = {}
+        self.pool: dict[str, list[dict]] = {}
+        for task in tasks:
+            rows = load_split(settings.datasets_dir, task, "train")
+            random.Random(seed).shuffle(rows)
+            n = min(measure_rows, len(rows) // 4)
+            self.held_out[task], self.pool[task] = rows[:n], rows[n:]
+        self.sent: dict[str, list[dict]] = {task: [] for task in tasks}
+
+    def answer_of(self, task: str, row: dict) -> object:
+        return row["target"] if task == "insights" else row["reference"]
+
+    async def play(self, task: str, requests: int, correction_rate: float, rating_rate: float) -> dict:
+        rows = [self.pool[task][self.rng.randrange(len(self.pool[task]))] for _ in range(requests)]
+        gate_ = asyncio.Semaphore(CONCURRENCY)
+        async with httpx.AsyncClient(timeout=600) as client:
+            async def ask(row: dict) -> dict:
+                async with gate_:
+                    response = await client.post(f"{self.url}/v1/tasks/{task}", json={"input": row["input"]})
+                response.raise_for_status()
+                return response.json()
+            answers = await asyncio.gather(*(ask(row) for row in rows))
+            order = list(range(len(rows)))
+            self.rng.shuffle(order)
+            corrected = order[:round(correction_rate * len(rows))]
+            rated = order[len(corrected):len(corrected) + round(rating_rate * len(rows))]
+            feedback = []
+            for index in corrected + rated:
+                row, answer = rows[index], answers[index]
+                context = self.settings.reward_context(row["input"])
+                quality = score(task, answer["raw"], row["reference"], context).total
+                body = {"id": answer["id"], "rating": 1 if quality >= LIKED else -1}
+                if index in corrected:
+                    body["correction"] = self.answer_of(task, row)
+                feedback.append(client.post(f"{self.url}/v1/feedback", json=body))
+            for response in await asyncio.gather(*feedback):
+                response.raise_for_status()
+        self.sent[task] += rows
+        return {"requests": len(rows), "corrected": len(corrected), "rated": len(rated),
+                "served_reward": round(statistics.fmean(a["scores"]["total"] for a in answers), 4)}
+
+
+async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict]) -> list[float]:
+    """Each held-out row answered by `version` through the engines, scored with its reference."""
+    kind = TASK_ENGINE[task]
+    eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
+    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, task)))
+    try:
+        return [s.total for s in await gate.answer(pool, settings, task, version, eval_rows, settings.seed)]
+    finally:
+        await pool.close()
+
+
+def interval(values: list[float]) -> dict:
+    mean, low, high = gate.mean_interval(values)
+    return {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)], "n": len(values)}
+
+
+def _oracle_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
+    """SFT on the references of every request the loop's traffic made (all of them labelled)."""
+    render = ChatTemplate.load(model_path(settings, task)).render
+    from router.prompts import build_messages
+
+    data = TaskData(task)
+    seen = set()
+    for row in rows:
+        if row["id"] in seen:
+            continue
+        seen.add(row["id"])
+        answer = row["target"] if task == "insights" else row["reference"]
+        data.sft.append({"prompt": render(build_messages(task, row["input"])), "completion": answer_text(task, answer),
+                         "source": row["id"]})
+    split_validation(data, settings.seed)
+    return data
+
+
+async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, version: str, say) -> dict:
+    """A canary at half the traffic, fed by the team until the watcher's verdict."""
+    from deploy.serve import watch_canaries
+
+    started = time.perf_counter()
+    await fleet.start_canary(version, 0.5)
+    requests = 0
+    while (store.routes()[1].get(task) or {}).get("canary") == version and time.perf_counter() - started < 900:
+        requests += (await team.play(task, 16, 0.0, 0.0))["requests"]
+        await asyncio.to_thread(watch_canaries, settings, store, fleet, say)
+    meta = store.adapter(version)
+    return {"task": task, "version": version, "requests": requests, "seconds": round(time.perf_counter() - started, 1),
+            "outcome": meta.canary.get("outcome", meta.status), "reason": meta.canary.get("reason")}
+
+
+def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, say) -> dict:
+    """GRPO from the task's active version (or the base model) on the same prompts (the loop's
+    traffic, unlabelled), `sum` against `gdpo`, each measured on the held-out rows."""
+    from trainer.policy import load_policy
+
+    render = ChatTemplate.load(model_path(settings, task)).render
+    from router.prompts import build_messages
+
+    prompts = [{"prompt": render(build_messages(task, row["input"])), "task": task, "reference": "", "source": row["id"],
+                "context": json.dumps(settings.reward_context(row["input"]), ensure_ascii=False)}
+               for row in {r["id"]: r for r in team.sent[task]}.values()][: settings.unlabelled_prompts_per_round]
+    active = store.routes()[1].get(task, {}).get("active")
+    parent = store.adapter(active) if active else None
+    out = {"task": task, "prompts": len(prompts), "start": active or "base"}
+    for aggregation in ("sum", "gdpo"):
+        model, tokenizer = load_policy(model_path(settings, task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
+        outcome = grpo.train(settings, model, tokenizer, task, prompts, settings.train_time_budget_s, "ablation", aggregation=aggregation)
+        version = store.next_adapter_version(task)
+        path = settings.adapters_dir / version
+        model.save_pretrained(path)
+        store.put_adapter(AdapterMeta(version=version, task=task, path=str(path), method=f"grpo-{aggregation}", base_model=model_path(settings, task)))
+        asyncio.run(fleet.load(version, str(path), TASK_ENGINE[task]))
+        scores = asyncio.run(served_scores(settings, fleet, task, version, team.held_out[task]))
+        out[aggregation] = {**interval(scores), "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
+                            "zero_variance_groups_dropped": outcome.seconds_by_phase.get("zero_variance_groups_dropped")}
+        out[f"{aggregation}_scores"] = scores
+        say(f"ablation {task} grpo-{aggregation}: {out[aggregation]['mean']}")
+    out["gdpo_minus_sum"] = interval([g - s for g, s in zip(out.pop("gdpo_scores"), out.pop("sum_scores"))])
+    return out
+
+
+def run(settings: Settings, rounds: int, requests: int, correction_rate: float, rating_rate: float, measure_rows: int,
+        tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, say=print) -> dict:
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
+        _scratch(settings, scratch)
+        redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
+        urls = _engines(settings, scratch, stack, say)
+        bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
+                                            "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0})
+        store = Store(redis_url)
+        store.ensure_group()
+        for kind, kind_urls in urls.items():
+            store.register_engines(kind, kind_urls)
+        port = free_port()
+        env = {**os.environ, **_env(bench)}
+        gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(scratch), redis_url, urls["base"][0],
+                        urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
+        gateway_url = f"http://127.0.0.1:{port}"
+        wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log", timeout_s=300)
+        fleet = HotSwap.for_settings(store, bench)
+        team = Team(bench, gateway_url, tasks, measure_rows, settings.seed)
+        results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate,
+                                "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
+                                "recipe": {k: getattr(bench, k) for k in ("train_method", "train_time_budget_s", "train_learning_rate",
+                                                                           "grpo_advantage", "promote_margin", "team_eval_share")}},
+                   "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
+        baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t])) for t in tasks}
+        for t in tasks:
+            results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **interval(baseline[t])})
+            say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
+        latest = dict(baseline)
+        for number in range(1, rounds + 1):
+            played = {t: asyncio.run(team.play(t, requests, correction_rate, rating_rate)) for t in tasks}
+            started = time.perf_counter()
+            summary = run_round(bench, store, fleet, tasks, say=say)
+            round_seconds = time.perf_counter() - started
+            time.sleep(1.0)  # gateways see a flip within a second
+            entry = {"round": number, "seconds": round(round_seconds, 1), "tasks": {}}
+            for t in tasks:
+                active = store.routes()[1].get(t, {}).get("active")
+                latest[t] = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t]))
+                task_entry = summary["tasks"][t]
+                results["tasks"][t]["rounds"].append({"round": number, "version": active or "base", **interval(latest[t])})
+                entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
+                                     "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
+                                     "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
+                say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
+            results["rounds"].append(entry)
+        for t in tasks:
+            gain = [a - b for a, b in zip(latest[t], baseline[t])]
+            results["tasks"][t]["gain"] = interval(gain)
+        if oracle:
+            oracle_settings = bench.model_copy(update={"train_from": "base", "train_time_budget_s": bench.train_time_budget_s * rounds})
+            for t in tasks:
+                started = time.perf_counter()
+                meta = train_candidate(oracle_settings, store, _oracle_data(oracle_settings, t, team.sent[t]),
+                                       [("sft", "oracle: every request labelled")], "oracle")
+                asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[t]))
+                scores = asyncio.run(served_scores(bench, fleet, t, meta.version, team.held_out[t]))
+                oracle_gain = interval([a - b for a, b in zip(scores, baseline[t])])
+                loop_gain = results["tasks"][t]["gain"]["mean"]
+                results["tasks"][t]["oracle"] = {"version": meta.version, **interval(scores), "gain": oracle_gain,
+                                                 "seconds": round(time.perf_counter() - started, 1),
+                                                 "loop_share": round(loop_gain / oracle_gain["mean"], 3) if oracle_gain["mean"] > 0 else None}
+                say(f"{t}: oracle {results['tasks'][t]['oracle']['mean']} (gain {oracle_gain['mean']}), loop gain {loop_gain}")
+        results["ablation"] = [_ablation(bench, store, fleet, team, t, say) for t in ablation if t in tasks]
+        if canary_task in tasks and oracle:
+            results["canary"] = asyncio.run(_canary_run(bench, store, fleet, team, canary_task,
+                                                        results["tasks"][canary_task]["oracle"]["version"], say))
+    return results
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    """The gateway process's settings: what the bench changed, as TUCANO_* variables."""
+    return {"TUCANO_TEAM_EVAL_SHARE": str(settings.team_eval_share), "TUCANO_TRAIN_ENABLED": "false",
+            "TUCANO_MAX_CORRECTIONS_PER_RECORD": str(settings.max_corrections_per_record)}
+
+
+def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, list[str]]:
+    if settings.base_engine_urls and settings.think_engine_url:
+        return {"base": settings.base_engine_urls, "think": [settings.think_engine_url]}
+    from deploy.vllm_server import VllmServer
+
+    servers = [VllmServer(kind, model, lora=True, device="cpu", log_dir=scratch)
+               for kind, model in (("base", settings.base_model_path), ("think", settings.think_model_path))]
+    for server in servers:
+        server.start()
+        stack.callback(server.stop)
+    for server in servers:
+        say(f"starting vLLM {server.name} on {server.url}")
+        server.wait_ready()
+    return {server.name: [server.url] for server in servers}
+
+
+def table(results: dict) -> str:
+    tasks = list(results["tasks"])
+    rounds = len(results["rounds"])
+    lines = ["| task | " + " | ".join(f"round {r}" for r in range(rounds + 1)) + " | gain (95% interval) | oracle | oracle gain | loop share |",
+             "|---|" + "---:|" * (rounds + 1) + "---|---:|---:|---:|"]
+    for t in tasks:
+        entry = results["tasks"][t]
+        cells = [f"{r['mean']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]" for r in entry["rounds"]]
+        gain = entry["gain"]
+        oracle = entry.get("oracle") or {}
+        lines.append(f"| {t} | " + " | ".join(cells) + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
+                     f"{oracle.get('mean', '-')} | {oracle.get('gain', {}).get('mean', '-')} | {oracle.get('loop_share', '-')} |")
+    lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | gate difference [95%] n |",
+              "|---:|---|---|---|---|---:|---:|---:|---:|---|"]
+    for entry in results["rounds"]:
+        for t, e in entry["tasks"].items():
+            seconds, decision = e.get("seconds") or {}, e.get("decision") or {}
+            plan = "+".join(step["method"] for step in e.get("plan") or []) or "-"
+            diff = (f"{decision['difference']:+.3f} [{decision['interval'][0]:+.3f}, {decision['interval'][1]:+.3f}] n={decision['n']}"
+                    if decision else "-")
+            traffic = e["traffic"]
+            lines.append(f"| {entry['round']} | {t} | {traffic['requests']} ({traffic['corrected']}, {traffic['rated']}) | {plan} | "
+                         f"{(e.get('status') or '-').split(':')[0]} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "
+                         f"{seconds.get('shadow', '-')} | {seconds.get('flip', '-')} | {diff} |")
+        lines.append(f"| {entry['round']} | all | | | | | | | | round {entry['seconds']} s |")
+    for ablation in results.get("ablation", []):
+        d = ablation["gdpo_minus_sum"]
+        lines.append(f"\nGRPO ablation, {ablation['task']} ({ablation['prompts']} prompts from {ablation['start']}): sum "
+                     f"{ablation['sum']['mean']:.3f}, gdpo {ablation['gdpo']['mean']:.3f}; gdpo - sum {d['mean']:+.3f} "
+                     f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
+    if results.get("canary"):
+        c = results["canary"]
+        lines.append(f"\ncanary of {c['version']} ({c['task']}, half the traffic): {c['outcome']} after {c['requests']} requests "
+                     f"in {c['seconds']} s ({c['reason']})")
+    s = results["settings"]
+    lines.append(f"\n{s['rounds']} rounds of {s['requests']} requests per task, {s['correction_rate']:.0%} corrected, "
+                 f"{s['rating_rate']:.0%} rated; served reward on held-out train rows never sent as traffic "
+                 f"({s['measure_rows']}), fixed seed per row, 95% intervals by bootstrap over rows (gains paired by row).")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for t, entry in results["tasks"].items():
+        xs = [r["round"] for r in entry["rounds"]]
+        means = [r["mean"] for r in entry["rounds"]]
+        errors = [[m - r["ci95"][0] for m, r in zip(means, entry["rounds"])], [r["ci95"][1] - m for m, r in zip(means, entry["rounds"])]]
+        line = axis.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=t)
+        if entry.get("oracle"):
+            axis.axhline(entry["oracle"]["mean"], linestyle="--", color=line[0].get_color(), alpha=0.6)
+    axis.set_xlabel("round")
+    axis.set_ylabel("served reward on held-out rows")
+    axis.set_title("tucano bench learn (dashed: oracle)")
+    axis.set_xticks(range(len(results["rounds"]) + 1))
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,26 @@
+"""GET /v1/rounds: the history of training rounds and their decisions, newest first, and one
+round in full (`/v1/rounds/{round_id}`)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+
+from server.deps import UserState
+from server.errors import ApiError
+from server.schemas import ErrorResponse, RoundList
+
+router = APIRouter(tags=["rounds"])
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 422, 503)}
+
+
+@router.get("/v1/rounds", response_model=RoundList, responses=ERRORS)
+async def list_rounds(state: UserState, limit: int = Query(20, ge=1, le=500)) -> RoundList:
+    return RoundList(rounds=await run_in_threadpool(state.store.rounds, limit))
+
+
+@router.get("/v1/rounds/{round_id}", responses=ERRORS)
+async def show_round(round_id: str, state: UserState) -> dict:
+    found = await run_in_threadpool(state.store.round, round_id) if len(round_id) <= 64 else None
+    if found is None:
+        raise ApiError(404, "unknown_round", f"no round {round_id!r}")
+    return found
