@@ -47,8 +47,12 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Gateway bind address.")
     port: int = Field(8000, ge=1, le=65535, description="Gateway port.")
     gateway_workers: int = Field(1, ge=1, le=64, description="Gateway worker processes (uvicorn workers): more use more cores for routing, scoring, records.")
-    user_api_key: SecretStr | None = Field(None, description="When set, every /v1 request needs it (Bearer).")
-    admin_api_key: SecretStr | None = Field(None, description="When set, adapter changes need it (Bearer).")
+    user_api_key: SecretStr | None = Field(None, description="Bearer key of user routes (tasks, chat, feedback, lists).")
+    admin_api_key: SecretStr | None = Field(None, description="Bearer key of admin routes (promote, rollback, canary) and of user routes.")
+    allow_open_bind: bool = Field(False, description="Let `serve` listen on a non-loopback address with no key configured.")
+    rate_limit_per_minute: int = Field(1200, ge=0, description="Requests per minute per key (or per client address without keys); 0: off.")
+    feedback_rate_limit_per_minute: int = Field(600, ge=0, description="Feedback posts per minute per key; 0: off.")
+    max_reference_bytes: int = Field(16 * 1024, ge=256, description="Largest reference or correction (JSON bytes).")
     access_log: bool = Field(False, description="Log every HTTP request (uvicorn's access log). Off by default: it costs "
                              "the gateway ~0.4 ms per request on the request path; answered requests are in the records "
                              "stream and every error response is counted in /metrics.")
@@ -188,6 +192,18 @@ class Settings(BaseSettings):
     @property
     def think_model_path(self) -> str:
         return self.think_model or str(self.models_dir / "think")
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether the gateway listens on a loopback address only (then no one else can reach it)."""
+        import ipaddress
+
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
 
     def reward_context(self, task_input: dict) -> dict:
         """What `rewards.score` gets besides the completion: the task's input, and for SQL the

@@ -55,6 +55,12 @@ ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
 ROUND_LOCK = "tucano:lock:round"
 ROUNDS = "tucano:rounds"
+# a fixed window per key: the hit count and the seconds the window has left
+HIT_RATE = """
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return {count, redis.call('TTL', KEYS[1])}
+"""
 # the record, its id index and (when it carries a reference) its label: all or nothing
 ADD_RECORD = """
 local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1])
@@ -102,7 +108,7 @@ class Store:
         # The gateway writes a record per request from its event loop: an asyncio client there
         # costs less than the thread hop a blocking call needs. Such a client belongs to the loop
         # that made it, so there is one per loop.
-        self._record_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncScript] = weakref.WeakKeyDictionary()
+        self._loop_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncScript]] = weakref.WeakKeyDictionary()
         self._put_adapter_script = self.redis.register_script(
             "if redis.call('SET', KEYS[1], ARGV[1], 'NX') then redis.call('SADD', KEYS[2], ARGV[2]) return 1 end return 0"
         )
@@ -125,17 +131,31 @@ class Store:
     async def add_record(self, record: Record, label: Label | None = None) -> str:
         """Write a record atomically (stream entry, id index and its label if it has one, one Lua
         call): all exist or none. Raise StoreUnavailable when Redis cannot take it."""
-        loop = asyncio.get_running_loop()
-        script = self._record_scripts.get(loop)
-        if script is None:
-            client = redis.asyncio.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
-            script = self._record_scripts[loop] = client.register_script(ADD_RECORD)
         try:
-            entry_id = await script(keys=[RECORDS, _record_key(record.id), _labels_key(record.task)],
+            entry_id = await self._script("record")(keys=[RECORDS, _record_key(record.id), _labels_key(record.task)],
                                     args=[encode(record), encode(label) if label else "", record.id])
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
         return entry_id
+
+    def _script(self, name: str) -> AsyncScript:
+        """The event loop's own registration of one of the gateway's Lua scripts."""
+        loop = asyncio.get_running_loop()
+        scripts = self._loop_scripts.get(loop)
+        if scripts is None:
+            client = redis.asyncio.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+            scripts = self._loop_scripts[loop] = {"record": client.register_script(ADD_RECORD),
+                                                  "rate": client.register_script(HIT_RATE)}
+        return scripts[name]
+
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> int:
+        """Count a hit in `key`'s current window; the seconds until the window ends when it is over
+        `limit` (the caller answers 429 with them), else 0."""
+        try:
+            count, ttl = await self._script("rate")(keys=[f"tucano:rate:{key}"], args=[window_s])
+        except redis.RedisError as error:
+            raise StoreUnavailable(str(error)) from None
+        return max(1, int(ttl)) if int(count) > limit else 0
 
     def add_failure(self, failure: dict) -> None:
         try:

@@ -82,9 +82,14 @@ def serve() -> None:
     """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
     from demo.bootstrap import BootstrapError, is_built
     from demo.bootstrap import run as run_bootstrap
+    from deploy.serve import OpenBindRefused, check_bind
     from deploy.serve import serve as run_stack
 
     settings = _settings()
+    try:
+        check_bind(settings)
+    except OpenBindRefused as error:
+        raise _fail(str(error), 2) from None
     _exit_cleanly_on_sigterm()
     uses_demo_models = settings.base_model is None or settings.think_model is None
     if uses_demo_models and not is_built(settings):

@@ -152,7 +152,28 @@ def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: s
     return scheduler
 
 
+class OpenBindRefused(RuntimeError):
+    """`serve` was asked to listen beyond loopback with no key configured."""
+
+
+def check_bind(settings: Settings) -> str | None:
+    """Refuse a non-loopback address without keys (unless TUCANO_ALLOW_OPEN_BIND says so); a
+    warning when admin routes will be unreachable."""
+    keys = settings.user_api_key is not None or settings.admin_api_key is not None
+    if not settings.loopback_only and not keys and not settings.allow_open_bind:
+        raise OpenBindRefused(
+            f"refusing to listen on {settings.host} without keys: anyone who reaches it could use the service. Set "
+            "TUCANO_USER_API_KEY (and TUCANO_ADMIN_API_KEY for adapter changes), listen on 127.0.0.1 (TUCANO_HOST), "
+            "or set TUCANO_ALLOW_OPEN_BIND=true to accept it")
+    if settings.admin_api_key is None and (keys or not settings.loopback_only):
+        return "admin routes (promote, rollback, canary) are refused: TUCANO_ADMIN_API_KEY is not set"
+    return None
+
+
 def serve(settings: Settings, say=print) -> None:
+    warning = check_bind(settings)
+    if warning:
+        say(f"[yellow]{warning}[/yellow]")
     with ExitStack() as stack:
         redis_url = settings.redis_url or stack.enter_context(EmbeddedRedis(settings.redis_dir))
         say(f"redis: {redis_url if settings.redis_url else 'embedded Valkey in ' + str(settings.redis_dir)}")

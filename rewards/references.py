@@ -26,7 +26,9 @@ def _problems(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()[:5])
 
 
-def check_reference(task: str, value):
+def check_reference(task: str, value, max_bytes: int | None = None):
+    if max_bytes is not None and len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > max_bytes:
+        raise InvalidReference(f"larger than {max_bytes} bytes")
     if task in OUTPUT_MODELS:
         if isinstance(value, str):
             try:

@@ -39,16 +39,18 @@ class Prepared:
     sampling: Sampling
     reference: object
     source: str
+    key_id: str | None
     started: float
 
 
-def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str) -> Prepared:
+def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str,
+            key_id: str | None = None) -> Prepared:
     spec = REGISTRY[task]
     pool = state.pools[spec.engine]
     adapter, arm = state.routes.adapter_for(task)
     prompt = pool.template.render(build_messages(task, task_input))
     return Prepared(task, task_input, prompt, pool.template.sha256, adapter, arm,
-                    spec.sampling.override(**sampling_overrides), reference, source, time.perf_counter())
+                    spec.sampling.override(**sampling_overrides), reference, source, key_id, time.perf_counter())
 
 
 def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailable) -> ApiError:
@@ -98,7 +100,7 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
         usage=Usage(completion.prompt_tokens, completion.completion_tokens), finish_reason=completion.finish_reason,
         latency_ms=round((time.perf_counter() - prepared.started) * 1000, 2),
         reward=Reward(scored.total, scored.components, scored.reference_used, scored.details),
-        reward_version=REWARD_VERSION, reference=prepared.reference,
+        reward_version=REWARD_VERSION, reference=prepared.reference, key_id=prepared.key_id,
     )
     label = label_of(record, state.settings.team_eval_share) if record.reference is not None else None
     try:

@@ -11,23 +11,24 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from common.tasks import TASKS
-from server.deps import AdminState, TaskPath, UserState
+from server.deps import Admin, TaskPath, User
 from server.errors import ApiError, unavailable
 from server.schemas import AdapterList, CanaryRequest, ErrorResponse
 
 router = APIRouter(tags=["adapters"])
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 501, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 429, 501, 503)}
 VERSION = re.compile(r"^[a-z]+-v\d+$")
 
 
 @router.get("/v1/adapters", response_model=AdapterList, responses=ERRORS)
-async def list_adapters(state: UserState) -> AdapterList:
-    adapters = await run_in_threadpool(state.store.adapters)
-    _, routes = await run_in_threadpool(state.store.routes)
+async def list_adapters(caller: User) -> AdapterList:
+    adapters = await run_in_threadpool(caller.state.store.adapters)
+    _, routes = await run_in_threadpool(caller.state.store.routes)
     return AdapterList(adapters=[msgspec.structs.asdict(meta) for meta in adapters], routes=routes)
 
 
-async def _act(state, action: str, target: str, **options) -> dict:
+async def _act(caller, action: str, target: str, **options) -> dict:
+    state = caller.state
     if state.adapter_action is None:
         raise ApiError(501, "not_implemented", f"{action} is not available in this deployment")
     try:
@@ -41,9 +42,9 @@ async def _act(state, action: str, target: str, **options) -> dict:
 
 
 @router.post("/v1/adapters/{task}/promote", responses=ERRORS)
-async def promote(task: TaskPath, state: AdminState, version: str) -> dict:
+async def promote(task: TaskPath, caller: Admin, version: str) -> dict:
     _version_of(task, version)
-    return await _act(state, "promote", version)
+    return await _act(caller, "promote", version)
 
 
 def _known(task: str) -> None:
@@ -58,26 +59,26 @@ def _version_of(task: str, version: str) -> None:
 
 
 @router.post("/v1/adapters/{task}/rollback", responses=ERRORS)
-async def rollback(task: TaskPath, state: AdminState) -> dict:
+async def rollback(task: TaskPath, caller: Admin) -> dict:
     _known(task)
-    return await _act(state, "rollback", task)
+    return await _act(caller, "rollback", task)
 
 
 @router.post("/v1/adapters/{task}/canary", responses=ERRORS)
-async def start_canary(task: TaskPath, body: CanaryRequest, state: AdminState) -> dict:
+async def start_canary(task: TaskPath, body: CanaryRequest, caller: Admin) -> dict:
     """Serve a candidate version to a share of the task's traffic; it is promoted or rolled back
     automatically on its live reward, or by hand below."""
     _version_of(task, body.version)
-    return await _act(state, "canary", body.version, share=body.share)
+    return await _act(caller, "canary", body.version, share=body.share)
 
 
 @router.post("/v1/adapters/{task}/canary/promote", responses=ERRORS)
-async def promote_canary(task: TaskPath, state: AdminState) -> dict:
+async def promote_canary(task: TaskPath, caller: Admin) -> dict:
     _known(task)
-    return await _act(state, "canary-promote", task)
+    return await _act(caller, "canary-promote", task)
 
 
 @router.post("/v1/adapters/{task}/canary/abort", responses=ERRORS)
-async def abort_canary(task: TaskPath, state: AdminState) -> dict:
+async def abort_canary(task: TaskPath, caller: Admin) -> dict:
     _known(task)
-    return await _act(state, "canary-abort", task)
+    return await _act(caller, "canary-abort", task)

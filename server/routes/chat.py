@@ -14,7 +14,7 @@ from rewards.parsing import THINK_CLOSE, THINK_OPEN
 from router.classify import classify
 from router.registry import AUTO_MODEL, PUBLIC_MODELS, REGISTRY
 from server import answering
-from server.deps import User, UserState
+from server.deps import User
 from server.errors import ApiError
 from server.schemas import (
     AssistantMessage,
@@ -30,12 +30,12 @@ from server.schemas import (
 )
 
 router = APIRouter(tags=["openai"])
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
 STARTED = int(time.time())
 
 
-@router.get("/v1/models", response_model=ModelList, dependencies=[User], responses=ERRORS)
-async def models() -> ModelList:
+@router.get("/v1/models", response_model=ModelList, responses=ERRORS)
+async def models(caller: User) -> ModelList:
     return ModelList(data=[ModelCard(id=name, created=STARTED) for name in (*PUBLIC_MODELS, AUTO_MODEL)])
 
 
@@ -96,7 +96,8 @@ class ThinkSplitter:
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion, responses={
     **ERRORS, 200: {"content": {"text/event-stream": {"description": "with `stream: true`: chat.completion.chunk events"}}}})
-async def chat_completions(body: ChatRequest, state: UserState):
+async def chat_completions(body: ChatRequest, caller: User):
+    state = caller.state
     user_messages = [_text(m.content) for m in body.messages if m.role == "user"]
     if not user_messages or not user_messages[-1].strip():
         raise ApiError(422, "invalid_request", "messages: a non-empty user message is required")
@@ -110,7 +111,7 @@ async def chat_completions(body: ChatRequest, state: UserState):
     task_input = REGISTRY[task].input_from_text(text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p,
                  "max_tokens": body.max_completion_tokens or body.max_tokens, "seed": body.seed}
-    prepared = answering.prepare(state, task, task_input, overrides, None, "chat")
+    prepared = answering.prepare(state, task, task_input, overrides, None, "chat", caller.key_id)
     public_model = f"tucano-{task}"
 
     if not body.stream:

@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 
 from common.store import StoreUnavailable, TooManyCorrections, UnknownRecord
 from rewards.references import InvalidReference, check_reference
-from server.deps import UserState
+from server.deps import User, limit_rate
 from server.errors import ApiError, unavailable
 from server.schemas import ErrorResponse, FeedbackRequest, FeedbackResponse
 
@@ -16,17 +16,20 @@ router = APIRouter(tags=["feedback"])
 
 
 @router.post("/v1/feedback", response_model=FeedbackResponse,
-             responses={code: {"model": ErrorResponse} for code in (401, 404, 409, 413, 422, 503)})
-async def feedback(body: FeedbackRequest, state: UserState) -> FeedbackResponse:
-    store, settings = state.store, state.settings
+             responses={code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 422, 429, 503)})
+async def feedback(body: FeedbackRequest, caller: User) -> FeedbackResponse:
+    store, settings = caller.state.store, caller.state.settings
+    await limit_rate(caller, "feedback posts", settings.feedback_rate_limit_per_minute)
     try:
         stored = await run_in_threadpool(store.get_record, body.id)
         if stored.record is None:
             raise UnknownRecord(body.id)
+        if stored.record.key_id != caller.key_id and not caller.admin:
+            raise ApiError(403, "forbidden", "feedback on a record needs the key that made its request, or the admin key")
         correction = None
         if body.correction is not None:
             try:
-                correction = check_reference(stored.record.task, body.correction)
+                correction = check_reference(stored.record.task, body.correction, settings.max_reference_bytes)
             except InvalidReference as error:
                 raise ApiError(422, "invalid_request", f"correction: {error}") from None
         record = await run_in_threadpool(store.add_feedback, body.id, body.rating, correction, settings.team_eval_share,

@@ -7,12 +7,12 @@ from pydantic import ValidationError
 from common.tasks import TASKS
 from rewards.references import InvalidReference, check_reference
 from server import answering
-from server.deps import TaskPath, UserState
+from server.deps import TaskPath, User
 from server.errors import ApiError
 from server.schemas import INPUT_MODELS, ErrorResponse, Route, Scores, TaskRequest, TaskResponse, Usage
 
 router = APIRouter(tags=["tasks"])
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
 
 
 def _problems(error: ValidationError, prefix: str) -> str:
@@ -20,7 +20,7 @@ def _problems(error: ValidationError, prefix: str) -> str:
 
 
 @router.post("/v1/tasks/{task}", response_model=TaskResponse, responses=ERRORS)
-async def run_task(task: TaskPath, body: TaskRequest, state: UserState) -> TaskResponse:
+async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskResponse:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
     try:
@@ -32,13 +32,13 @@ async def run_task(task: TaskPath, body: TaskRequest, state: UserState) -> TaskR
     reference = None
     if body.reference is not None:
         try:
-            reference = check_reference(task, body.reference)
+            reference = check_reference(task, body.reference, caller.state.settings.max_reference_bytes)
         except InvalidReference as error:
             raise ApiError(422, "invalid_request", f"reference: {error}") from None
     options = body.options
     overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed}
-    prepared = answering.prepare(state, task, task_input, overrides, reference, "tasks")
-    record = await answering.answer(state, prepared, execute=options.execute and task == "sql",
+    prepared = answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id)
+    record = await answering.answer(caller.state, prepared, execute=options.execute and task == "sql",
                                     include_think=options.include_think)
     reward = record.reward
     return TaskResponse(
