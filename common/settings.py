@@ -7,7 +7,7 @@ typo in a deployment shows up before any engine or trainer starts.
 from __future__ import annotations
 
 import os
-from functools import cached_property
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -73,7 +73,8 @@ class Settings(BaseSettings):
     train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up).")
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
-    sft_max_epochs: float = Field(12.0, gt=0, description="Most SFT epochs over the labelled set (early stopping ends sooner).")
+    sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
+    sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
     sft_batch_size: int = Field(8, ge=1, description="Examples per SFT, DPO and KTO step.")
     min_dpo_pairs: int = Field(16, ge=1, description="Preference pairs a task needs for `auto` to run DPO.")
     min_kto_examples: int = Field(16, ge=1, description="Rated answers (of both kinds) a task needs for `auto` to run KTO.")
@@ -149,9 +150,9 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     # Derived paths: one place decides the data dir's layout.
-    @cached_property
+    @property
     def root(self) -> Path:
-        return self.data_dir.expanduser().resolve()
+        return _resolved(self.data_dir)
 
     @property
     def models_dir(self) -> Path:
@@ -209,6 +210,12 @@ class Settings(BaseSettings):
         """What `rewards.score` gets besides the completion: the task's input, and for SQL the
         commerce DB with this deployment's time limit and row cap (rewards read no settings)."""
         return dict(task_input, db_path=str(self.db_path), timeout_s=self.sql_time_limit_s, row_cap=self.sql_row_cap)
+
+
+@lru_cache(maxsize=64)
+def _resolved(path: Path) -> Path:
+    """A data dir as an absolute path (cached by value: `model_copy` with another data dir resolves anew)."""
+    return Path(path).expanduser().resolve()
 
 
 def _describe(error: ValidationError) -> str:

@@ -24,7 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI
 from redis.exceptions import LockError
 
-from common.processes import has_gpu
+from common.processes import die_with_parent, has_gpu
 from common.settings import Settings, load_settings
 from common.store import Store
 from common.tasks import TASK_ENGINE
@@ -76,6 +76,8 @@ def gateway_app() -> FastAPI:
     """One gateway worker's app (uvicorn's factory, called in each worker process): the settings
     come from the environment, where `run_gateway` put the Redis and engine URLs the stack uses."""
     settings = load_settings()
+    if settings.gateway_workers > 1:  # a worker of uvicorn's supervisor: it must not outlive a killed `serve`
+        die_with_parent()
     return create_app(build_state(settings, settings.redis_url, settings.base_engine_urls, settings.think_engine_url))
 
 
@@ -87,7 +89,7 @@ def run_gateway(redis_url: str, base_urls: list[str], think_url: str, host: str,
     `metrics_dir`, which /metrics sums; so one event loop's queue no longer holds every request
     when cores are free for more."""
     os.environ.update(TUCANO_REDIS_URL=redis_url, TUCANO_BASE_ENGINE_URLS=json.dumps(base_urls),
-                      TUCANO_THINK_ENGINE_URL=think_url)
+                      TUCANO_THINK_ENGINE_URL=think_url, TUCANO_GATEWAY_WORKERS=str(workers))
     if workers > 1:  # read by prometheus_client when each worker imports it
         shutil.rmtree(metrics_dir, ignore_errors=True)  # counts of workers of an earlier run
         metrics_dir.mkdir(parents=True)

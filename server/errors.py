@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from common.store import StoreUnavailable
 from server import metrics
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,12 @@ def install(app: FastAPI) -> None:
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
         return error_response(error.status_code, kinds.get(error.status_code, "http_error"), str(error.detail),
                               getattr(error, "headers", None))
+
+    @app.exception_handler(StoreUnavailable)
+    @app.exception_handler(redis.RedisError)
+    async def store_down(_: Request, error: Exception):
+        return error_response(503, "store_unavailable", "the record store is unavailable; retry shortly",
+                              {"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, error: Exception):

@@ -21,7 +21,7 @@ from trainer.data import TaskData
 from trainer.policy import load_policy, trainable_parameters
 
 # each method's share of the task's time budget (of what the plan's methods add up to)
-BUDGET_SHARE = {"sft": 0.5, "dpo": 0.25, "kto": 0.25, "grpo": 0.5}
+BUDGET_SHARE = {"sft": 0.65, "dpo": 0.35, "kto": 0.35, "grpo": 0.5}
 
 
 def clean_orphans(settings: Settings) -> list[str]:
@@ -80,7 +80,11 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"
     started = time.perf_counter()
-    model.save_pretrained(partial)
+    try:
+        model.save_pretrained(partial)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)  # a full disk: leave nothing half-written behind
+        raise
     os.rename(partial, final)
     meta = AdapterMeta(
         version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,

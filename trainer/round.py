@@ -94,10 +94,19 @@ class _LockKeeper:
 
 
 def _abandon_stale_candidates(store: Store) -> list[str]:
-    """Candidates of a killed round are never promoted: mark them rejected so the registry says so."""
-    stale = [m.version for m in store.adapters() if m.status == "candidate"]
-    for version in stale:
-        store.update_adapter(version, status="rejected", reason="its round was interrupted before the gate")
+    """Candidates of a killed round are never promoted: mark them rejected so the registry says so.
+    One that a route already points at (the round died between the flip and the status update)
+    gets the status of its route instead."""
+    routed = {route.get(arm): arm for route in store.routes()[1].values() for arm in ("active", "canary") if route.get(arm)}
+    stale = []
+    for meta in store.adapters():
+        if meta.status != "candidate":
+            continue
+        if meta.version in routed:
+            store.update_adapter(meta.version, status=routed[meta.version], reason="its round died after the flip")
+        else:
+            store.update_adapter(meta.version, status="rejected", reason="its round was interrupted before the gate")
+            stale.append(meta.version)
     return stale
 
 
@@ -114,6 +123,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
     timings["load"] = time.perf_counter() - started
     incumbent = store.routes()[1].get(task, {}).get("active")
     pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, task)))
+    say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)
         timings["gate"] = decision.seconds
@@ -175,7 +185,12 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         return entry
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
-    candidate = train_candidate(settings, store, data, steps, round_id, progress)
+    try:
+        candidate = train_candidate(settings, store, data, steps, round_id, progress)
+    except OSError as error:  # the adapter could not be written (a full disk): nothing was registered
+        entry["status"] = f"failed: the candidate could not be saved ({error.strerror or error}); nothing registered"
+        say(f"{task}: {entry['status']}")
+        return entry
     entry["seconds"] = {"training": round(time.perf_counter() - started, 2)}
     flags = stop_conditions(candidate.training["steps"])
     store.update_adapter(candidate.version, training={**candidate.training, "stop_conditions": flags})

@@ -1,12 +1,15 @@
 """SFT with TRL's `SFTTrainer` on the round's supervised examples (corrections and references):
-epochs over them within the task's time budget, the loss on the answer tokens only, evaluated on
-the validation slice after every epoch; training stops when the validation loss stops falling
-and the LoRA keeps its best epoch's weights.
+epochs over them within the task's time budget (and at least `sft_min_steps` optimizer steps, so
+a few dozen labels still get trained on), the loss on the answer tokens only, evaluated on the
+validation slice after every epoch once those steps are done; training stops when the validation
+loss has not fallen for `PATIENCE` evaluations and the LoRA keeps its best evaluation's weights.
 
 The examples are tokenized here as vLLM sees them: the rendered prompt alone, then the answer
 and the end-of-turn token, so no token merges across the boundary.
 """
 from __future__ import annotations
+
+import math
 
 from datasets import Dataset
 from transformers.trainer_callback import TrainerCallback
@@ -14,7 +17,7 @@ from transformers.trainer_callback import TrainerCallback
 from common.settings import Settings
 from trainer import methods
 
-PATIENCE = 1  # epochs without a better validation loss before stopping
+PATIENCE = 2  # evaluations without a better validation loss before stopping
 
 
 def tokenized(tokenizer, examples: list[dict]) -> Dataset:
@@ -30,12 +33,13 @@ class KeepBest(TrainerCallback):
     """Early stopping on the validation loss, keeping the best epoch's trainable weights in memory
     (a LoRA is small), restored once training ends."""
 
-    def __init__(self, model):
-        self.model, self.best_loss, self.best_state, self.bad_epochs, self.stopped = model, float("inf"), None, 0, False
+    def __init__(self, model, min_steps: int):
+        self.model, self.min_steps = model, min_steps
+        self.best_loss, self.best_state, self.bad_epochs, self.stopped = float("inf"), None, 0, False
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         loss = (metrics or {}).get("eval_loss")
-        if loss is None:
+        if loss is None or state.global_step < self.min_steps:
             return
         if loss < self.best_loss:
             self.best_loss, self.bad_epochs = loss, 0
@@ -57,10 +61,11 @@ def train(settings: Settings, model, tokenizer, examples: list[dict], validation
     from trl import SFTConfig, SFTTrainer
 
     batch = settings.sft_batch_size
-    config = SFTConfig(**methods.trainer_args(settings, settings.sft_max_epochs, batch, len(examples)),
+    epochs = max(settings.sft_max_epochs, math.ceil(settings.sft_min_steps * batch / len(examples)))
+    config = SFTConfig(**methods.trainer_args(settings, epochs, batch, len(examples)),
                        completion_only_loss=True, max_length=settings.train_max_length,
                        eval_strategy="epoch" if validation else "no", per_device_eval_batch_size=batch)
-    budget, metrics, best = methods.TimeBudget(budget_s), methods.StepMetrics(), KeepBest(model)
+    budget, metrics, best = methods.TimeBudget(budget_s), methods.StepMetrics(), KeepBest(model, settings.sft_min_steps)
     trainer = SFTTrainer(model=model, args=config, train_dataset=tokenized(tokenizer, examples),
                          eval_dataset=tokenized(tokenizer, validation) if validation else None, processing_class=tokenizer,
                          callbacks=[budget, metrics, best, methods.Progress("sft", progress)])

@@ -94,8 +94,9 @@ class ThinkSplitter:
         return [(k, v) for k, v in out if v]
 
 
-@router.post("/v1/chat/completions", response_model=ChatCompletion, responses={
-    **ERRORS, 200: {"content": {"text/event-stream": {"description": "with `stream: true`: chat.completion.chunk events"}}}})
+@router.post("/v1/chat/completions", response_model=ChatCompletion, operation_id="chat_completions", responses={
+    **ERRORS, 200: {"content": {"text/event-stream": {"description": "with `stream: true`: chat.completion.chunk events"}},
+                    "links": {"GiveFeedback": {"operationId": "feedback", "requestBody": {"id": "$response.body#/tucano/record_id"}}}}})
 async def chat_completions(body: ChatRequest, caller: User):
     state = caller.state
     user_messages = [_text(m.content) for m in body.messages if m.role == "user"]

@@ -15,7 +15,7 @@ from server.schemas import ErrorResponse, FeedbackRequest, FeedbackResponse
 router = APIRouter(tags=["feedback"])
 
 
-@router.post("/v1/feedback", response_model=FeedbackResponse,
+@router.post("/v1/feedback", response_model=FeedbackResponse, operation_id="feedback",
              responses={code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 422, 429, 503)})
 async def feedback(body: FeedbackRequest, caller: User) -> FeedbackResponse:
     store, settings = caller.state.store, caller.state.settings

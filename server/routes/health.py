@@ -27,7 +27,7 @@ async def readyz(state: State):
     engines = {kind: [{"url": e.url, "healthy": e.healthy, "model": e.model, "error": e.last_error} for e in pool.engines]
                for kind, pool in state.pools.items()}
     ready = redis_ok and all(all(e["healthy"] for e in group) for group in engines.values())
-    body = {"ready": ready, "redis": redis_ok, "engines": engines}
+    body = {"ready": ready, "redis": redis_ok, "engines": engines, "routes_version": state.routes.version}
     return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": str(RETRY_AFTER_S)})
 
 

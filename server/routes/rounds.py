@@ -18,7 +18,7 @@ async def list_rounds(caller: User, limit: int = Query(20, ge=1, le=500)) -> Rou
     return RoundList(rounds=await run_in_threadpool(caller.state.store.rounds, limit))
 
 
-@router.get("/v1/rounds/{round_id}", responses=ERRORS)
+@router.get("/v1/rounds/{round_id}", operation_id="show_round", responses=ERRORS)
 async def show_round(round_id: str, caller: User) -> dict:
     found = await run_in_threadpool(caller.state.store.round, round_id) if len(round_id) <= 64 else None
     if found is None:

@@ -19,7 +19,11 @@ def _problems(error: ValidationError, prefix: str) -> str:
     return "; ".join(f"{prefix}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()[:10])
 
 
-@router.post("/v1/tasks/{task}", response_model=TaskResponse, responses=ERRORS)
+# OpenAPI links: what a client (and a stateful fuzzer) can do next with an answer
+FEEDBACK_LINK = {"links": {"GiveFeedback": {"operationId": "feedback", "requestBody": {"id": "$response.body#/id"}}}}
+
+
+@router.post("/v1/tasks/{task}", response_model=TaskResponse, operation_id="run_task", responses={**ERRORS, 200: FEEDBACK_LINK})
 async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskResponse:
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}; tasks are {', '.join(TASKS)}")

@@ -14,8 +14,8 @@ import pytest
 
 from common.records import AdapterMeta
 from common.store import content_sha256
-from deploy.hotswap import AdapterLoadError, HotSwap, PromotionRefused
-from tests.integration.conftest import RunningServer, make_state
+from deploy.hotswap import AdapterLoadError, PromotionRefused
+from tests.integration.conftest import RunningServer, fleet, make_state
 from tests.integration.test_serving import INPUTS, make_lora
 
 
@@ -33,8 +33,8 @@ def swap_gateway(built, redis_url, engines):
 
     state = make_state(built.model_copy(update={"redis_url": redis_url}), redis_url, [engines["base"].url], engines["think"].url)
     # a drain longer than any request here, so nothing in flight loses its version
-    state.adapter_action = HotSwap(state.store, built.base_model_path, [engines["base"].url], drain_seconds=8.0,
-                                   wait_for_drain=False).act
+    state.adapter_action = fleet(state.store, built, [engines["base"].url], drain_seconds=8.0,
+                                 wait_for_drain=False).act
     with RunningServer(create_app(state)) as running:
         running.state = state
         yield running
@@ -87,7 +87,7 @@ def test_promote_and_rollback_under_load(swap_gateway, built, tmp_path):
 
 def test_refused_promotions_flip_nothing(swap_gateway, built, engines, tmp_path):
     store = swap_gateway.state.store
-    hotswap = HotSwap(store, built.base_model_path, [engines["base"].url], drain_seconds=0)
+    hotswap = fleet(store, built, [engines["base"].url])
     routes_before = store.routes()[1]
 
     missing = register(store, built, tmp_path)
@@ -110,7 +110,7 @@ def test_refused_promotions_flip_nothing(swap_gateway, built, engines, tmp_path)
 
     # an engine that cannot load it (here: one that is not there) -> nothing flips, loaded copies unloaded
     good = register(store, built, tmp_path, seed=3)
-    broken_fleet = HotSwap(store, built.base_model_path, [engines["base"].url, "http://127.0.0.1:9"], drain_seconds=0)
+    broken_fleet = fleet(store, built, [engines["base"].url, "http://127.0.0.1:9"])
     with pytest.raises(AdapterLoadError):
         asyncio.run(broken_fleet.promote(good.version))
     served = httpx.get(f"{engines['base'].url}/v1/models").json()["data"]
@@ -141,13 +141,13 @@ def test_engine_killed_mid_promotion_flips_nothing(swap_gateway, built, engines,
         store, first_url = swap_gateway.state.store, engines["base"].url
         meta = register(store, built, tmp_path, seed=4)
         routes_before = store.routes()[1]
-        fleet = HotSwap(store, built.base_model_path, [first_url, second.url], drain_seconds=0)
+        both = fleet(store, built, [first_url, second.url])
         os.killpg(second.process.pid, signal.SIGSTOP)
         outcome: dict = {}
 
         def promote():
             try:
-                outcome["result"] = asyncio.run(fleet.promote(meta.version))
+                outcome["result"] = asyncio.run(both.promote(meta.version))
             except Exception as error:
                 outcome["error"] = error
 
@@ -166,7 +166,7 @@ def test_engine_killed_mid_promotion_flips_nothing(swap_gateway, built, engines,
         response = httpx.post(f"{swap_gateway.url}/v1/tasks/extraction", json={"input": INPUTS["extraction"]}, timeout=120)
         assert response.status_code == 200 and response.json()["route"]["version"] == "base"
         # the fleet without the dead engine promotes the same version cleanly
-        survivors = HotSwap(store, built.base_model_path, [first_url], drain_seconds=0)
+        survivors = fleet(store, built, [first_url])
         assert asyncio.run(survivors.promote(meta.version))["active"] == meta.version
         asyncio.run(survivors.rollback("extraction"))
     finally:

@@ -1,35 +1,41 @@
-"""The learning loop against the real stack (vLLM engines, Valkey, the gateway, TRL on CPU):
-traffic in, a round trains and evaluates candidates, the gate promotes, served answers on the
-held-out eval split improve; rounds that must not train do not; the lock holds."""
+"""The learning loop against the real stack (vLLM engines with runtime LoRA, Valkey, the gateway,
+TRL on CPU): traffic and feedback in, rounds train on every signal, the gate decides with an
+interval, and the served model improves on held-out rows that no round trained on; labels are
+kept and replayed, a rejected or interrupted round loses nothing, bad corrections store nothing."""
 from __future__ import annotations
 
 import asyncio
-import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import httpx
 import pytest
 
-from common.datasets import load_split
+from common.datasets import input_key, load_split
 from common.settings import load_settings
-from common.store import FAILURES, Store
-from deploy.hotswap import HotSwap
-from trainer.round import RoundError, run_round
+from common.store import FAILURES, RECORDS, Store
+from trainer.gate import mean_interval
+from trainer.round import RoundError, held_out_keys, run_round
 
-LOOP_TASKS = ("extraction", "push")
-TRAFFIC_PER_TASK = 120
-EVAL_ROWS = 48
-
-
-def fleet(settings, store) -> HotSwap:
-    return HotSwap(store, settings.base_model_path, settings.base_engine_urls or None, settings.drain_seconds)
+HELD_OUT = 24  # train-split rows never sent as traffic: where the served reward is measured
+TRAFFIC = 100
 
 
 def loop_settings(built, redis_url, **overrides):
-    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=32, train_max_steps=30,
-                  eval_rows_per_task=EVAL_ROWS, drain_seconds=0.5, promote_margin=0.005)
+    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, drain_seconds=0.5,
+                  gate_max_rows=48, gate_min_rows=16, shadow_records=12, min_sft_examples=8, min_dpo_pairs=8, min_kto_examples=8)
     values.update(overrides)
     return load_settings(**values)
+
+
+def fleet_for(settings, store, gateway):
+    from tests.integration.conftest import fleet
+
+    return fleet(store, settings, [e.url for e in gateway.state.pools["base"].engines],
+                 gateway.state.pools["think"].engines[0].url, drain_seconds=0.5)
 
 
 def _last_engine_failure(store: Store) -> str:
@@ -37,167 +43,198 @@ def _last_engine_failure(store: Store) -> str:
     return entries[0][1]["failure"] if entries else "no engine failure recorded"
 
 
-async def _send(gateway, task: str, bodies: list[dict], concurrency: int = 8) -> list[dict]:
+async def _send(url: str, store: Store, task: str, bodies: list[dict], concurrency: int = 8) -> list[dict]:
     gate = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=300) as client:
         async def one(body):
             async with gate:
-                response = await client.post(f"{gateway.url}/v1/tasks/{task}", json=body)
+                response = await client.post(f"{url}/v1/tasks/{task}", json=body)
                 if response.status_code == 503:
-                    raise AssertionError(f"{response.text}; {_last_engine_failure(gateway.state.store)}")
+                    raise AssertionError(f"{response.text}; {_last_engine_failure(store)}")
                 assert response.status_code == 200, response.text
                 return response.json()
         return await asyncio.gather(*(one(b) for b in bodies))
 
 
-def served_eval_score(gateway, settings, task: str) -> tuple[float, set[str]]:
-    """Mean reward of the gateway's answers on the held-out eval rows, with fixed per-row seeds."""
-    rows = load_split(settings.datasets_dir, task, "eval")[:EVAL_ROWS]
-    bodies = [{"input": row["input"], "reference": row["reference"], "options": {"seed": settings.seed + i}}
-              for i, row in enumerate(rows)]
-    answers = asyncio.run(_send(gateway, task, bodies))
-    return sum(a["scores"]["total"] for a in answers) / len(answers), {a["route"]["version"] for a in answers}
+def served(gateway, settings, task: str, rows: list[dict]) -> list[float]:
+    """The gateway's answers to held-out rows (fixed seeds), scored against their references. These
+    requests carry references, so they become labels too: the rows are never used as traffic."""
+    bodies = [{"input": row["input"], "reference": row["reference"], "options": {"seed": 1000 + i}} for i, row in enumerate(rows)]
+    return [a["scores"]["total"] for a in asyncio.run(_send(gateway.url, gateway.state.store, task, bodies))]
 
 
 @pytest.fixture(scope="module")
 def loop(built, redis_url, gateway):
     store = gateway.state.store
+    settings = loop_settings(built, redis_url)
     store.register_engines("base", [e.url for e in gateway.state.pools["base"].engines])
-    yield loop_settings(built, redis_url), store
-    # the session's gateway is shared: what a round here promoted is rolled back (admin API),
-    # so later modules find every task served by the base model again
-    for task, route in store.routes()[1].items():
-        if route.get("active"):  # each task here is promoted at most once, from the base model
-            response = httpx.post(f"{gateway.url}/v1/adapters/{task}/rollback", timeout=120)
-            assert response.status_code == 200 and response.json()["active"] is None, response.text
-    time.sleep(0.5)  # gateways see a flip within a second
+    store.register_engines("think", [gateway.state.pools["think"].engines[0].url])
+    yield settings, store
+    # the session's gateway is shared: what a round here promoted is rolled back, so later modules
+    # find every task served by the base model again
+    hotswap = fleet_for(settings, store, gateway)
+    for task in list(store.routes()[1]):
+        while store.routes()[1].get(task, {}).get("active"):
+            asyncio.run(hotswap.rollback(task))
+    time.sleep(0.5)
 
 
-def test_too_few_records_is_a_clean_no_op(built, redis_url, gateway, loop):
-    _settings, store = loop
-    strict = loop_settings(built, redis_url, min_records_per_task=10_000)
-    before = store.routes()
-    summary = run_round(strict, store, fleet(strict, store), ("sql",), say=lambda _: None)
-    assert "too few usable records" in summary["tasks"]["sql"]["status"]
-    # nothing trained, no route changed; only records no round can ever use (other tasks' ones) are acknowledged
-    assert store.routes() == before and summary["acknowledged"] == sum(summary["unusable"].values())
-
-
-def test_round_refuses_without_engines(built, redis_url):
-    store = Store(redis_url)
-    settings = loop_settings(built, redis_url, base_engine_urls=[])
-    saved = store.engine_urls("base")
-    store.redis.hdel("tucano:engines", "base")
-    try:
-        with pytest.raises(RoundError, match="no base engine"):
-            run_round(settings, store, fleet(settings, store), say=lambda _: None)
-    finally:
-        if saved:
-            store.register_engines("base", saved)
-
-
-def test_closed_loop_round_trains_evaluates_and_gates(gateway, loop):
+def test_a_round_with_nothing_new_is_a_clean_no_op(built, redis_url, gateway, loop):
     settings, store = loop
-    before = {task: served_eval_score(gateway, settings, task) for task in LOOP_TASKS}
-    # extraction: plain traffic, and users correct most answers (feedback) -> DPO pairs;
-    # push: traffic that carries its reference copy (labelled requests) -> GRPO with content rewards
-    rows = load_split(settings.datasets_dir, "extraction", "train")[:TRAFFIC_PER_TASK]
-    answers = asyncio.run(_send(gateway, "extraction", [{"input": row["input"]} for row in rows]))
-    corrected = 0
-    for row, answer in zip(rows, answers):
-        if answer["scores"]["total"] < 0.999 and corrected < 0.6 * len(rows):
-            response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": -1,
-                                                                      "correction": row["reference"]})
-            assert response.status_code == 200
-            corrected += 1
-    rows = load_split(settings.datasets_dir, "push", "train")[:TRAFFIC_PER_TASK]
-    asyncio.run(_send(gateway, "push", [{"input": row["input"], "reference": row["reference"]} for row in rows]))
-    messages: list[str] = []
-    summary = run_round(settings, store, fleet(settings, store), LOOP_TASKS, say=messages.append)
-    print("\n".join(messages))
-    print(json.dumps({t: {k: v for k, v in e.items() if k != "evaluation"} for t, e in summary["tasks"].items()}, indent=1)[:4000])
-    assert summary["acknowledged"] >= len(LOOP_TASKS) * TRAFFIC_PER_TASK
-    for task in LOOP_TASKS:
-        entry = summary["tasks"][task]
-        assert entry["records"] >= TRAFFIC_PER_TASK and entry["skipped"].get("held-out eval input", 0) >= EVAL_ROWS
-        assert entry["training"]["steps"] == settings.train_max_steps
-        meta = store.adapter(entry["version"])
-        assert meta.status in {"active", "rejected"} and meta.gate["scores"]
-    assert summary["tasks"]["extraction"]["method"] == "dpo" and summary["tasks"]["push"]["method"] == "grpo"
-    promoted = [t for t in LOOP_TASKS if summary["tasks"][t]["promoted"]]
-    # corrections as DPO pairs teach the demo base model what its bootstrap left unlearnt: that
-    # candidate must win (push GRPO in 30 steps is a coin toss, and the gate's call either way)
-    assert "extraction" in promoted, summary["tasks"]["extraction"].get("reason")
-    for task in LOOP_TASKS:  # the gate's decision follows its own measurement and policy
-        evaluation = summary["tasks"][task]["evaluation"]
-        scores = {s["version"]: s for s in evaluation["scores"]}
-        candidate, incumbent = scores[summary["tasks"][task]["version"]], scores[evaluation["incumbent"]]
-        better = candidate["total"] - incumbent["total"] >= settings.promote_margin
-        kept = all(incumbent["components"][n] - v <= settings.promote_tolerance for n, v in candidate["components"].items())
-        assert (task in promoted) == (better and kept)
-        assert (store.routes()[1].get(task, {}).get("active") == candidate["version"]) == (task in promoted)
-    time.sleep(0.5)  # gateways see a flip within a second
-    for task in LOOP_TASKS:
-        after = served_eval_score(gateway, settings, task)
-        print(f"{task}: served eval score before {before[task][0]:.4f} ({before[task][1]}) "
-              f"after {after[0]:.4f} ({after[1]}); {summary['tasks'][task]['status']}")
-        if task in promoted:
-            assert after[1] == {summary["tasks"][task]["version"]} and after[0] > before[task][0]
+    before = store.routes()
+    summary = run_round(loop_settings(built, redis_url, min_records_per_task=10_000), store, fleet_for(settings, store, gateway),
+                        ("sql",), say=lambda _: None)
+    assert summary["tasks"]["sql"]["status"].startswith("not trained") and store.routes() == before
+
+
+def test_a_round_refuses_without_engines(built, redis_url):
+    store = Store(redis_url)
+    from deploy.hotswap import HotSwap
+
+    empty = HotSwap(store, {"base": built.base_model_path, "think": built.think_model_path}, {}, 0)
+    saved = {kind: store.engine_urls(kind) for kind in ("base", "think")}
+    store.redis.hdel("tucano:engines", "base", "think")
+    try:
+        with pytest.raises(RoundError, match=r"no .*engine is registered"):
+            run_round(loop_settings(built, redis_url), store, empty, say=lambda _: None)
+    finally:
+        for kind, urls in saved.items():
+            if urls:
+                store.register_engines(kind, urls)
+
+
+def test_bad_corrections_are_refused_and_store_nothing(gateway, loop):
+    _, store = loop
+    answer = httpx.post(f"{gateway.url}/v1/tasks/extraction", json={"input": {"review": "Chegou quebrado."}}, timeout=120).json()
+    labels_before = store.labels("extraction")
+    for correction, needle in [({"sentiment": "furious"}, "sentiment"), ("DROP TABLE x", "JSON object"), ({"title": "x"}, "sentiment")]:
+        response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": -1, "correction": correction})
+        assert response.status_code == 422 and needle in response.json()["error"]["message"], response.text
+    sql = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos?"}}, timeout=120).json()
+    refused = httpx.post(f"{gateway.url}/v1/feedback", json={"id": sql["id"], "rating": -1, "correction": "DELETE FROM olist_orders_dataset"})
+    assert refused.status_code == 422 and "read-only SELECT" in refused.json()["error"]["message"]
+    bad_reference = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": {"question": "x"}, "reference": "DROP TABLE x"})
+    assert bad_reference.status_code == 422 and "reference" in bad_reference.json()["error"]["message"]
+    assert store.labels("extraction") == labels_before
+    assert store.get_record(answer["id"]).record.feedback is None and store.get_record(sql["id"]).record.feedback is None
+
+
+def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(built, gateway, loop):
+    """Extraction traffic with 40% of the answers corrected (the reference as correction) and 30%
+    rated: the round runs SFT on the corrections (then DPO on corrected-vs-served pairs), the gate
+    promotes on a paired interval, and served reward on held-out train rows rises beyond its
+    interval. The labels stay, and a second round replays them."""
+    settings, store = loop
+    rows = load_split(settings.datasets_dir, "extraction", "train")
+    held_out, traffic = rows[:HELD_OUT], rows[HELD_OUT:HELD_OUT + TRAFFIC]
+    answers = asyncio.run(_send(gateway.url, store, "extraction", [{"input": row["input"]} for row in traffic]))
+    corrected, rated = 0, 0
+    for i, (row, answer) in enumerate(zip(traffic, answers)):
+        body = {"id": answer["id"], "rating": 1 if answer["scores"]["total"] > 0.9 else -1}
+        if i % 10 < 4:
+            body["correction"], corrected = row["reference"], corrected + 1
+        elif i % 10 < 7:
+            rated += 1
         else:
-            assert after[1] == before[task][1]
-    # `tucano bench train` reads this round's per-phase costs back
-    from deploy.bench import train as bench_train
-    costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary["round"]), None)
-    assert set(costs["tasks"]) == set(LOOP_TASKS)
-    assert all(costs["tasks"][t]["seconds"]["optimisation"] > 0 and costs["tasks"][t]["seconds"]["evaluation"] > 0
-               for t in LOOP_TASKS)
-    assert costs["tasks"]["push"]["completion_tokens"] > 0  # GRPO generated
-    print(bench_train.table(costs))
-    # the round read its records once: the next one finds nothing new for these tasks
-    again = run_round(settings, store, fleet(settings, store), LOOP_TASKS, say=lambda _: None)
-    assert all("too few usable records" in again["tasks"][t]["status"] for t in LOOP_TASKS)
+            continue
+        assert httpx.post(f"{gateway.url}/v1/feedback", json=body).status_code == 200
+    labels = store.labels("extraction")
+    assert sum(1 for label in labels if label.answer_source == "correction") == corrected
+    assert sum(1 for label in labels if label.rating is not None) >= corrected + rated
+    hotswap = fleet_for(settings, store, gateway)
+    summary = run_round(settings, store, hotswap, ("extraction",), say=print)
+    entry = summary["tasks"]["extraction"]
+    assert [step["method"] for step in entry["plan"]][:1] == ["sft"], entry["plan"]
+    train_corrections = [label for label in labels if label.answer_source == "correction" and label.split == "train"]
+    assert entry["data"]["sft"] + entry["data"]["validation"] == len(train_corrections) < corrected  # the team's eval share held out
+    decision = entry["decision"]
+    assert decision["n"] >= settings.gate_min_rows and decision["rows"]["bootstrap"] > 0 and decision["rows"]["team"] > 0
+    assert entry["status"] == "promoted", entry["reason"]
+    meta = store.adapter(entry["version"])
+    assert meta.status == "active" and meta.gate["decision"]["interval"][0] > 0
+    assert meta.training["methods"][0]["method"] == "sft" and meta.training["steps"]["sft"]  # per-step metrics kept
+    # no round trained on the held-out rows, nor on any eval input
+    trained = set(meta.data["sources"]["sft"]) | set(meta.data["sources"]["pairs"])
+    traffic_ids = {a["id"] for a in answers}
+    assert trained <= traffic_ids
+    assert not {input_key(r["input"]) for r in held_out} & {input_key(r["input"]) for r in traffic}
+    eval_ids = {label.id for label in labels if label.split == "eval"}
+    assert eval_ids and not trained & eval_ids  # the team's eval labels are never trained on
+    assert not held_out_keys(settings, store, "extraction") & {input_key(label.input) for label in labels if label.id in trained}
+    time.sleep(1.0)  # gateways see a flip within a second
+    after = served(gateway, settings, "extraction", held_out)
+    store.set_active("extraction", None)  # the base model, for the before figure on the same rows and seeds
+    time.sleep(1.0)
+    before = served(gateway, settings, "extraction", held_out)
+    store.set_active("extraction", meta.version)
+    time.sleep(1.0)
+    gain, low, high = mean_interval([a - b for a, b in zip(after, before)])
+    print(f"extraction served reward on {HELD_OUT} held-out rows: {sum(before) / len(before):.3f} -> {sum(after) / len(after):.3f}, "
+          f"gain {gain:+.3f} [{low:+.3f}, {high:+.3f}]")
+    assert low > 0, (gain, low, high)
+    # round 2: a little new traffic, no new labels; the first round's labels are still trained on
+    asyncio.run(_send(gateway.url, store, "extraction", [{"input": row["input"]} for row in rows[HELD_OUT + TRAFFIC:][:12]]))
+    again = run_round(settings, store, hotswap, ("extraction",), say=print)["tasks"]["extraction"]
+    assert again.get("version") and set(store.adapter(again["version"]).data["sources"]["sft"]) & set(meta.data["sources"]["sft"])
 
 
-def test_one_round_at_a_time(loop):
+def test_ratings_alone_train_with_kto_and_a_rejected_round_loses_nothing(built, redis_url, gateway, loop):
+    settings, store = loop
+    rows = load_split(settings.datasets_dir, "push", "train")[:48]
+    answers = asyncio.run(_send(gateway.url, store, "push", [{"input": row["input"]} for row in rows]))
+    for i, answer in enumerate(answers):
+        assert httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": 1 if i % 2 else -1}).status_code == 200
+    strict = loop_settings(built, redis_url, promote_margin=0.99, train_time_budget_s=10)
+    labels_before = store.labels("push")
+    summary = run_round(strict, store, fleet_for(strict, store, gateway), ("push",), say=print)
+    entry = summary["tasks"]["push"]
+    assert [step["method"] for step in entry["plan"]] == ["kto"] and entry["status"] == "rejected"
+    assert store.adapter(entry["version"]).status == "rejected" and store.routes()[1].get("push", {}).get("active") is None
+    assert store.labels("push") == labels_before  # nothing consumed
+    assert store.redis.xinfo_groups(RECORDS)[0]["pending"] == 0  # records acknowledged; labels are what is kept
+    relaxed = loop_settings(built, redis_url, train_time_budget_s=10)
+    store.redis.delete("tucano:round:last:push")  # as if nothing had run: the labels alone make it train again
+    retry = run_round(relaxed, store, fleet_for(relaxed, store, gateway), ("push",), say=print)["tasks"]["push"]
+    assert set(store.adapter(retry["version"]).data["sources"]["kto"]) == set(store.adapter(entry["version"]).data["sources"]["kto"])
+
+
+def test_one_round_at_a_time(loop, gateway):
     settings, store = loop
     lock = store.round_lock(settings.round_lock_seconds)
     assert lock.acquire()
     try:
-        assert run_round(settings, store, fleet(settings, store), say=lambda _: None) == {"status": "locked"}
+        assert run_round(settings, store, fleet_for(settings, store, gateway), say=lambda _: None) == {"status": "locked"}
     finally:
         lock.release()
 
 
 def test_trainer_killed_mid_training_leaves_everything_as_it_was(built, redis_url, gateway, loop):
-    import os
-    import signal
-    import subprocess
-    import sys
-
     settings, store = loop
     rows = load_split(settings.datasets_dir, "sql", "train")[:40]
-    asyncio.run(_send(gateway, "sql", [{"input": row["input"]} for row in rows]))
-    routes_before, versions_before = store.routes()[1], {m.version for m in store.adapters("sql")}
+    answers = asyncio.run(_send(gateway.url, store, "sql", [{"input": row["input"]} for row in rows]))
+    for row, answer in zip(rows[:16], answers):
+        assert httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": -1, "correction": row["reference"]}).status_code == 200
+    routes_before, versions_before, labels_before = store.routes()[1], {m.version for m in store.adapters("sql")}, store.labels("sql")
     env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_REDIS_URL=redis_url, TUCANO_MIN_RECORDS_PER_TASK="8",
-               TUCANO_TRAIN_MAX_STEPS="1000", TUCANO_ROUND_LOCK_SECONDS="6", OMP_NUM_THREADS="1")
+               TUCANO_TRAIN_TIME_BUDGET_S="600", TUCANO_SFT_MAX_EPOCHS="500", TUCANO_ROUND_LOCK_SECONDS="6", OMP_NUM_THREADS="1")
     trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once", "--task", "sql"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in trainer.stdout:
         seen.append(line)
-        if "sql: training on" in line:
+        if "sql:" in line and "training" in line:
             break
     time.sleep(8)  # well inside the optimisation
     assert trainer.poll() is None, "".join(seen)
     trainer.send_signal(signal.SIGKILL)
     trainer.wait()
-    pending = store.redis.xpending("tucano:records", "trainers")["pending"]
     assert store.routes()[1] == routes_before
     assert {m.version for m in store.adapters("sql")} == versions_before  # nothing half-registered
-    assert pending >= len(rows)  # nothing acknowledged
+    assert store.labels("sql") == labels_before
+    assert store.redis.xpending(RECORDS, "trainers")["pending"] >= len(rows)  # nothing acknowledged
     time.sleep(7)  # the dead trainer's lock expires
-    quick = loop_settings(built, redis_url, min_records_per_task=8, train_max_steps=2, eval_rows_per_task=8)
-    summary = run_round(quick, store, fleet(quick, store), ("sql",), say=lambda _: None)
+    quick = loop_settings(built, redis_url, train_time_budget_s=5)
+    summary = run_round(quick, store, fleet_for(quick, store, gateway), ("sql",), say=lambda _: None)
     assert summary.get("status") != "locked"
-    assert summary["tasks"]["sql"]["records"] >= len(rows) and summary["tasks"]["sql"]["status"] in {"promoted", "rejected"}
+    assert summary["tasks"]["sql"]["status"] in {"promoted", "rejected"}
     assert not any(p.name.endswith(".partial") for p in settings.adapters_dir.iterdir())

@@ -252,32 +252,38 @@ def test_escaped_surrogate_pairs_are_ordinary_text(gateway):
     assert record.input["review"] == "Chegou rápido \U0001F600 e funciona, literal \\ud800"
 
 
-def test_api_keys(built, redis_url, engines):
+def test_feedback_ownership_rate_limits_and_correction_caps(built, redis_url, engines):
+    """A record's feedback only with the key that made its request (or the admin key); requests
+    and feedback are rate-limited per key with 429 and Retry-After; a record's correction can be
+    set a few times at most; keys never reach a record."""
     from pydantic import SecretStr
 
     from server.app import create_app
 
     settings = built.model_copy(update={"user_api_key": SecretStr("user-key"), "admin_api_key": SecretStr("admin-key"),
-                                        "redis_url": redis_url})
+                                        "redis_url": redis_url, "rate_limit_per_minute": 8, "feedback_rate_limit_per_minute": 5,
+                                        "max_corrections_per_record": 2})
     state = make_state(settings, redis_url, [engines["base"].url], engines["think"].url)
-    app = create_app(state)
-    with RunningServer(app) as running:
-        url = running.url
-        # every /v1 route asks for a key before it looks at the request (no body here: a 401, not a 422)
-        v1_routes = [(method, route.path.replace("{task}", "sql")) for route in app.routes
-                     if route.path.startswith("/v1/") for method in getattr(route, "methods", ())]
-        assert len(v1_routes) == 7
-        for method, path in v1_routes:
-            assert httpx.request(method, f"{url}{path}").status_code == 401, (method, path)
-        assert httpx.get(f"{url}/v1/models").status_code == 401
-        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer user-key"}).status_code == 200
-        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer admin-key"}).status_code == 200
-        as_user = httpx.post(f"{url}/v1/adapters/sql/rollback", headers={"Authorization": "Bearer user-key"})
-        assert as_user.status_code == 403
-        as_admin = httpx.post(f"{url}/v1/adapters/sql/rollback", headers={"Authorization": "Bearer admin-key"})
-        assert as_admin.status_code == 409 and "no active version" in as_admin.json()["error"]["message"]
-        assert httpx.get(f"{url}/healthz").status_code == 200
+    user, admin = {"Authorization": "Bearer user-key"}, {"Authorization": "Bearer admin-key"}
+    with RunningServer(create_app(state)) as running, httpx.Client(base_url=running.url, timeout=120) as http:
+        body = {"input": INPUTS["sql"], "options": {"max_tokens": 16}}
+        by_user = http.post("/v1/tasks/sql", json=body, headers=user).json()
+        by_admin = http.post("/v1/tasks/sql", json=body, headers=admin).json()
+        assert state.store.get_record(by_user["id"]).record.key_id != state.store.get_record(by_admin["id"]).record.key_id
+        refused = http.post("/v1/feedback", json={"id": by_admin["id"], "rating": 1}, headers=user)
+        assert refused.status_code == 403 and state.store.get_record(by_admin["id"]).record.feedback is None
+        assert http.post("/v1/feedback", json={"id": by_user["id"], "rating": 1}, headers=user).status_code == 200
+        assert http.post("/v1/feedback", json={"id": by_user["id"], "rating": -1}, headers=admin).status_code == 200
+        fix = "SELECT COUNT(*) FROM olist_orders_dataset"
+        for _ in range(2):
+            assert http.post("/v1/feedback", json={"id": by_user["id"], "rating": -1, "correction": fix}, headers=user).status_code == 200
+        capped = http.post("/v1/feedback", json={"id": by_user["id"], "rating": -1, "correction": fix}, headers=user)
+        assert capped.status_code == 409 and "corrected 2 times" in capped.json()["error"]["message"]
+        assert http.post("/v1/feedback", json={"id": by_user["id"], "rating": 1, "extra": 1}, headers=user).status_code == 422
+        limited = http.post("/v1/feedback", json={"id": by_user["id"], "rating": 1}, headers=user)
+        assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1  # the user's 6th feedback post this minute
+        statuses = [http.get("/v1/models", headers=admin).status_code for _ in range(8)]
+        assert statuses.count(429) >= 1 and statuses[0] == 200  # the admin key has its own budget, and it runs out too
         stored = [fields["record"] for _, fields in state.store.redis.xrevrange(RECORDS, count=50)]
         assert stored and all("user-key" not in raw and "admin-key" not in raw for raw in stored)
 
@@ -346,7 +352,7 @@ def test_gateway_overhead_is_the_time_outside_the_engine_call(gateway):
 
 # --- an adapter version serves its task once the alias points at it -------------------------
 
-def make_lora(base_path: str, out_dir, seed: int = 0) -> str:
+def make_lora(base_path: str, out_dir, seed: int = 0, scale: float = 0.02) -> str:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -357,14 +363,14 @@ def make_lora(base_path: str, out_dir, seed: int = 0) -> str:
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
-                param.normal_(0, 0.02)  # a LoRA that changes outputs
+                param.normal_(0, scale)  # a LoRA that changes outputs (a large scale: for the worse)
     peft_model.save_pretrained(out_dir)
     return str(out_dir)
 
 
 def test_lora_version_serves_its_task_after_the_flip(gateway, built, engines, tmp_path):
     from common.records import AdapterMeta
-    from deploy.hotswap import HotSwap
+    from tests.integration.conftest import fleet
 
     store = gateway.state.store
     version = store.next_adapter_version("push")
@@ -374,8 +380,7 @@ def test_lora_version_serves_its_task_after_the_flip(gateway, built, engines, tm
         store.put_adapter(AdapterMeta(version=version, task="push", path=str(tmp_path)))  # immutable
     before = httpx.post(f"{gateway.url}/v1/tasks/push", json={"input": INPUTS["push"]}, timeout=120).json()
     assert before["route"]["adapter"] is None
-    fleet = HotSwap(store, built.base_model_path, [engines["base"].url], drain_seconds=0.0)
-    asyncio.run(fleet.promote(version))
+    asyncio.run(fleet(store, built, [engines["base"].url]).promote(version))
     time.sleep(1.0)  # gateways see a flip within a second
     after = httpx.post(f"{gateway.url}/v1/tasks/push", json={"input": INPUTS["push"]}, timeout=120).json()
     assert after["route"] == {"model": version, "adapter": version, "version": version}

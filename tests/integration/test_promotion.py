@@ -1,0 +1,242 @@
+"""Promotion that cannot be fooled, against the real engines and Valkey: the incumbent's own
+weights under a new name are never promoted (20 seeds); a canary under load is rolled back when
+worse and promoted when better, with no failed request and every record naming its arm; two
+gateway processes see a flip within a second; bad eval files, canary shares, canaries without a
+candidate and promotions during a canary are refused with nothing changed."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from common.datasets import load_split
+from common.processes import free_port
+from common.records import AdapterMeta
+from common.settings import load_settings
+from common.store import content_sha256
+from router.engine_client import ChatTemplate, EnginePool
+from tests.conftest import REPO
+from tests.integration.conftest import RunningServer, fleet, make_state
+from tests.integration.test_serving import INPUTS, make_lora
+from trainer.gate import run_gate
+
+
+def register(store, path: str, task: str) -> AdapterMeta:
+    meta = AdapterMeta(version=store.next_adapter_version(task), task=task, path=path, sha256=content_sha256(path))
+    store.put_adapter(meta)
+    return meta
+
+
+@pytest.fixture
+def admin_gateway(built, redis_url, engines):
+    from pydantic import SecretStr
+
+    from server.app import create_app
+
+    settings = built.model_copy(update={"redis_url": redis_url, "admin_api_key": SecretStr("admin-key"),
+                                        "canary_min_requests": 16, "canary_max_minutes": 10.0})
+    state = make_state(settings, redis_url, [engines["base"].url], engines["think"].url)
+    state.adapter_action = fleet(state.store, settings, [engines["base"].url], engines["think"].url, drain_seconds=2.0,
+                                 wait_for_drain=False).act
+    with RunningServer(create_app(state)) as running:
+        running.state, running.admin = state, {"Authorization": "Bearer admin-key"}
+        yield running
+    for task in ("extraction", "push"):
+        state.store.change_route(task, lambda current: {})
+
+
+def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, redis_url, engines, tmp_path):
+    from common.store import Store
+
+    store = Store(redis_url)
+    original = register(store, make_lora(built.base_model_path, tmp_path / "original", seed=11), "push")
+    shutil.copytree(original.path, tmp_path / "copy")
+    copy = register(store, str(tmp_path / "copy"), "push")
+    hotswap = fleet(store, built, [engines["base"].url])
+    for meta in (original, copy):
+        asyncio.run(hotswap.load(meta.version, meta.path, "base"))
+    settings = load_settings(data_dir=built.data_dir, gate_max_rows=12, gate_min_rows=8)
+    decisions = []
+
+    async def twenty() -> None:
+        pool = EnginePool("base", [engines["base"].url], ChatTemplate.load(built.base_model_path))
+        try:
+            for seed in range(20):
+                decisions.append(await run_gate(pool, settings, store, "push", copy.version, original.version, round_seed=seed))
+        finally:
+            await pool.close()
+    asyncio.run(twenty())
+    assert not any(d.promote for d in decisions), [d.reason for d in decisions if d.promote]
+    assert all(d.interval[0] <= 0 <= d.interval[1] and d.n == 12 for d in decisions)
+    for meta in (original, copy):
+        asyncio.run(hotswap.unload(meta.version, "base"))
+
+
+def _load(url: str, admin: dict, stop: threading.Event, results: list) -> None:
+    with httpx.Client(timeout=120) as http:
+        while not stop.is_set():
+            response = http.post(f"{url}/v1/tasks/extraction", json={"input": INPUTS["extraction"], "options": {"max_tokens": 64}})
+            body = response.json() if response.status_code == 200 else {}
+            results.append((response.status_code, body.get("id")))
+
+
+def _canary_until_verdict(gateway, settings, version: str, share: float = 0.5) -> tuple[dict, list]:
+    from deploy.serve import watch_canaries
+
+    store = gateway.state.store
+    started = httpx.post(f"{gateway.url}/v1/adapters/extraction/canary", headers=gateway.admin,
+                         json={"version": version, "share": share}, timeout=120)
+    assert started.status_code == 200, started.text
+    results, stop = [], threading.Event()
+    threads = [threading.Thread(target=_load, args=(gateway.url, gateway.admin, stop, results)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    hotswap = fleet(store, settings, [e.url for e in gateway.state.pools["base"].engines], drain_seconds=2.0)
+    deadline = time.monotonic() + 600
+    try:
+        while store.routes()[1].get("extraction", {}).get("canary") == version:
+            assert time.monotonic() < deadline
+            time.sleep(1.0)
+            watch_canaries(settings, store, hotswap, print)
+        time.sleep(2.0)  # requests in flight at the flip finish on the version they started with
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    return store.adapter(version).canary, results
+
+
+def test_a_worse_canary_is_rolled_back_and_a_better_one_promoted_under_load(admin_gateway, built, tmp_path):
+    store, settings = admin_gateway.state.store, admin_gateway.state.settings
+    worse = register(store, make_lora(built.base_model_path, tmp_path / "worse", seed=3, scale=0.6), "extraction")
+    outcome, results = _canary_until_verdict(admin_gateway, settings, worse.version)
+    assert outcome["outcome"] == "rolled back" and outcome["reward_difference"] < 0, outcome
+    assert results and all(status == 200 for status, _ in results)  # no request failed, through start and rollback
+    arms = {store.get_record(rid).record.arm for _, rid in results}
+    assert arms == {"base", "canary"}
+    assert store.adapter(worse.version).status == "rejected" and store.routes()[1]["extraction"].get("active") is None
+
+    better = _train_better(built, store, tmp_path)
+    outcome, results = _canary_until_verdict(admin_gateway, settings, better.version)
+    assert outcome["outcome"] == "promoted", outcome
+    assert all(status == 200 for status, _ in results)
+    assert store.routes()[1]["extraction"]["active"] == better.version and store.adapter(better.version).status == "active"
+
+
+def _train_better(built, store, tmp_path) -> AdapterMeta:
+    """An SFT LoRA on extraction references: clearly better than the base model there."""
+    from trainer import sft
+    from trainer.data import TaskData, answer_text, split_validation
+    from trainer.policy import load_policy
+
+    settings = load_settings(data_dir=built.data_dir, sft_max_epochs=4)
+    template = ChatTemplate.load(built.base_model_path)
+    from router.prompts import build_messages
+
+    data = TaskData("extraction", sft=[{"prompt": template.render(build_messages("extraction", row["input"])),
+                                        "completion": answer_text("extraction", row["reference"]), "source": row["id"]}
+                                       for row in load_split(built.datasets_dir, "extraction", "train")[:96]])
+    split_validation(data, 1)
+    model, tokenizer = load_policy(built.base_model_path, None, 16, 32)
+    sft.train(settings, model, tokenizer, data.sft, data.validation, 60, "test")
+    model.save_pretrained(tmp_path / "better")
+    return register(store, str(tmp_path / "better"), "extraction")
+
+
+def test_two_gateway_processes_see_a_flip_within_a_second(built, redis_url, engines, tmp_path):
+    from contextlib import ExitStack
+
+    from common.store import Store
+    from deploy.bench.stack import start, wait_ready
+
+    store = Store(redis_url)
+    with ExitStack() as stack:
+        urls = []
+        for n in range(2):
+            port = free_port()
+            log = tmp_path / f"gateway-{n}.log"
+            process = start(stack, "deploy.bench.stack:serve_gateway", log, str(built.data_dir), redis_url, engines["base"].url,
+                            engines["think"].url, str(port), "1", str(tmp_path / f"metrics-{n}"), "off")
+            urls.append(f"http://127.0.0.1:{port}")
+            wait_ready(process, f"gateway {n}", f"{urls[-1]}/healthz", log)
+        seen = []
+        for _ in range(3):
+            flipped = store.change_route("sql", lambda current: {**current, "flip": time.time()})
+            assert flipped
+            target, started = store.routes_version(), time.monotonic()
+            while not all(httpx.get(f"{u}/readyz", timeout=5).json()["routes_version"] >= target for u in urls):
+                time.sleep(0.02)
+            seen.append(time.monotonic() - started)
+        store.change_route("sql", lambda current: {k: v for k, v in current.items() if k != "flip"})
+    print(f"both gateways saw each flip after {[round(s, 3) for s in seen]} s")
+    assert max(seen) < 1.0
+
+
+def test_bad_promotion_inputs_are_refused_and_change_nothing(admin_gateway, built, tmp_path):
+    store, url, admin = admin_gateway.state.store, admin_gateway.url, admin_gateway.admin
+    candidate = register(store, make_lora(built.base_model_path, tmp_path / "c", seed=5), "extraction")
+    routes_before = store.routes()[1]
+    for share in (0, 1, 1.5, -0.2):
+        response = httpx.post(f"{url}/v1/adapters/extraction/canary", headers=admin, json={"version": candidate.version, "share": share})
+        assert response.status_code == 422 and "share" in response.json()["error"]["message"]
+    unknown = httpx.post(f"{url}/v1/adapters/extraction/canary", headers=admin, json={"version": "extraction-v999", "share": 0.2})
+    assert unknown.status_code == 404
+    assert httpx.post(f"{url}/v1/adapters/extraction/canary/promote", headers=admin).status_code == 409  # no canary running
+    assert httpx.post(f"{url}/v1/adapters/extraction/canary/abort", headers=admin).status_code == 409
+    assert store.routes()[1] == routes_before
+    started = httpx.post(f"{url}/v1/adapters/extraction/canary", headers=admin, json={"version": candidate.version, "share": 0.2}, timeout=120)
+    assert started.status_code == 200
+    other = register(store, make_lora(built.base_model_path, tmp_path / "o", seed=6), "extraction")
+    during = httpx.post(f"{url}/v1/adapters/extraction/promote", params={"version": other.version}, headers=admin, timeout=120)
+    assert during.status_code == 409 and "canary" in during.json()["error"]["message"]
+    second = httpx.post(f"{url}/v1/adapters/extraction/canary", headers=admin, json={"version": other.version, "share": 0.2}, timeout=120)
+    assert second.status_code == 409
+    not_candidate = httpx.post(f"{url}/v1/adapters/extraction/canary", headers=admin, json={"version": candidate.version, "share": 0.2})
+    assert not_candidate.status_code == 409  # it is the canary now, no longer a candidate
+    route = store.routes()[1]["extraction"]
+    assert route["canary"] == candidate.version and route.get("active") is None and store.adapter(other.version).status == "candidate"
+    aborted = httpx.post(f"{url}/v1/adapters/extraction/canary/abort", headers=admin, timeout=120)
+    assert aborted.status_code == 200 and "canary" not in store.routes()[1]["extraction"]
+
+
+def test_eval_files_are_checked_row_by_row_and_eval_reports_row_sources(built, redis_url, engines, tmp_path):
+    from common.store import Store
+
+    store = Store(redis_url)
+    env = {"TUCANO_DATA_DIR": str(built.data_dir), "TUCANO_REDIS_URL": redis_url, "PATH": "/usr/bin:/bin",
+           "TUCANO_BASE_ENGINE_URLS": json.dumps([engines["base"].url]), "TUCANO_THINK_ENGINE_URL": engines["think"].url}
+    rows = load_split(built.datasets_dir, "push", "train")[-3:]
+    good = [{"task": "push", "input": r["input"], "reference": r["reference"]} for r in rows]
+    bad_file = tmp_path / "bad.jsonl"
+    bad_file.write_text("\n".join([json.dumps(good[0]), json.dumps(good[1]), '{"task": "push", "input": {"discount_pct": 900},'
+                                   ' "reference": {"title": "a", "body": "b"}}']) + "\n")
+    before = store.eval_set("push")
+    refused = subprocess.run([sys.executable, "-m", "deploy.cli", "eval-set", "add", str(bad_file)], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "line 3" in refused.stderr and "discount_pct" in refused.stderr
+    assert store.eval_set("push") == before  # one bad row: nothing added
+    for content, needle in [("not json\n", "line 1: not JSON"), ('{"task": "poetry", "input": {}}\n', "task must be one of"),
+                            (json.dumps({"task": "push", "input": rows[0]["input"]}) + "\n", "needs a reference"),
+                            (json.dumps({**good[0], "reference": {"title": "x" * 50, "body": "b"}}) + "\n", "title")]:
+        bad_file.write_text(content)
+        result = subprocess.run([sys.executable, "-m", "deploy.cli", "eval-set", "add", str(bad_file)], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and needle in result.stderr, result.stderr
+    good_file = tmp_path / "good.jsonl"
+    good_file.write_text("".join(json.dumps(row) + "\n" for row in good))
+    added = subprocess.run([sys.executable, "-m", "deploy.cli", "eval-set", "add", str(good_file)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0 and "push: 3 new eval rows" in added.stderr, added.stderr
+    report = subprocess.run([sys.executable, "-m", "deploy.cli", "eval", "--task", "push", "--json"], cwd=REPO,
+                            env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-2000:]
+    result = json.loads(report.stdout)["push"]
+    assert result["rows"]["file"] == 3 and result["rows"]["bootstrap"] > 0
+    assert result["versions"]["base"]["low"] <= result["versions"]["base"]["mean"] <= result["versions"]["base"]["high"]
