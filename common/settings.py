@@ -102,14 +102,15 @@ class Settings(BaseSettings):
     gate_max_rows: int = Field(160, ge=8, description="Most eval rows per task a gate decision scores (a rotating sample beyond).")
     gate_min_rows: int = Field(16, ge=4, description="Fewest eval rows a decision needs; with fewer the candidate is rejected.")
     promote_margin: float = Field(0.0, ge=0, le=1, description="The paired difference's 95% lower bound must exceed this.")
-    component_tolerance: float = Field(0.01, ge=0, le=1, description="A component is significantly worse when its whole 95% "
-                                       "interval lies below minus this.")
+    component_tolerance: float = Field(0.05, ge=0, le=1, description="A component (each extraction field too) is significantly "
+                                       "worse when its whole 95% interval lies below minus this.")
     shadow_records: int = Field(32, ge=0, description="Recent real inputs a candidate answers in shadow before promotion (0: off).")
     shadow_margin: float = Field(0.02, ge=0, le=1, description="Shadow replay rejects when the candidate's whole 95% interval of "
                                  "the reference-free difference lies below minus this.")
-    canary_share: float = Field(0.0, ge=0, lt=1, description="Share of traffic a passed candidate serves first (0: promote at once).")
+    canary_share: float = Field(0.2, ge=0, lt=1, description="Share of its task's traffic a passed candidate serves first, as a canary "
+                                "(0: promote at once).")
     canary_min_requests: int = Field(30, ge=4, description="Canary requests before it is judged.")
-    canary_max_minutes: float = Field(60.0, gt=0, description="A canary not judged by then is judged on what it has, or rolled back.")
+    canary_max_minutes: float = Field(60.0, gt=0, description="A canary still short of its requests by then is rolled back.")
     drain_seconds: float = Field(30.0, ge=0, description="How long an old version keeps serving in-flight requests before it is unloaded.")
     round_lock_seconds: float = Field(120.0, ge=5, description="Lifetime of the round lock unless renewed; a crashed trainer's lock expires after it.")
     records_trim_seconds: float = Field(60.0, gt=0, description="How often `serve` trims the records stream.")

@@ -29,7 +29,7 @@ from router.engine_client import EnginePool, EngineUnavailable
 from router.prompts import build_messages
 from router.registry import REGISTRY
 
-CONCURRENCY = 8
+CONCURRENCY = 16  # requests in flight per version; vLLM batches them
 RESAMPLES = 2000
 SOURCES = ("team", "file", "bootstrap")
 
@@ -158,8 +158,9 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
                    round_seed: int) -> Decision:
     started = time.perf_counter()
     rows = sample_rows(eval_rows(settings, store, task), settings.gate_max_rows, round_seed)
-    candidate_scores = await answer(pool, settings, task, candidate, rows, round_seed)
-    incumbent_scores = await answer(pool, settings, task, incumbent, rows, round_seed)
+    # both versions at once: the engine batches their requests together
+    candidate_scores, incumbent_scores = await asyncio.gather(answer(pool, settings, task, candidate, rows, round_seed),
+                                                              answer(pool, settings, task, incumbent, rows, round_seed))
     decision = decide(candidate_scores, incumbent_scores, rows, settings, seed=round_seed)
     decision.seconds = time.perf_counter() - started
     return decision

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PHASES = ("generation", "scoring", "optimisation", "evaluation", "promotion")
+PHASES = ("training", "load", "gate", "shadow", "flip")
 
 
 def find_round(rounds_dir: Path, round_id: str | None) -> dict:
@@ -30,26 +30,20 @@ def results(summary: dict, model_parameters: int | None) -> dict:
     for task, entry in summary["tasks"].items():
         if "training" not in entry:
             continue
-        training, gate = entry["training"], entry.get("seconds", {})
-        seconds = {"generation": training["seconds"]["generation"], "scoring": training["seconds"]["scoring"],
-                   "optimisation": training["seconds"]["optimisation"], "evaluation": gate.get("evaluation", 0.0),
-                   "promotion": gate.get("promotion", 0.0) + gate.get("load", 0.0)}
-        generation = training["seconds"]["generation"]
-        tasks[task] = {"method": entry["method"], "steps": training["steps"], "seconds": seconds,
-                       "completion_tokens": training["completion_tokens"],
-                       "generation_tokens_per_s": round(training["completion_tokens"] / generation, 1) if generation else None,
-                       "status": entry["status"]}
-    return {"round": summary["round"], "round_seconds": summary.get("seconds"), "model_parameters": model_parameters,
-            "tasks": tasks}
+        methods = {m["method"]: {"steps": m["steps"], "epochs": m["epochs"], "seconds": m["seconds"], "stopped_by": m["stopped_by"],
+                                 **({"phases": m["phases"]} if m.get("phases") else {})} for m in entry["training"]}
+        tasks[task] = {"methods": methods, "seconds": {p: entry.get("seconds", {}).get(p, 0.0) for p in PHASES},
+                       "status": entry.get("status", "-").split(":")[0], "gate_rows": (entry.get("decision") or {}).get("n")}
+    return {"round": summary["round"], "round_seconds": summary.get("seconds"), "model_parameters": model_parameters, "tasks": tasks}
 
 
 def table(result: dict) -> str:
-    lines = ["| task | method | steps | " + " | ".join(f"{p} s" for p in PHASES) + " | completion tokens | gen tokens/s | outcome |",
-             "|---|---|---:|" + "---:|" * len(PHASES) + "---:|---:|---|"]
+    lines = ["| task | methods (steps, stopped by) | " + " | ".join(f"{p} s" for p in PHASES) + " | gate rows | outcome |",
+             "|---|---|" + "---:|" * len(PHASES) + "---:|---|"]
     for task, row in result["tasks"].items():
-        lines.append(f"| {task} | {row['method']} | {row['steps']} | " + " | ".join(str(row["seconds"][p]) for p in PHASES)
-                     + f" | {row['completion_tokens']} | {row['generation_tokens_per_s'] or '-'} | {row['status']} |")
-    lines.append(f"\nround {result['round']}, {result['round_seconds']} s in all; base model "
-                 f"{result['model_parameters']:,} parameters." if result["model_parameters"]
-                 else f"\nround {result['round']}, {result['round_seconds']} s in all.")
+        methods = ", ".join(f"{name} ({m['steps']}, {m['stopped_by']})" for name, m in row["methods"].items())
+        lines.append(f"| {task} | {methods} | " + " | ".join(str(row["seconds"][p]) for p in PHASES)
+                     + f" | {row['gate_rows'] or '-'} | {row['status']} |")
+    size = f"; base model {result['model_parameters']:,} parameters" if result["model_parameters"] else ""
+    lines.append(f"\nround {result['round']}, {result['round_seconds']} s in all{size}.")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ TRAFFIC = 100
 
 
 def loop_settings(built, redis_url, **overrides):
-    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, drain_seconds=0.5,
+    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, drain_seconds=0.5, canary_share=0.0,
                   gate_max_rows=48, gate_min_rows=16, shadow_records=12, min_sft_examples=8, min_dpo_pairs=8, min_kto_examples=8)
     values.update(overrides)
     return load_settings(**values)
@@ -153,6 +153,9 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     meta = store.adapter(entry["version"])
     assert meta.status == "active" and meta.gate["decision"]["interval"][0] > 0
     assert meta.training["methods"][0]["method"] == "sft" and meta.training["steps"]["sft"]  # per-step metrics kept
+    from deploy.bench import train as bench_train  # `tucano bench train` reads this round's phases back
+    costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary["round"]), None)["tasks"]["extraction"]
+    assert costs["seconds"]["training"] > 0 and costs["seconds"]["gate"] > 0 and costs["methods"]["sft"]["steps"] > 0
     # no round trained on the held-out rows, nor on any eval input
     trained = set(meta.data["sources"]["sft"]) | set(meta.data["sources"]["pairs"])
     traffic_ids = {a["id"] for a in answers}

@@ -66,3 +66,14 @@ def test_cli_unknown_command_or_option_is_usage_error(args):
     result = subprocess.run(TUCANO + args, cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2
     assert "Usage" in result.stderr
+
+
+def test_the_readme_documents_every_setting_with_its_default():
+    from common.settings import Settings
+
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `") for line in (REPO / "README.md").read_text().splitlines()
+            if line.startswith("| `TUCANO_")}
+    for name, field in Settings.model_fields.items():
+        default = field.default if field.default_factory is None else field.default_factory()
+        shown = "unset" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        assert rows.get(f"TUCANO_{name.upper()}") == shown, name
