@@ -132,7 +132,7 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
     _exit_cleanly_on_sigterm()
     with _store_url(settings) as url:
         store = Store(url, maxlen=settings.records_stream_maxlen)
-        fleet = HotSwap.for_settings(store, settings)
+        fleet = HotSwap.for_settings(store, settings, drain="later")  # serve unloads what the round retired
 
         def one_round() -> None:
             with Progress(*_BAR_COLUMNS, console=console, transient=True) as bars:

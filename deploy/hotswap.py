@@ -95,28 +95,36 @@ async def _drain_then_unload(urls: list[str], version: str, drain_seconds: float
     await unload_everywhere(urls, version)
 
 
+DRAINS = ("wait", "background", "later")
+TASK_ENGINE_KINDS = tuple(dict.fromkeys(TASK_ENGINE.values()))
+
+
 class HotSwap:
     """Promote, roll back and canary versions across every engine of a task's model (the base
     servers for extraction, sql and push; the think servers for insights).
 
     `urls`: fixed engine URLs per kind (from settings), else the engines `serve` registered in
-    Redis. `wait_for_drain=False` (the gateway) unloads an old version in the background after
-    the drain; `True` (the CLI, the trainer) waits for it before returning."""
+    Redis. An old version is unloaded after the drain: `drain="wait"` (the CLI) waits for it
+    before returning, `"background"` (the gateway) leaves it to a task of its event loop, and
+    `"later"` (a training round, which must not sit through a drain per task) leaves it to
+    `unload_drained`, which `serve` runs every few seconds."""
 
     def __init__(self, store: Store, models: dict[str, str], urls: dict[str, list[str]] | None, drain_seconds: float,
-                 wait_for_drain: bool = True):
+                 drain: str = "wait"):
+        if drain not in DRAINS:
+            raise ValueError(f"drain must be one of {DRAINS}")
         self.store, self.models, self.fixed_urls = store, models, {k: v for k, v in (urls or {}).items() if v}
-        self.drain_seconds, self.wait_for_drain = drain_seconds, wait_for_drain
+        self.drain_seconds, self.drain = drain_seconds, drain
         self._background: set[asyncio.Task] = set()
 
     @classmethod
     def for_settings(cls, store: Store, settings: Settings, base_urls: list[str] | None = None, think_url: str | None = None,
-                     wait_for_drain: bool = True) -> HotSwap:
+                     drain: str = "wait") -> HotSwap:
         """The fleet as settings describe it: configured engine URLs, else those `serve` registered."""
         base_urls = base_urls or settings.base_engine_urls
         think_url = think_url or settings.think_engine_url
         return cls(store, {"base": settings.base_model_path, "think": settings.think_model_path},
-                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds, wait_for_drain)
+                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds, drain)
 
     def urls(self, kind: str) -> list[str]:
         return list(self.fixed_urls.get(kind) or self.store.engine_urls(kind))
@@ -136,9 +144,9 @@ class HotSwap:
         return meta
 
     async def _retire(self, version: str | None, keep: set, kind: str) -> None:
-        if version is None or version in keep:
+        if version is None or version in keep or self.drain == "later":
             return
-        if self.wait_for_drain:
+        if self.drain == "wait":
             await _drain_then_unload(self.urls(kind), version, self.drain_seconds)
         else:
             job = asyncio.get_running_loop().create_task(_drain_then_unload(self.urls(kind), version, self.drain_seconds))
@@ -230,6 +238,28 @@ class HotSwap:
         self.store.update_adapter(version, canary={**meta.canary, "outcome": "rolled back", "reason": reason})
         await self._retire(version, {route.get("active")}, TASK_ENGINE[task])
         return {"task": task, "active": route.get("active"), "canary": None, "rolled_back": version}
+
+    async def unload_drained(self) -> list[str]:
+        """Unload from every engine the retired and rejected versions whose drain is over (what a
+        round left loaded: it does not wait for drains). A version a route points at stays."""
+        routed = {v for route in self.store.routes()[1].values() for v in (route.get("active"), route.get("canary")) if v}
+        now, unloaded = time.time(), []
+        async with httpx.AsyncClient(timeout=30) as client:
+            for kind in TASK_ENGINE_KINDS:
+                for url in self.urls(kind):
+                    try:
+                        listed = (await client.get(f"{url}/v1/models")).json()["data"]
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        continue  # an engine that is down has nothing loaded
+                    for version in (m["id"] for m in listed if m.get("parent")):
+                        meta = self.store.adapter(version)
+                        changed = meta.history[-1]["at"] if meta and meta.history else 0.0
+                        if meta and version not in routed and meta.status in ("retired", "rejected") \
+                                and now - changed >= self.drain_seconds:
+                            with contextlib.suppress(httpx.HTTPError):
+                                await _post(client, url, "/v1/unload_lora_adapter", {"lora_name": version})
+                                unloaded.append(f"{version}@{url}")
+        return unloaded
 
     async def act(self, action: str, target: str, **options) -> dict:
         """The gateway's admin path: promote VERSION, rollback TASK, canary VERSION share=..., and

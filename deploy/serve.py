@@ -2,9 +2,11 @@
 
 Redis: the configured URL, else an embedded Valkey in the data dir. Models: the configured
 ones, else the bootstrap's (built first when missing). Engines: the configured URLs, else a
-base and a think vLLM server started here and restarted if they die. Then the gateway
-(uvicorn, `gateway_workers` processes) until SIGTERM/SIGINT, when everything stops cleanly in
-reverse order.
+base and a think vLLM server (both with runtime LoRA) started here and restarted if they die.
+Periodic jobs: trimming the records stream, judging canaries, unloading what rounds retired once
+its drain is over, and the training rounds. Then the gateway (uvicorn, `gateway_workers`
+processes) until SIGTERM/SIGINT, when everything stops cleanly in reverse order. `check_bind`
+refuses a public address without keys first.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
         "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
         "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
     }
-    hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, wait_for_drain=False)
+    hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, drain="background")
     return GatewayState(settings, store, RouteTable(store), pools, adapter_action=hotswap.act)
 
 
@@ -140,12 +142,20 @@ def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> Non
             lock.release()
 
 
+def unload_drained(fleet: HotSwap, say) -> None:
+    unloaded = asyncio.run(fleet.unload_drained())
+    if unloaded:
+        say(f"unloaded after their drain: {', '.join(unloaded)}")
+
+
 def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: str, say) -> BackgroundScheduler:
-    """Trimming of the records stream, the canary watcher, and (when enabled) the periodic training rounds."""
+    """Trimming of the records stream, the canary watcher, unloading what rounds retired, and (when
+    enabled) the periodic training rounds."""
     scheduler = BackgroundScheduler()
     scheduler.add_job(store.trim_records, "interval", seconds=settings.records_trim_seconds, max_instances=1, coalesce=True)
     scheduler.add_job(watch_canaries, "interval", args=(settings, store, fleet, say), seconds=CANARY_WATCH_S, max_instances=1,
                       coalesce=True)
+    scheduler.add_job(unload_drained, "interval", args=(fleet, say), seconds=CANARY_WATCH_S, max_instances=1, coalesce=True)
     if settings.train_enabled:
         scheduler.add_job(_run_round_process, "interval", args=(settings, redis_url, say), max_instances=1, coalesce=True,
                           minutes=settings.train_interval_minutes)

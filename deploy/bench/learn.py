@@ -207,7 +207,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                         urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
         gateway_url = f"http://127.0.0.1:{port}"
         wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log", timeout_s=300)
-        fleet = HotSwap.for_settings(store, bench)
+        fleet = HotSwap.for_settings(store, bench, drain="later")  # as `tucano train` runs it
         team = Team(bench, gateway_url, tasks, measure_rows, settings.seed)
         results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate,
                                 "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
@@ -224,6 +224,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
             started = time.perf_counter()
             summary = run_round(bench, store, fleet, tasks, say=say)
             round_seconds = time.perf_counter() - started
+            asyncio.run(fleet.unload_drained())  # what serve's periodic job does after a round
             time.sleep(1.0)  # gateways see a flip within a second
             entry = {"round": number, "seconds": round(round_seconds, 1), "tasks": {}}
             for t in tasks:

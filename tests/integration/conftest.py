@@ -52,12 +52,12 @@ def engines(built, tmp_path_factory):
             server.stop()
 
 
-def fleet(store, settings, base_urls, think_url=None, drain_seconds: float = 0.0, wait_for_drain: bool = True):
+def fleet(store, settings, base_urls, think_url=None, drain_seconds: float = 0.0, drain: str = "wait"):
     """The hot-swap over these engines (think_url: the Think model's, for insights adapters)."""
     from deploy.hotswap import HotSwap
 
     return HotSwap(store, {"base": settings.base_model_path, "think": settings.think_model_path},
-                   {"base": base_urls, "think": [think_url] if think_url else []}, drain_seconds, wait_for_drain)
+                   {"base": base_urls, "think": [think_url] if think_url else []}, drain_seconds, drain)
 
 
 def make_state(settings, store_url, base_urls, think_url):
@@ -71,7 +71,7 @@ def make_state(settings, store_url, base_urls, think_url):
         "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
         "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
     }
-    hotswap = fleet(store, settings, base_urls, think_url, drain_seconds=1.0, wait_for_drain=False)
+    hotswap = fleet(store, settings, base_urls, think_url, drain_seconds=1.0, drain="background")
     return GatewayState(settings, store, RouteTable(store, poll_s=0.2), pools, adapter_action=hotswap.act)
 
 

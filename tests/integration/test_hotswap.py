@@ -34,7 +34,7 @@ def swap_gateway(built, redis_url, engines):
     state = make_state(built.model_copy(update={"redis_url": redis_url}), redis_url, [engines["base"].url], engines["think"].url)
     # a drain longer than any request here, so nothing in flight loses its version
     state.adapter_action = fleet(state.store, built, [engines["base"].url], drain_seconds=8.0,
-                                 wait_for_drain=False).act
+                                 drain="background").act
     with RunningServer(create_app(state)) as running:
         running.state = state
         yield running

@@ -44,7 +44,7 @@ def admin_gateway(built, redis_url, engines):
                                         "canary_min_requests": 16, "canary_max_minutes": 10.0})
     state = make_state(settings, redis_url, [engines["base"].url], engines["think"].url)
     state.adapter_action = fleet(state.store, settings, [engines["base"].url], engines["think"].url, drain_seconds=2.0,
-                                 wait_for_drain=False).act
+                                 drain="background").act
     with RunningServer(create_app(state)) as running:
         running.state, running.admin = state, {"Authorization": "Bearer admin-key"}
         yield running
