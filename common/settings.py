@@ -69,7 +69,7 @@ class Settings(BaseSettings):
         "auto", description="auto orders SFT, DPO or KTO, and GRPO per task from what its data holds; or one method.")
     train_from: Literal["active", "base"] = Field("active", description="A candidate continues the active version, or starts "
                                                   "from the base model (on every label to date either way).")
-    train_time_budget_s: float = Field(40.0, gt=0, description="Training seconds per task per round (all its methods).")
+    train_time_budget_s: float = Field(35.0, gt=0, description="Training seconds per task per round (all its methods).")
     train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up).")
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     min_kto_examples: int = Field(16, ge=1, description="Rated answers (of both kinds) a task needs for `auto` to run KTO.")
     preference_epochs: float = Field(2.0, gt=0, description="Epochs of DPO or KTO over their examples.")
     dpo_beta: float = Field(0.1, gt=0, description="DPO and KTO beta.")
+    preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")
     grpo_prompts_per_step: int = Field(2, ge=1, description="Prompts (groups) per GRPO optimisation step.")

@@ -121,8 +121,7 @@ def test_bad_corrections_are_refused_and_store_nothing(gateway, loop):
 
 def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(built, gateway, loop):
     """Extraction traffic with 40% of the answers corrected (the reference as correction) and 30%
-    rated: the round runs SFT on the corrections (then DPO on corrected-vs-served pairs), the gate
-    promotes on a paired interval, and served reward on held-out train rows rises beyond its
+    rated: the round runs SFT on the corrections, the gate promotes on a paired interval, and served reward on held-out train rows rises beyond its
     interval. The labels stay, and a second round replays them."""
     settings, store = loop
     rows = load_split(settings.datasets_dir, "extraction", "train")

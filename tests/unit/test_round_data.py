@@ -89,7 +89,9 @@ def test_sft_keeps_a_validation_slice_apart():
 def test_auto_plans_methods_from_what_the_data_holds():
     settings = load_settings(min_sft_examples=2, min_dpo_pairs=2, min_kto_examples=2)
     corrected = run([label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ", "MG"))])
-    assert [m for m, _ in methods.plan("auto", corrected, settings)] == ["sft", "dpo"]
+    assert [m for m, _ in methods.plan("auto", corrected, settings)] == ["sft"]  # DPO after SFT measured worse
+    both = load_settings(min_sft_examples=2, min_dpo_pairs=2, min_kto_examples=2, preference_after_supervised=True)
+    assert [m for m, _ in methods.plan("auto", corrected, both)] == ["sft", "dpo"]
     rated = run([label(n, f"Quantos clientes em {uf}?", rating=1 if n % 2 else -1, served=GOOD if n % 2 else BAD)
                  for n, uf in enumerate(("SP", "RJ", "MG", "BA"))])
     steps = methods.plan("auto", rated, settings)
