@@ -208,24 +208,17 @@ class Store:
         return self.get_record(record_id).record
 
     def recent_records(self, task: str, count: int, scan: int = 5000) -> list[Record]:
-        """The newest `count` readable records of a task, newest first (looking at most `scan` back)."""
+        """The newest `count` readable records of a task, newest first (looking at most `scan` back, in
+        pages of 500)."""
         out, end, seen = [], "+", 0
         while len(out) < count and seen < scan:
             entries = self.redis.xrevrange(RECORDS, max=end, count=500)
             if not entries:
                 break
-            for _, fields in entries:
-                seen += 1
-                try:
-                    record = decode_record(fields.get("record", ""))
-                except msgspec.DecodeError:
-                    continue
-                if record.task == task:
-                    out.append(record)
-                    if len(out) == count:
-                        break
+            seen += len(entries)
+            out += _of_task(entries, task)
             end = "(" + entries[-1][0]
-        return out
+        return out[:count]
 
     # --- rounds and eval sets --------------------------------------------------------------
 
@@ -339,13 +332,7 @@ class Store:
             entries = self.redis.xrange(RECORDS, min=start, count=1000)
             if not entries:
                 break
-            for _, fields in entries:
-                try:
-                    record = decode_record(fields.get("record", ""))
-                except msgspec.DecodeError:
-                    continue
-                if record.task == task:
-                    out.append(record)
+            out += _of_task(entries, task)
             start = "(" + entries[-1][0]
         return out
 
@@ -402,6 +389,19 @@ class Store:
         versions = [v for t in ([task] if task else TASKS) for v in self.redis.smembers(f"tucano:adapters:{t}")]
         metas = [self.adapter(v) for v in versions]
         return sorted((m for m in metas if m), key=lambda m: (m.task, m.created))
+
+
+def _of_task(entries, task: str) -> list[Record]:
+    """The readable records of a task among stream entries, in their order."""
+    out = []
+    for _, fields in entries:
+        try:
+            record = decode_record(fields.get("record", ""))
+        except msgspec.DecodeError:
+            continue
+        if record.task == task:
+            out.append(record)
+    return out
 
 
 def _adapter_key(version: str) -> str:

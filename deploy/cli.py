@@ -407,8 +407,9 @@ def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A 
         summary = bench.find_round(settings.rounds_dir, round_id)
     except LookupError as error:
         raise _fail(str(error)) from None
-    manifest = json.loads(settings.manifest_path.read_text()) if settings.manifest_path.is_file() else {}
-    parameters = manifest.get("steps", {}).get("base_model", {}).get("parameters")
+    from demo.bootstrap import read_manifest
+
+    parameters = read_manifest(settings).get("steps", {}).get("base_model", {}).get("parameters")
     results = bench.results(summary, parameters)
     _report(settings, "train", results, bench.table(results))
 

@@ -32,7 +32,7 @@ from common.store import Store
 from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap, load_everywhere
-from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer
+from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, run_engines
 from router.engine_client import ChatTemplate, EnginePool
 from router.routing import RouteTable
 from server.app import create_app
@@ -195,12 +195,7 @@ def serve(settings: Settings, say=print) -> None:
             servers.append(VllmServer("base", settings.base_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
         if not settings.think_engine_url:
             servers.append(VllmServer("think", settings.think_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
-        for server in servers:
-            server.start()
-            stack.callback(server.stop)
-        for server in servers:
-            say(f"starting vLLM {server.name} ({device}) on {server.url}; log {server.log_path}")
-            server.wait_ready()
+        run_engines(stack, servers, say)
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
         store = Store(redis_url, maxlen=settings.records_stream_maxlen)

@@ -130,6 +130,17 @@ class VllmServer:
         self.process = None
 
 
+def run_engines(stack, servers: list[VllmServer], say) -> None:
+    """Start every server (stopped when `stack` unwinds), then wait until each is ready: they load
+    their models side by side."""
+    for server in servers:
+        server.start()
+        stack.callback(server.stop)
+    for server in servers:
+        say(f"starting vLLM {server.name} ({server.device}) on {server.url}; log {server.log_path}")
+        server.wait_ready()
+
+
 class Supervisor:
     """Notices an engine that died and starts it again on the same port (its tasks answer 503
     meanwhile, as the gateway's health probe marks it down)."""

@@ -1,7 +1,9 @@
-"""Everything about learning: a round's data from the records and the labelled set (`data`),
-the policy (`policy`), the TRL methods (`methods`), the candidate version (`candidate`), the
-promotion gate (`gate`) and the round end to end (`round`).
+"""Everything about learning: a round's data from the labelled set and the new records (`data`),
+which methods a task gets (`methods`), one TRL trainer per method (`sft`, `dpo`, `kto`, `grpo`),
+the policy (`policy`), the candidate version (`candidate`), the promotion gate (`gate`), shadow
+replay (`shadow`), a canary's verdict (`canary`), the stop conditions (`diagnostics`) and the
+round end to end (`round`).
 
 Imports `common`, `rewards` and `router`. The fleet (loading versions into engines, flipping
-routes) is handed to a round by whoever runs it (deploy/), so nothing here imports `deploy`.
+routes, canaries) is handed to a round by whoever runs it (deploy/), so nothing here imports `deploy`.
 """

@@ -270,16 +270,11 @@ def _env(settings: Settings) -> dict[str, str]:
 def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, list[str]]:
     if settings.base_engine_urls and settings.think_engine_url:
         return {"base": settings.base_engine_urls, "think": [settings.think_engine_url]}
-    from deploy.vllm_server import VllmServer
+    from deploy.vllm_server import VllmServer, run_engines
 
     servers = [VllmServer(kind, model, lora=True, device="cpu", log_dir=scratch)
                for kind, model in (("base", settings.base_model_path), ("think", settings.think_model_path))]
-    for server in servers:
-        server.start()
-        stack.callback(server.stop)
-    for server in servers:
-        say(f"starting vLLM {server.name} on {server.url}")
-        server.wait_ready()
+    run_engines(stack, servers, say)
     return {server.name: [server.url] for server in servers}
 
 

@@ -85,8 +85,14 @@ class Serve:
         return Store(state["url"])
 
     def children(self, words: tuple[str, ...]) -> list[psutil.Process]:
-        return [c for c in psutil.Process(self.process.pid).children(recursive=True)
-                if any(w in " ".join(c.cmdline()) for w in words)]
+        found = []
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                if any(w in " ".join(child.cmdline()) for w in words):
+                    found.append(child)
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):  # a killed process not reaped yet
+                continue
+        return found
 
     def train(self, method: str = "sft", extra: dict | None = None, preexec=None) -> subprocess.Popen:
         env = {**self.env, "TUCANO_TRAIN_METHOD": method, **(extra or {})}
