@@ -12,6 +12,8 @@ import os
 import shutil
 import time
 
+from safetensors import SafetensorError
+
 from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store, content_sha256
@@ -22,6 +24,10 @@ from trainer.policy import load_policy, trainable_parameters
 
 # each method's share of the task's time budget (of what the plan's methods add up to)
 BUDGET_SHARE = {"sft": 0.65, "dpo": 0.35, "kto": 0.35, "grpo": 0.5}
+
+
+class AdapterWriteError(OSError):
+    """A candidate's files could not be written (a full disk, a file-size limit); nothing was registered."""
 
 
 def clean_orphans(settings: Settings) -> list[str]:
@@ -82,9 +88,9 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     started = time.perf_counter()
     try:
         model.save_pretrained(partial)
-    except OSError:
-        shutil.rmtree(partial, ignore_errors=True)  # a full disk: leave nothing half-written behind
-        raise
+    except (OSError, SafetensorError) as error:  # safetensors reports a full disk as its own error
+        shutil.rmtree(partial, ignore_errors=True)  # leave nothing half-written behind
+        raise AdapterWriteError(f"{version} could not be written to {settings.adapters_dir}: {error}") from None
     os.rename(partial, final)
     meta = AdapterMeta(
         version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,

@@ -41,7 +41,7 @@ from common.tasks import TASK_ENGINE, TASKS
 from router.engine_client import ChatTemplate, EnginePool
 from trainer import data as round_data
 from trainer import gate, methods, shadow
-from trainer.candidate import clean_orphans, model_path, train_candidate
+from trainer.candidate import AdapterWriteError, clean_orphans, model_path, train_candidate
 from trainer.diagnostics import stop_conditions
 
 CONSUMER = "trainer"
@@ -187,8 +187,8 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     started = time.perf_counter()
     try:
         candidate = train_candidate(settings, store, data, steps, round_id, progress)
-    except OSError as error:  # the adapter could not be written (a full disk): nothing was registered
-        entry["status"] = f"failed: the candidate could not be saved ({error.strerror or error}); nothing registered"
+    except AdapterWriteError as error:  # nothing was registered; the labels are all still there
+        entry["status"] = f"failed: the candidate could not be saved ({error}); nothing registered"
         say(f"{task}: {entry['status']}")
         return entry
     entry["seconds"] = {"training": round(time.perf_counter() - started, 2)}

@@ -22,6 +22,7 @@ from trainer.round import RoundError, held_out_keys, run_round
 
 HELD_OUT = 24  # train-split rows never sent as traffic: where the served reward is measured
 TRAFFIC = 100
+CORRECTED = 8  # of every 10 answers (a team that corrects most of them: enough labels for one round to show)
 
 
 def loop_settings(built, redis_url, **overrides):
@@ -119,8 +120,8 @@ def test_bad_corrections_are_refused_and_store_nothing(gateway, loop):
     assert store.get_record(answer["id"]).record.feedback is None and store.get_record(sql["id"]).record.feedback is None
 
 
-def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(built, gateway, loop):
-    """Extraction traffic with 40% of the answers corrected (the reference as correction) and 30%
+def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(built, redis_url, gateway, loop):
+    """Extraction traffic with 80% of the answers corrected (the reference as correction) and 10%
     rated: the round runs SFT on the corrections, the gate promotes on a paired interval, and served reward on held-out train rows rises beyond its
     interval. The labels stay, and a second round replays them."""
     settings, store = loop
@@ -130,9 +131,9 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     corrected, rated = 0, 0
     for i, (row, answer) in enumerate(zip(traffic, answers)):
         body = {"id": answer["id"], "rating": 1 if answer["scores"]["total"] > 0.9 else -1}
-        if i % 10 < 4:
+        if i % 10 < CORRECTED:
             body["correction"], corrected = row["reference"], corrected + 1
-        elif i % 10 < 7:
+        elif i % 10 < CORRECTED + 1:
             rated += 1
         else:
             continue
@@ -141,6 +142,7 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert sum(1 for label in labels if label.answer_source == "correction") == corrected
     assert sum(1 for label in labels if label.rating is not None) >= corrected + rated
     hotswap = fleet_for(settings, store, gateway)
+    settings = loop_settings(built, redis_url, gate_max_rows=128, train_time_budget_s=35)  # every eval row: a narrow interval
     summary = run_round(settings, store, hotswap, ("extraction",), say=print)
     entry = summary["tasks"]["extraction"]
     assert [step["method"] for step in entry["plan"]][:1] == ["sft"], entry["plan"]

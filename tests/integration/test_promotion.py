@@ -82,7 +82,8 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
 def _load(url: str, admin: dict, stop: threading.Event, results: list) -> None:
     with httpx.Client(timeout=120) as http:
         while not stop.is_set():
-            response = http.post(f"{url}/v1/tasks/extraction", json={"input": INPUTS["extraction"], "options": {"max_tokens": 64}})
+            response = http.post(f"{url}/v1/tasks/extraction", json={"input": INPUTS["extraction"], "options": {"max_tokens": 64}},
+                                 headers=admin)
             body = response.json() if response.status_code == 200 else {}
             results.append((response.status_code, body.get("id")))
 

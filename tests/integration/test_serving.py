@@ -148,7 +148,7 @@ def test_feedback_attaches_and_a_correction_becomes_the_reference(gateway):
     response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": -1, "correction": fixed})
     assert response.status_code == 200 and response.json()["reference_set"] is True
     record = record_of(gateway.state.store, answer["id"])
-    assert record.feedback.rating == -1 and record.reference == fixed
+    assert record.feedback.rating == -1 and record.reference == {"sql": fixed}  # a correction is stored checked and normalised
     missing = httpx.post(f"{gateway.url}/v1/feedback", json={"id": "no-such-record", "rating": 1})
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "unknown_record"
 
