@@ -423,8 +423,10 @@ def bench_learn(
     measure_rows: Annotated[int, typer.Option(min=8, help="Held-out rows per task the served reward is measured on.")] = 60,
     task: Annotated[list[str] | None, typer.Option(help="Only these tasks (repeatable).")] = None,
     oracle: Annotated[bool, typer.Option(help="Also train the oracle (SFT on every request's reference).")] = True,
-    ablation: Annotated[list[str] | None, typer.Option(help="Tasks of the GRPO sum-vs-gdpo ablation (repeatable).")] = None,
+    ablation: Annotated[list[str] | None, typer.Option(help="Tasks of the GRPO sum-vs-gdpo ablation (repeatable; default push).")] = None,
+    no_ablation: Annotated[bool, typer.Option("--no-ablation", help="Skip the GRPO ablation.")] = False,
     canary: Annotated[str | None, typer.Option(help="Task whose oracle runs a canary on live traffic.")] = "extraction",
+    no_canary: Annotated[bool, typer.Option("--no-canary", help="Skip the canary run.")] = False,
     name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "learn",
 ) -> None:
     """Play a team (traffic, corrections, ratings) for R rounds against the real stack; served reward per round on held-out rows."""
@@ -437,7 +439,8 @@ def bench_learn(
     if unknown or correction_rate + rating_rate > 1:
         raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
     results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
-                        tuple(ablation or ("push",)), canary, say=lambda text: console.print(text, highlight=False))
+                        () if no_ablation else tuple(ablation or ("push",)), None if no_canary else canary,
+                        say=lambda text: console.print(text, highlight=False))
     settings.bench_dir.mkdir(parents=True, exist_ok=True)
     bench.plot(results, settings.bench_dir / f"{name}.png")
     _report(settings, name, results, bench.table(results) + f"\n\n![learning curves]({name}.png)")

@@ -24,7 +24,7 @@ from common.store import content_sha256
 from router.engine_client import ChatTemplate, EnginePool
 from tests.conftest import REPO
 from tests.integration.conftest import RunningServer, fleet, make_state
-from tests.integration.test_serving import INPUTS, make_lora
+from tests.integration.test_serving import make_lora
 from trainer.gate import run_gate
 
 
@@ -79,11 +79,12 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
         asyncio.run(hotswap.unload(meta.version, "base"))
 
 
-def _load(url: str, admin: dict, stop: threading.Event, results: list) -> None:
+def _load(url: str, admin: dict, stop: threading.Event, results: list, rows: list[dict]) -> None:
+    """Extraction requests over varied reviews, whole answers: what live traffic looks like."""
     with httpx.Client(timeout=120) as http:
         while not stop.is_set():
-            response = http.post(f"{url}/v1/tasks/extraction", json={"input": INPUTS["extraction"], "options": {"max_tokens": 64}},
-                                 headers=admin)
+            row = rows[len(results) % len(rows)]
+            response = http.post(f"{url}/v1/tasks/extraction", json={"input": row["input"]}, headers=admin)
             body = response.json() if response.status_code == 200 else {}
             results.append((response.status_code, body.get("id")))
 
@@ -96,7 +97,8 @@ def _canary_until_verdict(gateway, settings, version: str, share: float = 0.5) -
                          json={"version": version, "share": share}, timeout=120)
     assert started.status_code == 200, started.text
     results, stop = [], threading.Event()
-    threads = [threading.Thread(target=_load, args=(gateway.url, gateway.admin, stop, results)) for _ in range(3)]
+    rows = load_split(settings.datasets_dir, "extraction", "train")[200:320]
+    threads = [threading.Thread(target=_load, args=(gateway.url, gateway.admin, stop, results, rows)) for _ in range(3)]
     for thread in threads:
         thread.start()
     hotswap = fleet(store, settings, [e.url for e in gateway.state.pools["base"].engines], drain_seconds=2.0)
