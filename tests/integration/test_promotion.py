@@ -118,7 +118,7 @@ def _canary_until_verdict(gateway, settings, version: str, share: float = 0.5) -
 
 def test_a_worse_canary_is_rolled_back_and_a_better_one_promoted_under_load(admin_gateway, built, tmp_path):
     store, settings = admin_gateway.state.store, admin_gateway.state.settings
-    worse = register(store, make_lora(built.base_model_path, tmp_path / "worse", seed=3, scale=0.6), "extraction")
+    worse = register(store, make_lora(built.base_model_path, tmp_path / "worse", seed=3, scale=2.0), "extraction")
     outcome, results = _canary_until_verdict(admin_gateway, settings, worse.version)
     assert outcome["outcome"] == "rolled back" and outcome["reward_difference"] < 0, outcome
     assert results and all(status == 200 for status, _ in results)  # no request failed, through start and rollback
