@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
+    sft_from_liked: bool = Field(True, description="A liked answer nobody corrected joins the SFT examples (when the task has any).")
     sft_batch_size: int = Field(8, ge=1, description="Examples per SFT, DPO and KTO step.")
     min_dpo_pairs: int = Field(16, ge=1, description="Preference pairs a task needs for `auto` to run DPO.")
     min_kto_examples: int = Field(16, ge=1, description="Rated answers (of both kinds) a task needs for `auto` to run KTO.")

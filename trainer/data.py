@@ -3,7 +3,9 @@
 - the labelled set, all of it, every round (labels are never consumed): a reference or a
   correction becomes a supervised example (SFT) and a DPO chosen answer against what was served
   when that scored lower; a rating becomes a KTO example (served answer desirable or not), and
-  an input with both a liked and a disliked answer becomes a DPO pair too;
+  an input with both a liked and a disliked answer becomes a DPO pair too; where the task has
+  supervised examples, a liked answer of an input nobody corrected joins them (SFT is then the
+  round's method, and the user's approval would otherwise go unused);
 - the records new since the last round: their distinct unlabelled inputs become GRPO prompts
   scored by the reference-free rewards, besides the labelled inputs scored with their references.
 
@@ -42,7 +44,7 @@ class TaskData:
     skipped: Counter = field(default_factory=Counter)
 
     def counts(self) -> dict:
-        return {"sft": len(self.sft), "validation": len(self.validation), "pairs": len(self.pairs), "kto": len(self.kto),
+        return {"sft": len(self.sft), "liked_sft": sum(1 for e in self.sft if e.get("liked")), "validation": len(self.validation), "pairs": len(self.pairs), "kto": len(self.kto),
                 "prompts": len(self.prompts), "labelled_prompts": sum(1 for p in self.prompts if p["reference"]),
                 "records": len(self.entry_ids), "skipped": dict(self.skipped)}
 
@@ -70,9 +72,11 @@ def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
 
 
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
-          reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int) -> TaskData:
+          reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int,
+          liked_as_supervised: bool = True) -> TaskData:
     """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task."""
     data = TaskData(task)
+    liked_answers: list[dict] = []
     labelled_inputs: set[str] = set()
     for same_input in _latest_by_input(labels).values():
         newest = same_input[-1]
@@ -100,12 +104,16 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         if liked and disliked and not with_answer:
             data.pairs.append({"prompt": prompt, "chosen": liked[-1].served, "rejected": disliked[-1].served,
                                "source": disliked[-1].id})
+        if liked and not with_answer and liked[-1].served.strip():
+            liked_answers.append({"prompt": prompt, "completion": liked[-1].served, "source": liked[-1].id, "liked": True})
         reference = with_answer[-1].answer if with_answer and task != "insights" else None
         data.prompts.append({"prompt": prompt, "task": task, "source": newest.id,
                              "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
                              "context": json.dumps(context, ensure_ascii=False)})
     _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit)
     split_validation(data, seed)
+    if data.sft and liked_as_supervised:  # the validation slice stays the team's own answers
+        data.sft += liked_answers
     return data
 
 

@@ -175,7 +175,8 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     news, why = _has_news(store, task, labels, len(records), settings)
     template = ChatTemplate.load(model_path(settings, task))
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
-                            gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round)
+                            gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
+                            settings.sft_from_liked)
     entry: dict = {"labels": len(labels), "data": data.counts(), "why": why}
     steps = methods.plan(settings.train_method, data, settings) if news else []
     entry["plan"] = [{"method": m, "why": w} for m, w in steps]

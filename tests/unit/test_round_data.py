@@ -41,7 +41,9 @@ def test_every_signal_lands_where_it_should():
               label(4, "Quantos produtos há?", rating=-1, served="SELECT 7")]
     records = [(f"{n}-0", make_record(id=f"r{n}", input={"question": f"Pergunta nova {n}?"})) for n in range(3)]
     data = run(labels, records)
-    assert [e["completion"] for e in data.sft] == [GOOD] and data.sft[0]["source"] == "l0"  # the correction
+    assert [(e["source"], e["completion"]) for e in data.sft] == [  # the correction, then the liked answers nobody corrected
+        ("l0", GOOD), ("l1", "SELECT COUNT(*) FROM olist_orders_dataset"), ("l3", "SELECT COUNT(*) FROM olist_products_dataset")]
+    assert data.counts()["liked_sft"] == 2
     pairs = {(p["chosen"], p["rejected"]) for p in data.pairs}
     assert (GOOD, BAD) in pairs  # the correction against what was served
     assert ("SELECT COUNT(*) FROM olist_products_dataset", "SELECT 7") in pairs  # liked against disliked, one input
@@ -71,6 +73,18 @@ def test_labels_are_replayed_every_round():
     first = [label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ"))]
     later = first + [label(5, "Quantos clientes em BA?", answer={"sql": GOOD})]
     assert {e["source"] for e in run(first).sft} <= {e["source"] for e in run(later).sft} == {"l0", "l1", "l5"}
+
+
+def test_liked_answers_join_sft_only_beside_corrections_and_never_the_validation_slice():
+    rated_only = [label(n, f"Quantos pedidos no dia {n}?", rating=1, served=GOOD) for n in range(3)]
+    assert run(rated_only).sft == []  # ratings alone: KTO's data, not SFT's
+    corrected = [label(n, f"Quantos clientes no dia {n}?", answer={"sql": GOOD}) for n in range(10, 40)]
+    data = run(corrected + rated_only)
+    assert {e["source"] for e in data.sft if e.get("liked")} == {"l0", "l1", "l2"}
+    assert not any(e.get("liked") for e in data.validation) and len(data.validation) == 4
+    without = build("sql", corrected + rated_only, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64,
+                    liked_as_supervised=False)
+    assert not any(e.get("liked") for e in without.sft) and len(without.sft) == 26
 
 
 def test_a_newer_correction_of_an_input_replaces_an_older_one():
