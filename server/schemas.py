@@ -121,11 +121,16 @@ class FeedbackResponse(BaseModel):
 # --- OpenAI-compatible -------------------------------------------------------------------
 
 class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[dict[str, Any]] | None = Field(None, description="Text, or OpenAI content parts (their text is used).")
+    name: str | None = Field(None, max_length=64)
 
 
 class ChatRequest(BaseModel):
+    """The OpenAI chat request with the parameters this service honours; any other field is a 422
+    naming it, rather than a parameter the caller believes applied."""
+    model_config = ConfigDict(extra="forbid")
     model: str = Field(description="tucano-extraction, tucano-sql, tucano-push, tucano-insights or tucano-auto",
                        json_schema_extra={"enum": [*PUBLIC_MODELS, AUTO_MODEL]})
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)

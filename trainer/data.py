@@ -44,7 +44,8 @@ class TaskData:
     skipped: Counter = field(default_factory=Counter)
 
     def counts(self) -> dict:
-        return {"sft": len(self.sft), "liked_sft": sum(1 for e in self.sft if e.get("liked")), "validation": len(self.validation), "pairs": len(self.pairs), "kto": len(self.kto),
+        return {"sft": len(self.sft), "liked_sft": sum(1 for e in self.sft if e.get("liked")), "validation": len(self.validation),
+                "pairs": len(self.pairs), "kto": len(self.kto),
                 "prompts": len(self.prompts), "labelled_prompts": sum(1 for p in self.prompts if p["reference"]),
                 "records": len(self.entry_ids), "skipped": dict(self.skipped)}
 

@@ -15,7 +15,7 @@ from router.classify import classify
 from router.prompts import SYSTEM_PROMPTS, build_messages
 from router.registry import REGISTRY
 from router.routing import RouteTable
-from server.schemas import INPUT_MODELS, FeedbackRequest, TaskRequest
+from server.schemas import INPUT_MODELS, ChatRequest, FeedbackRequest, TaskRequest
 
 
 def make_record(**changes) -> Record:
@@ -103,3 +103,8 @@ def test_api_input_models_refuse_unknown_fields_and_bad_values():
         INPUT_MODELS["push"].model_validate({"discount_pct": 250})
     with pytest.raises(ValidationError):
         ExtractionOutput.model_validate({"sentiment": "furious"})
+    chat = {"model": "tucano-sql", "messages": [{"role": "user", "content": "x", "name": "ana"}], "temperature": 0, "stream": True}
+    assert ChatRequest.model_validate(chat).messages[0].name == "ana"
+    for extra in ({"logit_bias": {}}, {"messages": [{"role": "user", "content": "x", "tool_calls": []}]}):
+        with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+            ChatRequest.model_validate({**chat, **extra})
