@@ -316,10 +316,6 @@ class Store:
             return route
         return self.redis.transaction(flip, ROUTES, value_from_callable=True)
 
-    def set_active(self, task: str, version: str | None) -> dict:
-        """Point a task's `active` alias at a version; keep the previous one; end any canary."""
-        return self.change_route(task, lambda current: {"active": version, "previous": current.get("active")})
-
     def last_record_id(self) -> str:
         """The records stream's newest entry id ("0-0" when empty): where a canary starts counting."""
         entries = self.redis.xrevrange(RECORDS, count=1)

@@ -5,7 +5,9 @@ share of it), and unloading after a drain.
 Names are never reused and never loaded in place (`load_inplace` has open vLLM bugs: stale
 prefix cache, re-reads from disk). If any engine fails to load, the ones that did are unloaded
 and nothing flips. Requests already running finish on the version they started with: the old
-version is unloaded only after `drain_seconds`. Rollback flips back, re-loading if needed.
+version is unloaded only after `drain_seconds`. Rollback flips back one promotion, re-loading
+the version if needed; the route keeps the versions active before (`earlier`, up to
+ROLLBACK_DEPTH), so a second rollback goes further back instead of undoing the first.
 """
 from __future__ import annotations
 
@@ -95,6 +97,18 @@ async def _drain_then_unload(urls: list[str], version: str, drain_seconds: float
     await unload_everywhere(urls, version)
 
 
+ROLLBACK_DEPTH = 16  # how many promotions back successive rollbacks can go
+
+
+def _earlier_actives(route: dict) -> list[str]:
+    """The versions active before the route's `previous`, newest first: a second rollback goes to
+    the version before that, not back to the one just rolled back from. Below the base model
+    (no active version) there is nothing to go back to."""
+    if not route.get("active") or not route.get("previous"):
+        return []
+    return [route["previous"], *route.get("earlier", [])][:ROLLBACK_DEPTH]
+
+
 DRAINS = ("wait", "background", "later")
 TASK_ENGINE_KINDS = tuple(dict.fromkeys(TASK_ENGINE.values()))
 
@@ -167,7 +181,7 @@ class HotSwap:
         def flip(current: dict) -> dict:
             if current.get("canary") and current["canary"] != version:
                 raise PromotionRefused(f"a canary of {task} ({current['canary']}) started meanwhile")
-            return {"active": version, "previous": current.get("active")}
+            return {"active": version, "previous": current.get("active"), "earlier": _earlier_actives(current)}
         flipped = self.store.change_route(task, flip)
         self.store.update_adapter(version, status="active", reason="promoted")
         if flipped.get("previous"):
@@ -185,7 +199,13 @@ class HotSwap:
         if previous is not None:
             meta = self._meta(previous)
             await load_everywhere(self.urls(kind), previous, meta.path)
-        flipped = self.store.set_active(task, previous)
+
+        def back(route_now: dict) -> dict:
+            if route_now.get("active") != current or route_now.get("previous") != previous or route_now.get("canary"):
+                raise PromotionRefused(f"the route of {task} changed during the rollback: nothing was flipped")
+            earlier = route_now.get("earlier", [])
+            return {"active": previous, "previous": earlier[0] if earlier else None, "earlier": earlier[1:]}
+        flipped = self.store.change_route(task, back)
         self.store.update_adapter(current, status="retired", reason="rolled back")
         if previous is not None:
             self.store.update_adapter(previous, status="active", reason=f"{current} was rolled back")

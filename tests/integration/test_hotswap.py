@@ -38,7 +38,24 @@ def swap_gateway(built, redis_url, engines):
     with RunningServer(create_app(state)) as running:
         running.state = state
         yield running
-    state.store.set_active("extraction", None)
+    state.store.change_route("extraction", lambda current: {})
+
+
+def test_successive_rollbacks_walk_back_one_promotion_at_a_time(swap_gateway, built, engines, tmp_path):
+    """Two promotions, then rollbacks: the first goes to the earlier version, the second to the base
+    model (not back to the version just rolled back from), a third is refused."""
+    store = swap_gateway.state.store
+    hotswap = fleet(store, built, [engines["base"].url], drain_seconds=0.0)
+    first, second = register(store, built, tmp_path, seed=21), register(store, built, tmp_path, seed=22)
+    for meta in (first, second):
+        asyncio.run(hotswap.promote(meta.version))
+    assert store.routes()[1]["extraction"]["active"] == second.version
+    assert asyncio.run(hotswap.rollback("extraction"))["active"] == first.version
+    assert store.adapter(first.version).status == "active" and store.adapter(second.version).status == "retired"
+    assert asyncio.run(hotswap.rollback("extraction"))["active"] is None
+    with pytest.raises(PromotionRefused, match="no active version"):
+        asyncio.run(hotswap.rollback("extraction"))
+    assert store.routes()[1]["extraction"].get("active") is None
 
 
 def test_promote_and_rollback_under_load(swap_gateway, built, tmp_path):

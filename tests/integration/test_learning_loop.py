@@ -17,6 +17,7 @@ import pytest
 from common.datasets import input_key, load_split
 from common.settings import load_settings
 from common.store import FAILURES, RECORDS, Store
+from deploy.hotswap import ROLLBACK_DEPTH
 from trainer.gate import mean_interval
 from trainer.round import RoundError, held_out_keys, run_round
 
@@ -75,8 +76,11 @@ def loop(built, redis_url, gateway):
     # find every task served by the base model again
     hotswap = fleet_for(settings, store, gateway)
     for task in list(store.routes()[1]):
-        while store.routes()[1].get(task, {}).get("active"):
+        for _ in range(ROLLBACK_DEPTH + 1):  # each rollback goes one promotion back, down to the base model
+            if not store.routes()[1].get(task, {}).get("active"):
+                break
             asyncio.run(hotswap.rollback(task))
+        assert not store.routes()[1].get(task, {}).get("active"), store.routes()[1].get(task)
     time.sleep(0.5)
 
 
@@ -167,10 +171,10 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert not held_out_keys(settings, store, "extraction") & {input_key(label.input) for label in labels if label.id in trained}
     time.sleep(1.0)  # gateways see a flip within a second
     after = served(gateway, settings, "extraction", held_out)
-    store.set_active("extraction", None)  # the base model, for the before figure on the same rows and seeds
+    store.change_route("extraction", lambda current: {"active": None})  # the base model, for the before figure on the same rows and seeds
     time.sleep(1.0)
     before = served(gateway, settings, "extraction", held_out)
-    store.set_active("extraction", meta.version)
+    store.change_route("extraction", lambda current: {"active": meta.version})
     time.sleep(1.0)
     gain, low, high = mean_interval([a - b for a, b in zip(after, before)])
     print(f"extraction served reward on {HELD_OUT} held-out rows: {sum(before) / len(before):.3f} -> {sum(after) / len(after):.3f}, "

@@ -391,7 +391,7 @@ def test_lora_version_serves_its_task_after_the_flip(gateway, built, engines, tm
     assert record.adapter == version and record.model == version and record.arm == "active"
     other = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=120).json()
     assert other["route"]["adapter"] is None  # other tasks keep their own route
-    store.set_active("push", None)
+    store.change_route("push", lambda current: {})
 
 
 def test_bench_gateway_cli_compares_both_paths(built, engines):
