@@ -54,6 +54,7 @@ ROUTES = "tucano:routes"
 ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
 ROUND_LOCK = "tucano:lock:round"
+ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
 # a fixed window per key: the hit count and the seconds the window has left
 HIT_RATE = """
@@ -345,6 +346,13 @@ class Store:
         """One training round at a time across every trainer; it expires unless renewed, so a
         crashed trainer never holds it for longer than `seconds`."""
         return self.redis.lock(ROUND_LOCK, timeout=seconds, blocking=False, thread_local=False)
+
+    def last_trained(self, task: str) -> float:
+        """When a round last trained `task` (0 when none has)."""
+        return float(self.redis.get(ROUND_LAST.format(task=task)) or 0)
+
+    def mark_trained(self, task: str, at: float | None = None) -> None:
+        self.redis.set(ROUND_LAST.format(task=task), str(time.time() if at is None else at))
 
     # --- adapters -----------------------------------------------------------------------
 

@@ -161,7 +161,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
 
 
 def _has_news(store: Store, task: str, labels, new_records: int, settings: Settings) -> tuple[bool, str]:
-    last = float(store.redis.get(f"tucano:round:last:{task}") or 0)
+    last = store.last_trained(task)
     changed = sum(1 for label in labels if label.updated > last)
     if changed:
         return True, f"{changed} labels new or changed since the last round"
@@ -200,7 +200,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say))
     entry["seconds"].update(judged.pop("seconds"))
     entry.update(judged)
-    store.redis.set(f"tucano:round:last:{task}", str(time.time()))
+    store.mark_trained(task)
     return entry
 
 
