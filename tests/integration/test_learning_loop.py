@@ -152,7 +152,10 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     entry = summary["tasks"]["extraction"]
     assert [step["method"] for step in entry["plan"]][:1] == ["sft"], entry["plan"]
     train_corrections = [label for label in labels if label.answer_source == "correction" and label.split == "train"]
-    assert entry["data"]["sft"] + entry["data"]["validation"] == len(train_corrections) < corrected  # the team's eval share held out
+    counts = entry["data"]
+    assert counts["sft"] - counts["liked_sft"] + counts["validation"] == len(train_corrections) < corrected  # the team's eval share held out
+    liked = [label for label in labels if label.rating == 1 and label.answer is None and label.split == "train"]
+    assert counts["liked_sft"] == len(liked)  # a liked answer nobody corrected is a supervised example too
     decision = entry["decision"]
     assert decision["n"] >= settings.gate_min_rows and decision["rows"]["bootstrap"] > 0 and decision["rows"]["team"] > 0
     assert entry["status"] == "promoted", entry["reason"]
