@@ -16,8 +16,8 @@ it came from, so a round can say exactly what it trained on.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,9 +140,11 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
 
 
 def split_validation(data: TaskData, seed: int) -> None:
+    """The validation slice is chosen by a seeded hash of each example's content, not by its record
+    id (random): the same labels give the same split in every run, so what a round learns does not
+    hang on which ids the records happened to get."""
     if len(data.sft) < 2 * MIN_VALIDATION:
         return
-    shuffled = sorted(data.sft, key=lambda e: e["source"])
-    random.Random(seed).shuffle(shuffled)
-    n = max(MIN_VALIDATION, round(VALIDATION_SHARE * len(shuffled)))
-    data.validation, data.sft = shuffled[:n], shuffled[n:]
+    ordered = sorted(data.sft, key=lambda e: hashlib.sha256(f"{seed}\0{e['prompt']}\0{e['completion']}".encode()).hexdigest())
+    n = max(MIN_VALIDATION, round(VALIDATION_SHARE * len(ordered)))
+    data.validation, data.sft = ordered[:n], ordered[n:]
