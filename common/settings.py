@@ -103,7 +103,7 @@ class Settings(BaseSettings):
     # The promotion gate, shadow replay and canary
     gate_max_rows: int = Field(160, ge=8, description="Most eval rows per task a gate decision scores (a rotating sample beyond).")
     gate_min_rows: int = Field(16, ge=4, description="Fewest eval rows a decision needs; with fewer the candidate is rejected.")
-    promote_margin: float = Field(0.0, ge=0, le=1, description="The paired difference's 95% lower bound must exceed this.")
+    promote_margin: float = Field(0.0, ge=-1, le=1, description="The paired difference's 95% lower bound must exceed this.")
     component_tolerance: float = Field(0.05, ge=0, le=1, description="A component (each extraction field too) is significantly "
                                        "worse when its whole 95% interval lies below minus this.")
     shadow_records: int = Field(32, ge=0, description="Recent real inputs a candidate answers in shadow before promotion (0: off).")
