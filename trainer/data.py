@@ -74,7 +74,7 @@ def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
 
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
           reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int,
-          liked_as_supervised: bool = True) -> TaskData:
+          liked_as_supervised: bool) -> TaskData:
     """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task."""
     data = TaskData(task)
     liked_answers: list[dict] = []

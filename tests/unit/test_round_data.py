@@ -30,7 +30,8 @@ def render(messages: list[dict]) -> str:
 
 
 def run(labels, records=(), held_out=frozenset(), limit=64):
-    return build("sql", labels, list(records), render, lambda i: ctx(**i), held_out, seed=1, unlabelled_limit=limit)
+    return build("sql", labels, list(records), render, lambda i: ctx(**i), held_out, seed=1, unlabelled_limit=limit,
+                 liked_as_supervised=True)
 
 
 def test_every_signal_lands_where_it_should():
