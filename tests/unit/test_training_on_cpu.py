@@ -1,0 +1,60 @@
+"""How the trainer runs TRL on a CPU: the fused LM head projects only the labelled positions and
+still gives the loss and gradients of the full projection; no gradient checkpointing."""
+from __future__ import annotations
+
+import torch
+import trl.trainer.utils as trl_utils
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from common.settings import Settings
+from trainer import methods
+
+VOCAB = 64
+
+
+def tiny_model() -> Qwen3ForCausalLM:
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+
+
+def test_the_fused_head_projects_only_labelled_positions_with_the_full_projections_loss_and_gradients(monkeypatch):
+    fused, plain = tiny_model(), tiny_model()
+    trl_utils.add_fused_lm_head(fused, outputs=("log_probs", "entropy", "is_top1"))
+    ids = torch.randint(0, VOCAB, (3, 24), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[:, :17] = -100  # the prompt
+    labels[1, 21:] = -100  # padding after a shorter answer
+    projected = []
+    chunked = trl_utils._ChunkedLogProbFunction
+
+    class Recording:
+        @staticmethod
+        def apply(hidden, *args):
+            projected.append(hidden.shape[0])
+            return chunked.apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
+    output = fused(input_ids=ids, labels=labels, fused_lm_head=True)
+    output.loss.backward()
+    expected = torch.nn.functional.cross_entropy(plain(input_ids=ids).logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
+    expected.backward()
+
+    assert projected == [int((labels[:, 1:] != -100).sum())] == [7 + 4 + 7]
+    assert torch.allclose(output.loss, expected, atol=1e-5)
+    for (name, p), (_, q) in zip(fused.named_parameters(), plain.named_parameters(), strict=True):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5), name
+
+
+def test_the_patch_keeps_gpu_devices_as_trl_has_them_and_is_applied_once():
+    methods._project_labelled_positions_only()
+    uses_triton = trl_utils._use_triton
+    assert uses_triton(torch.device("cpu"))
+    assert uses_triton(torch.device("meta")) is False  # neither CPU nor a Triton device: TRL's own answer
+    methods._project_labelled_positions_only()
+    assert trl_utils._use_triton is uses_triton
+
+
+def test_no_gradient_checkpointing_on_a_cpu():
+    args = methods.trainer_args(Settings(), epochs=1, batch_size=8, examples=16)
+    assert args["gradient_checkpointing"] is False
