@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     min_records_per_task: int = Field(32, ge=1, description="New records that make a round train a task with no new labels.")
     train_method: Literal["auto", "sft", "dpo", "kto", "grpo"] = Field(
         "auto", description="auto orders SFT, DPO or KTO, and GRPO per task from what its data holds; or one method.")
-    train_from: Literal["active", "base"] = Field("active", description="A candidate continues the active version, or starts "
-                                                  "from the base model (on every label to date either way).")
+    train_from: Literal["auto", "active", "base"] = Field(
+        "auto", description="auto: a candidate whose first method is SFT, DPO or KTO (every label to date) starts from the base "
+                            "model, one trained by GRPO alone (recent traffic) continues the active version; or always one of them.")
     train_time_budget_s: float = Field(35.0, gt=0, description="Training seconds per task per round (all its methods).")
     train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up).")
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")

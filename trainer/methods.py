@@ -110,6 +110,20 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
     return steps
 
 
+def start(settings: Settings, steps: list[tuple[str, str]]) -> tuple[str, str]:
+    """Where a candidate's LoRA starts, "base" or "active", and why. SFT, DPO and KTO train on every
+    label to date, so a fresh LoRA relearns all of it without the epochs earlier rounds already
+    spent on the old labels; measured by `tucano bench learn` (3 rounds, the same traffic), starting
+    from the base model ended higher on held-out rows for extraction (0.705 against 0.698), SQL
+    (0.218 against 0.143) and push (0.743 against 0.719). GRPO trains on a window of recent
+    traffic, so a GRPO-only candidate continues what the active version learned before."""
+    if settings.train_from != "auto":
+        return settings.train_from, f"TUCANO_TRAIN_FROM={settings.train_from}"
+    if steps and steps[0][0] != "grpo":
+        return "base", f"{steps[0][0]} trains on every label to date"
+    return "active", "GRPO alone trains on recent traffic: it continues the active version"
+
+
 def trainer_args(settings: Settings, epochs: float, batch_size: int, examples: int, **extra) -> dict:
     """What every method's TRL config shares: epochs over its data (at least one step), a constant
     learning rate after a 5% warm-up, every step logged, nothing saved but the final adapter.

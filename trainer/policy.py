@@ -1,6 +1,6 @@
 """The policy a round trains for one task: the task's model (the Base model, or the Think model
-for insights) with the task's LoRA, continued from the active version when there is one
-(`PeftModel.from_pretrained(..., is_trainable=True)`), else a fresh LoRA (r=16, alpha=32 on every
+for insights) with the task's LoRA: the active version continued when the round says so
+(`methods.start`; `PeftModel.from_pretrained(..., is_trainable=True)`), else a fresh LoRA (r=16, alpha=32 on every
 linear projection, PRODUCT §8).
 
 On a GPU the model is loaded in 4-bit NF4 (bitsandbytes, QLoRA) with bf16 compute, as the seed

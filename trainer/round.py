@@ -180,6 +180,9 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     entry: dict = {"labels": len(labels), "data": data.counts(), "why": why}
     steps = methods.plan(settings.train_method, data, settings) if news else []
     entry["plan"] = [{"method": m, "why": w} for m, w in steps]
+    if steps:
+        start, start_why = methods.start(settings, steps)
+        entry["start"] = {"from": start, "why": start_why}
     if not steps:
         entry["status"] = "not trained: " + (why if not news else "no method has enough data")
         say(f"{task}: {entry['status']}")
@@ -187,7 +190,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
     try:
-        candidate = train_candidate(settings, store, data, steps, round_id, progress)
+        candidate = train_candidate(settings, store, data, steps, round_id, start, progress)
     except AdapterWriteError as error:  # nothing was registered; the labels are all still there
         entry["status"] = f"failed: the candidate could not be saved ({error}); nothing registered"
         say(f"{task}: {entry['status']}")

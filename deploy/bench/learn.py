@@ -241,11 +241,11 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
             gain = [a - b for a, b in zip(latest[t], baseline[t])]
             results["tasks"][t]["gain"] = interval(gain)
         if oracle:
-            oracle_settings = bench.model_copy(update={"train_from": "base", "train_time_budget_s": bench.train_time_budget_s * rounds})
+            oracle_settings = bench.model_copy(update={"train_time_budget_s": bench.train_time_budget_s * rounds})
             for t in tasks:
                 started = time.perf_counter()
                 meta = train_candidate(oracle_settings, store, _oracle_data(oracle_settings, t, team.sent[t]),
-                                       [("sft", "oracle: every request labelled")], "oracle")
+                                       [("sft", "oracle: every request labelled")], "oracle", "base")
                 asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[t]))
                 scores = asyncio.run(served_scores(bench, fleet, t, meta.version, team.held_out[t]))
                 oracle_gain = interval([a - b for a, b in zip(scores, baseline[t])])

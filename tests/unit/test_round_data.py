@@ -115,3 +115,15 @@ def test_auto_plans_methods_from_what_the_data_holds():
     assert [m for m, _ in methods.plan("auto", traffic, settings)] == ["grpo"]
     assert methods.plan("auto", run([]), settings) == []
     assert [m for m, _ in methods.plan("sft", corrected, settings)] == ["sft"] and methods.plan("kto", corrected, settings) == []
+
+
+def test_a_candidate_retraining_every_label_starts_fresh_and_a_grpo_only_one_continues_the_active_version():
+    settings = load_settings()
+    assert settings.train_from == "auto"
+    for first in ("sft", "dpo", "kto"):
+        assert methods.start(settings, [(first, "labels"), ("grpo", "after")])[0] == "base"
+    where, why = methods.start(settings, [("grpo", "no labels")])
+    assert where == "active" and "recent traffic" in why
+    for fixed in ("active", "base"):
+        assert methods.start(load_settings(train_from=fixed), [("sft", "labels")]) == (fixed, f"TUCANO_TRAIN_FROM={fixed}")
+        assert methods.start(load_settings(train_from=fixed), [("grpo", "no labels")])[0] == fixed
