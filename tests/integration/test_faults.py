@@ -33,12 +33,15 @@ from common.store import Store, content_sha256
 from tests.conftest import REPO
 
 REPEATS = int(os.environ.get("TUCANO_FAULT_REPEATS", "1"))
-PHASES = {  # trainer phase -> (method setting, the line that says the phase has begun, seconds to wait after it)
-    "generation": ("grpo", "training grpo", 3.0),
-    "optimisation": ("sft", "training sft", 4.0),
-    "evaluation": ("sft", ": gate:", 1.0),
-    "promotion": ("sft", "| total |", 0.0),
-    "canary": ("sft", "| total |", 0.2),
+# trainer phase -> (method setting, the line that says the phase has begun, seconds to wait after it, settings)
+PHASES = {
+    "generation": ("grpo", "training grpo", 3.0, {}),
+    # SFT here takes a few seconds and then saves: more steps than the time budget allows keep it
+    # optimising until the budget ends, so the kill lands in optimisation, not in the save
+    "optimisation": ("sft", "training sft", 4.0, {"TUCANO_SFT_MIN_STEPS": "100000"}),
+    "evaluation": ("sft", ": gate:", 1.0, {}),
+    "promotion": ("sft", "| total |", 0.0, {}),
+    "canary": ("sft", "| total |", 0.2, {"TUCANO_CANARY_SHARE": "0.3"}),
 }
 
 
@@ -188,8 +191,7 @@ def _labels(serve: Serve, rows: list[dict], corrections: int = 16) -> None:
 
 
 def _kill_in_phase(serve: Serve, phase: str, seed: int) -> dict:
-    method, cue, delay = PHASES[phase]
-    extra = {"TUCANO_CANARY_SHARE": "0.3"} if phase == "canary" else {}
+    method, cue, delay, extra = PHASES[phase]
     trainer = serve.train(method, {**extra, "TUCANO_PROMOTE_MARGIN": "-1"})  # every candidate passes: promotion happens
     seen = []
     for line in trainer.stdout:
