@@ -41,7 +41,6 @@ warnings.filterwarnings("ignore", message=".*TRL currently supports vLLM.*")
 warnings.filterwarnings("ignore", message=".*is_vllm_available.*")
 
 
-
 def _project_labelled_positions_only() -> None:
     """TRL's fused LM head projects only the positions that carry a label on Triton devices, but
     every position elsewhere (to keep tile shapes fixed for compilers such as Neuron's). On a CPU

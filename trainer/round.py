@@ -180,13 +180,12 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     entry: dict = {"labels": len(labels), "data": data.counts(), "why": why}
     steps = methods.plan(settings.train_method, data, settings) if news else []
     entry["plan"] = [{"method": m, "why": w} for m, w in steps]
-    if steps:
-        start, start_why = methods.start(settings, steps)
-        entry["start"] = {"from": start, "why": start_why}
     if not steps:
         entry["status"] = "not trained: " + (why if not news else "no method has enough data")
         say(f"{task}: {entry['status']}")
         return entry
+    start, start_why = methods.start(settings, steps)
+    entry["start"] = {"from": start, "why": start_why}
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
     try:

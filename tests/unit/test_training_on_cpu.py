@@ -46,7 +46,7 @@ def test_the_fused_head_projects_only_labelled_positions_with_the_full_projectio
         assert torch.allclose(p.grad, q.grad, atol=1e-5), name
 
 
-def test_the_patch_keeps_gpu_devices_as_trl_has_them_and_is_applied_once():
+def test_the_patch_leaves_other_devices_to_trl_and_is_applied_once():
     methods._project_labelled_positions_only()
     uses_triton = trl_utils._use_triton
     assert uses_triton(torch.device("cpu"))
