@@ -43,6 +43,7 @@ from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import score
+from rewards.scoring import Score
 from router.engine_client import ChatTemplate, EnginePool
 from trainer import gate, grpo
 from trainer.candidate import model_path, train_candidate
@@ -108,20 +109,32 @@ class Team:
                 "served_reward": round(statistics.fmean(a["scores"]["total"] for a in answers), 4)}
 
 
-async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict]) -> list[float]:
+async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict]) -> list[Score]:
     """Each held-out row answered by `version` through the engines, scored with its reference."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
     pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, task)))
     try:
-        return [s.total for s in await gate.answer(pool, settings, task, version, eval_rows, settings.seed)]
+        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed)
     finally:
         await pool.close()
+
+
+def totals(scores: list[Score]) -> list[float]:
+    return [s.total for s in scores]
 
 
 def interval(values: list[float]) -> dict:
     mean, low, high = gate.mean_interval(values)
     return {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)], "n": len(values)}
+
+
+def measured(scores: list[Score]) -> dict:
+    """The mean served reward with its interval, and what it is made of: each component's mean
+    (SQL's total, for one, moves with `parse` long before `execution_match` does)."""
+    names = sorted({name for s in scores for name in s.components})
+    return {**interval(totals(scores)),
+            "components": {name: round(statistics.fmean(s.components.get(name, 0.0) for s in scores), 4) for name in names}}
 
 
 def _oracle_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
@@ -180,9 +193,9 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
         store.put_adapter(AdapterMeta(version=version, task=task, path=str(path), method=f"grpo-{aggregation}", base_model=model_path(settings, task)))
         asyncio.run(fleet.load(version, str(path), TASK_ENGINE[task]))
         scores = asyncio.run(served_scores(settings, fleet, task, version, team.held_out[task]))
-        out[aggregation] = {**interval(scores), "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
+        out[aggregation] = {**measured(scores), "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
                             "zero_variance_groups_dropped": outcome.seconds_by_phase.get("zero_variance_groups_dropped")}
-        out[f"{aggregation}_scores"] = scores
+        out[f"{aggregation}_scores"] = totals(scores)
         say(f"ablation {task} grpo-{aggregation}: {out[aggregation]['mean']}")
     out["gdpo_minus_sum"] = interval([g - s for g, s in zip(out.pop("gdpo_scores"), out.pop("sum_scores"))])
     return out
@@ -216,7 +229,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                    "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
         baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t])) for t in tasks}
         for t in tasks:
-            results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **interval(baseline[t])})
+            results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t])})
             say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
         latest = dict(baseline)
         for number in range(1, rounds + 1):
@@ -231,14 +244,14 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 active = store.routes()[1].get(t, {}).get("active")
                 latest[t] = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t]))
                 task_entry = summary["tasks"][t]
-                results["tasks"][t]["rounds"].append({"round": number, "version": active or "base", **interval(latest[t])})
+                results["tasks"][t]["rounds"].append({"round": number, "version": active or "base", **measured(latest[t])})
                 entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
                                      "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
                                      "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
                 say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
             results["rounds"].append(entry)
         for t in tasks:
-            gain = [a - b for a, b in zip(latest[t], baseline[t])]
+            gain = [a.total - b.total for a, b in zip(latest[t], baseline[t])]
             results["tasks"][t]["gain"] = interval(gain)
         if oracle:
             oracle_settings = bench.model_copy(update={"train_time_budget_s": bench.train_time_budget_s * rounds})
@@ -248,9 +261,9 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                                        [("sft", "oracle: every request labelled")], "oracle", "base")
                 asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[t]))
                 scores = asyncio.run(served_scores(bench, fleet, t, meta.version, team.held_out[t]))
-                oracle_gain = interval([a - b for a, b in zip(scores, baseline[t])])
+                oracle_gain = interval([a.total - b.total for a, b in zip(scores, baseline[t])])
                 loop_gain = results["tasks"][t]["gain"]["mean"]
-                results["tasks"][t]["oracle"] = {"version": meta.version, **interval(scores), "gain": oracle_gain,
+                results["tasks"][t]["oracle"] = {"version": meta.version, **measured(scores), "gain": oracle_gain,
                                                  "seconds": round(time.perf_counter() - started, 1),
                                                  "loop_share": round(loop_gain / oracle_gain["mean"], 3) if oracle_gain["mean"] > 0 else None}
                 say(f"{t}: oracle {results['tasks'][t]['oracle']['mean']} (gain {oracle_gain['mean']}), loop gain {loop_gain}")
@@ -290,6 +303,7 @@ def table(results: dict) -> str:
         oracle = entry.get("oracle") or {}
         lines.append(f"| {t} | " + " | ".join(cells) + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
                      f"{oracle.get('mean', '-')} | {oracle.get('gain', {}).get('mean', '-')} | {oracle.get('loop_share', '-')} |")
+    lines += ["", components_table(results)]
     lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | gate difference [95%] n |",
               "|---:|---|---|---|---|---:|---:|---:|---:|---|"]
     for entry in results["rounds"]:
@@ -316,6 +330,18 @@ def table(results: dict) -> str:
     lines.append(f"\n{s['rounds']} rounds of {s['requests']} requests per task, {s['correction_rate']:.0%} corrected, "
                  f"{s['rating_rate']:.0%} rated; served reward on held-out train rows never sent as traffic "
                  f"({s['measure_rows']}), fixed seed per row, 95% intervals by bootstrap over rows (gains paired by row).")
+    return "\n".join(lines)
+
+
+def components_table(results: dict) -> str:
+    """Per task, each component's mean on the held-out rows before any round, after the last, and for the oracle."""
+    lines = ["| task | component | before | after the last round | oracle |", "|---|---|---:|---:|---:|"]
+    for t, entry in results["tasks"].items():
+        before, after = entry["rounds"][0].get("components", {}), entry["rounds"][-1].get("components", {})
+        oracle = (entry.get("oracle") or {}).get("components", {})
+        for name in sorted(set(before) | set(after)):
+            cells = [f"{c[name]:.3f}" if name in c else "-" for c in (before, after, oracle)]
+            lines.append(f"| {t} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
