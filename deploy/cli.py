@@ -427,6 +427,8 @@ def bench_learn(
     no_ablation: Annotated[bool, typer.Option("--no-ablation", help="Skip the GRPO ablation.")] = False,
     canary: Annotated[str | None, typer.Option(help="Task whose oracle runs a canary on live traffic.")] = "extraction",
     no_canary: Annotated[bool, typer.Option("--no-canary", help="Skip the canary run.")] = False,
+    label_curve: Annotated[list[int] | None, typer.Option(min=2, help="Also SFT from the base model on the first K requests' "
+                                                            "references, per task (repeatable): label-bound or model-bound.")] = None,
     name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "learn",
 ) -> None:
     """Play a team (traffic, corrections, ratings) for R rounds against the real stack; served reward per round on held-out rows."""
@@ -440,7 +442,7 @@ def bench_learn(
         raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
     results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
                         () if no_ablation else tuple(ablation or ("push",)), None if no_canary else canary,
-                        say=lambda text: console.print(text, highlight=False))
+                        tuple(label_curve or ()), say=lambda text: console.print(text, highlight=False))
     settings.bench_dir.mkdir(parents=True, exist_ok=True)
     bench.plot(results, settings.bench_dir / f"{name}.png")
     _report(settings, name, results, bench.table(results) + f"\n\n![learning curves]({name}.png)")

@@ -14,7 +14,9 @@ the engines with the version the route serves, the task's serving sampling and a
 row, and scored against their references; gains come with 95% paired intervals.
 
 It also trains an oracle per task (SFT, from the base model, on the references of all the traffic
-the loop saw) and reports the loop's gain as a share of the oracle's; runs a GRPO ablation (the
+the loop saw) and reports the loop's gain as a share of the oracle's; optionally a label curve
+(the same SFT on the references of the first K requests, for each K given), which tells a task
+that more labels would lift from one its model limits; runs a GRPO ablation (the
 same prompts, `sum` against `gdpo` advantages, from the same start); and times a canary driven
 by live traffic to its verdict. The round's own seconds per phase (training, gate, shadow
 replay, flip) come from the round summaries.
@@ -137,22 +139,37 @@ def measured(scores: list[Score]) -> dict:
             "components": {name: round(statistics.fmean(s.components.get(name, 0.0) for s in scores), 4) for name in names}}
 
 
-def _oracle_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
-    """SFT on the references of every request the loop's traffic made (all of them labelled)."""
+def distinct(rows: list[dict]) -> list[dict]:
+    """The requests in the order they were first sent, each input once."""
+    first: dict[str, dict] = {}
+    for row in rows:
+        first.setdefault(row["id"], row)
+    return list(first.values())
+
+
+def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
+    """SFT on the references of `rows` (every one of them labelled)."""
     render = ChatTemplate.load(model_path(settings, task)).render
     from router.prompts import build_messages
 
     data = TaskData(task)
-    seen = set()
     for row in rows:
-        if row["id"] in seen:
-            continue
-        seen.add(row["id"])
         answer = row["target"] if task == "insights" else row["reference"]
         data.sft.append({"prompt": render(build_messages(task, row["input"])), "completion": answer_text(task, answer),
                          "source": row["id"]})
     split_validation(data, settings.seed)
     return data
+
+
+def _sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, rows: list[dict], why: str,
+                   baseline: list[Score]) -> dict:
+    """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows."""
+    started = time.perf_counter()
+    meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
+    asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
+    scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
+    return {"version": meta.version, **measured(scores), "gain": interval([a.total - b.total for a, b in zip(scores, baseline)]),
+            "seconds": round(time.perf_counter() - started, 1)}
 
 
 async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, version: str, say) -> dict:
@@ -202,7 +219,8 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
 
 
 def run(settings: Settings, rounds: int, requests: int, correction_rate: float, rating_rate: float, measure_rows: int,
-        tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, say=print) -> dict:
+        tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, label_curve: tuple[int, ...] = (),
+        say=print) -> dict:
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
         _scratch(settings, scratch)
@@ -253,20 +271,22 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         for t in tasks:
             gain = [a.total - b.total for a, b in zip(latest[t], baseline[t])]
             results["tasks"][t]["gain"] = interval(gain)
-        if oracle:
-            oracle_settings = bench.model_copy(update={"train_time_budget_s": bench.train_time_budget_s * rounds})
-            for t in tasks:
-                started = time.perf_counter()
-                meta = train_candidate(oracle_settings, store, _oracle_data(oracle_settings, t, team.sent[t]),
-                                       [("sft", "oracle: every request labelled")], "oracle", "base")
-                asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[t]))
-                scores = asyncio.run(served_scores(bench, fleet, t, meta.version, team.held_out[t]))
-                oracle_gain = interval([a.total - b.total for a, b in zip(scores, baseline[t])])
+        # the oracle and the label curve train SFT from the base model with the whole run's time budget
+        sft_settings = bench.model_copy(update={"train_time_budget_s": bench.train_time_budget_s * rounds})
+        for t in tasks:
+            if oracle:
+                entry = _sft_from_base(sft_settings, store, fleet, team, t, distinct(team.sent[t]), "oracle: every request labelled",
+                                       baseline[t])
                 loop_gain = results["tasks"][t]["gain"]["mean"]
-                results["tasks"][t]["oracle"] = {"version": meta.version, **measured(scores), "gain": oracle_gain,
-                                                 "seconds": round(time.perf_counter() - started, 1),
-                                                 "loop_share": round(loop_gain / oracle_gain["mean"], 3) if oracle_gain["mean"] > 0 else None}
-                say(f"{t}: oracle {results['tasks'][t]['oracle']['mean']} (gain {oracle_gain['mean']}), loop gain {loop_gain}")
+                entry["loop_share"] = round(loop_gain / entry["gain"]["mean"], 3) if entry["gain"]["mean"] > 0 else None
+                results["tasks"][t]["oracle"] = entry
+                say(f"{t}: oracle {entry['mean']} (gain {entry['gain']['mean']}), loop gain {loop_gain}")
+            for labels in sorted(set(label_curve)):
+                rows = distinct(team.sent[t])[:labels]
+                entry = {"labels": len(rows), **_sft_from_base(sft_settings, store, fleet, team, t, rows,
+                                                               f"label curve: the first {len(rows)} requests' references", baseline[t])}
+                results["tasks"][t].setdefault("label_curve", []).append(entry)
+                say(f"{t}: SFT from base on {len(rows)} references: {entry['mean']} (gain {entry['gain']['mean']})")
         results["ablation"] = [_ablation(bench, store, fleet, team, t, say) for t in ablation if t in tasks]
         if canary_task in tasks and oracle:
             results["canary"] = asyncio.run(_canary_run(bench, store, fleet, team, canary_task,
@@ -317,6 +337,8 @@ def table(results: dict) -> str:
                          f"{(e.get('status') or '-').split(':')[0]} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "
                          f"{seconds.get('shadow', '-')} | {seconds.get('flip', '-')} | {diff} |")
         lines.append(f"| {entry['round']} | all | | | | | | | | round {entry['seconds']} s |")
+    if any(entry.get("label_curve") for entry in results["tasks"].values()):
+        lines += ["", label_curve_table(results)]
     for ablation in results.get("ablation", []):
         d = ablation["gdpo_minus_sum"]
         lines.append(f"\nGRPO ablation, {ablation['task']} ({ablation['prompts']} prompts from {ablation['start']}): sum "
@@ -342,6 +364,18 @@ def components_table(results: dict) -> str:
         for name in sorted(set(before) | set(after)):
             cells = [f"{c[name]:.3f}" if name in c else "-" for c in (before, after, oracle)]
             lines.append(f"| {t} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def label_curve_table(results: dict) -> str:
+    """Per task, SFT from the base model on the first K requests' references: reward and gain on the held-out rows."""
+    lines = ["| task | references | served reward [95%] | gain [95%] | components |", "|---|---:|---|---|---|"]
+    for t, entry in results["tasks"].items():
+        for point in entry.get("label_curve", []):
+            gain = point["gain"]
+            parts = ", ".join(f"{name} {value:.2f}" for name, value in sorted(point.get("components", {}).items()))
+            lines.append(f"| {t} | {point['labels']} | {point['mean']:.3f} [{point['ci95'][0]:.3f}, {point['ci95'][1]:.3f}] | "
+                         f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {parts} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,14 @@
 """`tucano bench learn`'s report: what the served reward on held-out rows is made of."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from rewards.scoring import Score
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _score(total: float, **components: float) -> Score:
@@ -46,3 +53,32 @@ def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
     assert "| sql | parse | 0.000 | 0.900 | 0.400 |" in lines
     assert "| push | length | 0.500 | 0.500 | - |" in lines  # no oracle trained
     assert components_table(results) in table(results)
+
+
+def test_the_label_curve_takes_each_input_once_in_the_order_it_was_first_sent():
+    from deploy.bench.learn import distinct
+
+    sent = [{"id": "b", "n": 1}, {"id": "a", "n": 2}, {"id": "b", "n": 3}, {"id": "c", "n": 4}]
+    assert [(r["id"], r["n"]) for r in distinct(sent)] == [("b", 1), ("a", 2), ("c", 4)]
+    assert distinct(sent)[:2] == distinct(sent[:2])  # the first K of the curve are the first K sent
+
+
+def test_the_label_curve_is_reported_per_task_and_point():
+    from deploy.bench.learn import label_curve_table
+
+    results = {"tasks": {"sql": {"label_curve": [
+        {"labels": 24, "mean": 0.2, "ci95": [0.18, 0.22], "gain": {"mean": 0.15, "ci95": [0.13, 0.17]}, "components": {"parse": 0.9}},
+        {"labels": 72, "mean": 0.21, "ci95": [0.19, 0.23], "gain": {"mean": 0.16, "ci95": [0.14, 0.18]}, "components": {"parse": 0.95}}]},
+        "push": {}}}
+    lines = label_curve_table(results).splitlines()
+    assert lines[2] == "| sql | 24 | 0.200 [0.180, 0.220] | +0.150 [+0.130, +0.170] | parse 0.90 |"
+    assert lines[3].startswith("| sql | 72 | 0.210")
+    assert len(lines) == 4  # push has no curve
+
+
+def test_a_label_curve_point_below_two_references_is_refused(tmp_path):
+    refused = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "learn", "--label-curve", "1"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "TUCANO_DATA_DIR": str(tmp_path), "COLUMNS": "300"})
+    assert refused.returncode == 2
+    assert "--label-curve" in refused.stderr and "greater than or equal to 2" in refused.stderr
+    assert not (tmp_path / "bench").exists()  # nothing was run or written
