@@ -44,8 +44,7 @@ from common.tasks import TASK_ENGINE
 from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
-from rewards import score
-from rewards.scoring import Score
+from rewards import Score, score
 from router.engine_client import ChatTemplate, EnginePool
 from trainer import gate, grpo
 from trainer.candidate import model_path, train_candidate
@@ -122,20 +121,21 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
         await pool.close()
 
 
-def totals(scores: list[Score]) -> list[float]:
-    return [s.total for s in scores]
-
-
 def interval(values: list[float]) -> dict:
     mean, low, high = gate.mean_interval(values)
     return {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)], "n": len(values)}
+
+
+def paired_gain(after: list[Score], before: list[Score]) -> dict:
+    """The change in served reward, paired by held-out row."""
+    return interval([a.total - b.total for a, b in zip(after, before)])
 
 
 def measured(scores: list[Score]) -> dict:
     """The mean served reward with its interval, and what it is made of: each component's mean
     (SQL's total, for one, moves with `parse` long before `execution_match` does)."""
     names = sorted({name for s in scores for name in s.components})
-    return {**interval(totals(scores)),
+    return {**interval([s.total for s in scores]),
             "components": {name: round(statistics.fmean(s.components.get(name, 0.0) for s in scores), 4) for name in names}}
 
 
@@ -168,7 +168,7 @@ def _sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team,
     meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
-    return {"version": meta.version, **measured(scores), "gain": interval([a.total - b.total for a, b in zip(scores, baseline)]),
+    return {"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),
             "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -201,6 +201,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     active = store.routes()[1].get(task, {}).get("active")
     parent = store.adapter(active) if active else None
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}
+    held_out_scores: dict[str, list[Score]] = {}
     for aggregation in ("sum", "gdpo"):
         model, tokenizer = load_policy(model_path(settings, task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
         outcome = grpo.train(settings, model, tokenizer, task, prompts, settings.train_time_budget_s, "ablation", aggregation=aggregation)
@@ -212,9 +213,9 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
         scores = asyncio.run(served_scores(settings, fleet, task, version, team.held_out[task]))
         out[aggregation] = {**measured(scores), "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
                             "zero_variance_groups_dropped": outcome.seconds_by_phase.get("zero_variance_groups_dropped")}
-        out[f"{aggregation}_scores"] = totals(scores)
+        held_out_scores[aggregation] = scores
         say(f"ablation {task} grpo-{aggregation}: {out[aggregation]['mean']}")
-    out["gdpo_minus_sum"] = interval([g - s for g, s in zip(out.pop("gdpo_scores"), out.pop("sum_scores"))])
+    out["gdpo_minus_sum"] = paired_gain(held_out_scores["gdpo"], held_out_scores["sum"])
     return out
 
 
@@ -269,20 +270,19 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
             results["rounds"].append(entry)
         for t in tasks:
-            gain = [a.total - b.total for a, b in zip(latest[t], baseline[t])]
-            results["tasks"][t]["gain"] = interval(gain)
+            results["tasks"][t]["gain"] = paired_gain(latest[t], baseline[t])
         # the oracle and the label curve train SFT from the base model with the whole run's time budget
         sft_settings = bench.model_copy(update={"train_time_budget_s": bench.train_time_budget_s * rounds})
         for t in tasks:
+            sent = distinct(team.sent[t])
             if oracle:
-                entry = _sft_from_base(sft_settings, store, fleet, team, t, distinct(team.sent[t]), "oracle: every request labelled",
-                                       baseline[t])
+                entry = _sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])
                 loop_gain = results["tasks"][t]["gain"]["mean"]
                 entry["loop_share"] = round(loop_gain / entry["gain"]["mean"], 3) if entry["gain"]["mean"] > 0 else None
                 results["tasks"][t]["oracle"] = entry
                 say(f"{t}: oracle {entry['mean']} (gain {entry['gain']['mean']}), loop gain {loop_gain}")
             for labels in sorted(set(label_curve)):
-                rows = distinct(team.sent[t])[:labels]
+                rows = sent[:labels]
                 entry = {"labels": len(rows), **_sft_from_base(sft_settings, store, fleet, team, t, rows,
                                                                f"label curve: the first {len(rows)} requests' references", baseline[t])}
                 results["tasks"][t].setdefault("label_curve", []).append(entry)

@@ -27,6 +27,17 @@ def test_measured_gives_the_mean_its_interval_and_each_components_mean():
     assert out["components"] == {"executes": pytest.approx(1 / 3, abs=1e-4), "parse": pytest.approx(2 / 3, abs=1e-4)}
 
 
+def test_a_gain_is_paired_by_held_out_row():
+    from deploy.bench.learn import paired_gain
+
+    before = [_score(0.1), _score(0.5), _score(0.9)]
+    after = [_score(0.2), _score(0.6), _score(1.0)]
+    out = paired_gain(after, before)
+    assert out["mean"] == pytest.approx(0.1) and out["n"] == 3
+    assert out["ci95"] == [pytest.approx(0.1), pytest.approx(0.1)]  # every row gained the same: no spread
+    assert paired_gain(before, after)["mean"] == pytest.approx(-0.1)
+
+
 def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
     from deploy.bench.learn import components_table, table
 
