@@ -1,7 +1,11 @@
-"""Insights reward, reference-free: PT-BR prose, structure (paragraphs, a list, a
-recommendation), numbers grounded in the given data (no credit when no data was given) rows rather than invented, a sensible
-length, and thinking efficiency (an unclosed `<think>` or reasoning that eats most of the
-output costs reward). The answer is scored without its think block.
+"""Insights reward, reference-free. What is paid is an analysis of the given data in PT-BR
+prose: `grounding` (the figures cited in sentences are the data's own, and the answer cites
+enough of them; none cited is no credit, and no data given is no credit either), `entities` (it
+names the rows it talks about: the data's labels, such as states or categories) and `relevance`
+(it speaks to the question and the data's columns). The form (PT-BR, structure: paragraphs, a list, a
+recommendation; a sensible length; thinking efficiency: an unclosed `<think>` or reasoning that
+eats most of the output costs reward) is paid in proportion to that content, so a fixed text
+that fits every form earns almost nothing. The answer is scored without its think block.
 """
 from __future__ import annotations
 
@@ -9,12 +13,16 @@ import contextlib
 import re
 
 from rewards.parsing import split_think
-from rewards.text import fold, ptbr_score
+from rewards.text import META_WORDS, content_words, fold, ptbr_score
 
-WEIGHTS = {"ptbr": 0.15, "structure": 0.2, "grounding": 0.3, "length": 0.1, "thinking": 0.25}
+FORM = {"ptbr": 0.1, "structure": 0.1, "length": 0.05, "thinking": 0.1}
+CONTENT = {"grounding": 0.35, "entities": 0.2, "relevance": 0.1}
+WEIGHTS = {**FORM, **CONTENT}
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 CONCLUSION = ("recomend", "sugest", "conclus", "proximo passo", "acao", "portanto", "priorizar")
+WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
+CITED_ENOUGH = 3  # figures (or rows, when fewer) an analysis cites for full grounding
 
 
 def read_number(token: str) -> set[float]:
@@ -47,16 +55,50 @@ def _grounded(reading: set[float], values: list[float]) -> bool:
     return any(abs(r - v) <= max(0.006 * abs(v), 0.011) for r in reading for v in values)
 
 
+def prose_lines(answer: str) -> list[str]:
+    """Lines that are sentences, not data: two words or more, and no JSON."""
+    return [line for line in answer.splitlines()
+            if len(WORD.findall(line)) >= 2 and line.lstrip()[:1] not in "{[" and '":' not in line and '",' not in line]
+
+
 def grounding(answer: str, context: dict) -> tuple[float, str]:
-    if not context.get("rows"):
+    rows = context.get("rows")
+    if not rows:
         return 0.0, "no data rows given: nothing to ground in"
     values = _data_values(context)
-    cited = [read_number(t) for t in NUMBER.findall(answer)]
+    cited = [read_number(t) for line in prose_lines(answer) for t in NUMBER.findall(line)]
     cited = [r for r in cited if r and not all(float(x).is_integer() and 0 <= x <= 12 for x in r)]  # counts, ordinals
     if not cited:
-        return 0.3, "no figures from the data are cited"
+        return 0.0, "no figures from the data are cited in sentences"
     good = sum(_grounded(r, values) for r in cited)
-    return good / len(cited), f"{good}/{len(cited)} figures found in the data"
+    enough = min(1.0, good / min(CITED_ENOUGH, len(rows)))
+    return good / len(cited) * enough, f"{good}/{len(cited)} figures found in the data"
+
+
+def _labels(context: dict) -> list[str]:
+    """The data's row labels (each row's text cells), in order."""
+    labels = []
+    for row in context.get("rows") or []:
+        cells = row if isinstance(row, (list, tuple)) else (row.values() if isinstance(row, dict) else [row])
+        labels += [str(c) for c in cells if isinstance(c, str) and c.strip()][:1]
+    return labels
+
+
+def entities(answer: str, context: dict) -> tuple[float, str]:
+    labels = _labels(context)
+    if not labels:
+        return 0.0, "no labelled rows given"
+    text = fold(" ".join(prose_lines(answer)))
+    named = [label for label in labels if re.search(rf"(?<!\w){re.escape(fold(label))}(?!\w)", text)]
+    return min(1.0, len(named) / min(CITED_ENOUGH, len(labels))), f"names {len(named)} of the {len(labels)} rows"
+
+
+def relevance(answer: str, context: dict) -> tuple[float, str]:
+    asked = content_words(" ".join([str(context.get("question", ""))] + [str(c) for c in context.get("columns") or []])) - META_WORDS
+    if not asked:
+        return 0.0, "no question"
+    shared = asked & content_words(answer)
+    return min(1.0, 3 * len(shared) / len(asked)), f"{len(shared)}/{len(asked)} of the question's words"
 
 
 def structure(answer: str) -> tuple[float, str]:
@@ -92,14 +134,16 @@ def thinking(think: str | None, closed: bool, answer: str) -> tuple[float, str]:
 def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
     thought = split_think(completion)
     answer = thought.answer
-    components, details = {}, {}
-    components["thinking"], details["thinking"] = thinking(thought.think, thought.closed, answer)
+    components, details = dict.fromkeys(WEIGHTS, 0.0), {}
+    thinking_credit, details["thinking"] = thinking(thought.think, thought.closed, answer)
     if not answer:
         details["answer"] = "empty answer"
-        return {"ptbr": 0.0, "structure": 0.0, "grounding": 0.0, "length": 0.0, **components}, WEIGHTS, details, answer
-    components["ptbr"] = ptbr_score(answer)
-    components["structure"], details["structure"] = structure(answer)
-    components["grounding"], details["grounding"] = grounding(answer, context)
-    components["length"] = length(answer)
-    details["length"] = f"{len(answer)} characters"
+        return components, WEIGHTS, details, answer
+    for name, judge in (("grounding", grounding), ("entities", entities), ("relevance", relevance)):
+        components[name], details[name] = judge(answer, context)
+    content = sum(components[name] * weight for name, weight in CONTENT.items()) / sum(CONTENT.values())
+    structure_credit, details["structure"] = structure(answer)
+    form = {"ptbr": ptbr_score(answer), "structure": structure_credit, "length": length(answer), "thinking": thinking_credit}
+    details["length"] = f"{len(answer)} characters; form paid at {content:.2f} (the content's share)"
+    components.update({name: credit * content for name, credit in form.items()})
     return components, WEIGHTS, details, answer

@@ -1,7 +1,15 @@
 """Push-notification reward: JSON `{"title", "body"}` judged by the copy rules of PRODUCT §2,
-each its own component: lengths, key information early in the body, emoji, caps,
-exclamations, personalisation, an action verb, payload bytes, PT-BR; with an optional reference,
-word overlap with it.
+each its own component (lengths, key information early in the body, emoji, caps, exclamations,
+an action verb, payload bytes, PT-BR), and by what the copy says of its context: `personalised`
+(the customer's name and the product), `offer` (the discount as "N%", the coupon code, the
+deadline), `intent` (what the campaign is about, in words: a cart waiting, a price that fell, a
+coupon...) and `fluency` (sentences, not a dump of the context's fields or their names).
+
+The name and the offer count only in fluent copy, and a quarter of it when the copy never says
+what the campaign is about; the rules are paid in proportion to what of the name and offer it
+says, so copy that follows every rule but says nothing of this customer and
+campaign earns almost nothing. With a reference, content-word
+overlap with it (`reference_overlap`) weighs as much as the context checks together.
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ import msgspec
 from common.tasks import (
     PUSH_ACTION_VERBS,
     PUSH_BODY_MAX,
+    PUSH_CAMPAIGNS,
     PUSH_KEY_INFO_WITHIN,
     PUSH_MAX_CAPS_LETTERS,
     PUSH_MAX_EMOJI,
@@ -20,15 +29,30 @@ from common.tasks import (
     PUSH_TITLE_MAX,
 )
 from rewards.parsing import format_score, parse_json_object
-from rewards.text import fold, ptbr_score, token_f1, words
+from rewards.text import content_f1, fold, ptbr_score, words
 
-WEIGHTS = {
-    "format": 0.1, "title_length": 0.1, "body_length": 0.1, "key_info_early": 0.15, "emoji": 0.05, "caps": 0.05,
-    "exclamations": 0.05, "personalised": 0.15, "action_verb": 0.1, "payload_bytes": 0.05, "ptbr": 0.1,
-}
+RULES = {"format": 0.04, "title_length": 0.04, "body_length": 0.04, "key_info_early": 0.06, "emoji": 0.02, "caps": 0.03,
+         "exclamations": 0.03, "action_verb": 0.06, "payload_bytes": 0.02, "ptbr": 0.06}
+CONTENT = {"personalised": 0.15, "offer": 0.15, "intent": 0.2, "fluency": 0.1}
+WEIGHTS = {**RULES, **CONTENT}
+WEIGHTS_WITH_REFERENCE = {**{k: v * 0.65 for k, v in WEIGHTS.items()}, "reference_overlap": 0.35}
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF]")
 SHOUTING = re.compile(rf"\b[A-ZÀ-Ý]{{{PUSH_MAX_CAPS_LETTERS + 1},}}\b")
 VERBS = frozenset(PUSH_ACTION_VERBS)
+# What each campaign is about, as folded word stems: copy for it says at least one.
+CAMPAIGN_WORDS: dict[str, tuple[str, ...]] = {
+    "carrinho_abandonado": ("carrinho", "finaliz", "esquec", "espera", "complete"),
+    "queda_de_preco": ("preco", "caiu", "baixou", "abaixou", "mais barato", "reduz"),
+    "volta_ao_estoque": ("estoque", "voltou", "disponivel", "chegou de novo", "de volta"),
+    "pedido_enviado": ("enviado", "saiu", "a caminho", "despach", "rastre", "transport"),
+    "pedido_entregue": ("entregue", "chegou", "entrega"),
+    "cupom": ("cupom",),
+    "black_friday": ("black friday", "blackfriday"),
+    "pedir_avaliacao": ("avali", "opiniao", "conta pra gente", "nota", "conte"),
+}
+assert set(CAMPAIGN_WORDS) == set(PUSH_CAMPAIGNS)
+# Raw field names or identifiers in the copy: the context dumped, not written.
+FIELD_DUMP = re.compile(r"\b[a-z]+_[a-z_]+\b|\b(campanha|cliente|produto|desconto \(%\)|cupom|prazo)\s*:", re.I)
 
 
 def payload_bytes(value: dict) -> int:
@@ -53,56 +77,94 @@ def _length(text: str, limit: int) -> float:
     return 1.0 if len(text) <= limit else max(0.0, 1.0 - (len(text) - limit) / limit)
 
 
+def _offer(context: dict, folded_text: str) -> tuple[float, str]:
+    wanted = []
+    if context.get("discount_pct") not in (None, ""):
+        wanted.append(fold(f"{context['discount_pct']}%"))
+    for key in ("coupon", "deadline"):
+        if context.get(key):
+            wanted.append(fold(str(context[key])))
+    if not wanted:
+        return 1.0, "no discount, coupon or deadline to say"
+    found = [w for w in wanted if w in folded_text or w.replace("%", " %") in folded_text]
+    return len(found) / len(wanted), f"{len(found)}/{len(wanted)} of discount/coupon/deadline present"
+
+
+def _intent(context: dict, folded_text: str) -> tuple[float, str]:
+    stems = CAMPAIGN_WORDS.get(str(context.get("campaign", "")))
+    if not stems:
+        return 1.0, "no known campaign"
+    said = [s for s in stems if s in folded_text]
+    return (1.0, f"says {said[0]!r}") if said else (0.0, f"nothing of {context['campaign']}")
+
+
+def _fluency(title: str, body: str) -> tuple[float, str]:
+    text = f"{title} {body}"
+    if FIELD_DUMP.search(text):
+        return 0.0, "field names or identifiers in the copy"
+    body_words = words(body)
+    if len(body_words) < 4:
+        return 0.0, "the body is not a sentence"
+    return ptbr_score(text), "sentences"
+
+
 def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
     parsed = parse_json_object(completion)
-    weights = dict(WEIGHTS, reference_overlap=0.1) if reference else WEIGHTS
+    weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS
     components = dict.fromkeys(weights, 0.0)
-    components["format"], fmt_reason = format_score(parsed)
-    details = {"format": fmt_reason}
+    fmt, details = format_score(parsed)
+    details = {"format": details}
     value = parsed.value or {}
     title, body = value.get("title"), value.get("body")
     if not isinstance(title, str) or not isinstance(body, str) or not (title.strip() or body.strip()):
         details["content"] = "no title and body strings"
         return components, weights, details, parsed.value
     text = f"{title} {body}"
-
-    components["title_length"] = _length(title, PUSH_TITLE_MAX)
-    components["body_length"] = _length(body, PUSH_BODY_MAX)
-    details["lengths"] = f"title {len(title)}/{PUSH_TITLE_MAX}, body {len(body)}/{PUSH_BODY_MAX}"
-
     folded_text = fold(text)
-    key = key_information(context)
-    if key is None:
-        components["key_info_early"], details["key_info_early"] = 1.0, "no key information in context"
-    else:
-        folded_key = fold(key)
-        position = fold(body).find(folded_key)
-        components["key_info_early"] = 1.0 if 0 <= position < PUSH_KEY_INFO_WITHIN else (0.5 if folded_key in folded_text else 0.0)
-        details["key_info_early"] = f"{key!r} at body position {position}"
 
-    emoji = len(EMOJI.findall(text))
-    components["emoji"] = 1.0 if emoji <= PUSH_MAX_EMOJI else max(0.0, 1.0 - 0.5 * (emoji - PUSH_MAX_EMOJI))
-    coupon = str(context.get("coupon") or "")
-    shouting = [w for w in SHOUTING.findall(text) if w != coupon]
-    components["caps"] = 1.0 / (1 + len(shouting))
-    components["exclamations"] = 0.0 if "!!" in text else 1.0
-    details["style"] = f"{emoji} emoji, caps words {shouting[:3]}, {'with' if '!!' in text else 'no'} '!!'"
-
+    # what the copy says of its context
     wanted = [str(context[k]) for k in ("customer_name", "product") if context.get(k)]
     found = [w for w in wanted if fold(w) in folded_text]
     components["personalised"] = len(found) / len(wanted) if wanted else 1.0
     details["personalised"] = f"{len(found)}/{len(wanted)} of name/product present"
+    components["offer"], details["offer"] = _offer(context, folded_text)
+    components["intent"], details["intent"] = _intent(context, folded_text)
+    components["fluency"], details["fluency"] = _fluency(title, body)
+    # facts dumped without prose are not copy; copy that never says what the campaign is about is weak
+    about = 0.25 + 0.75 * components["intent"]
+    components["personalised"] *= components["fluency"] * about
+    components["offer"] *= components["fluency"] * about
+    content = (components["personalised"] + components["offer"]) / 2
 
+    # the copy rules, paid in proportion to the content
+    rules = {"format": fmt, "title_length": _length(title, PUSH_TITLE_MAX), "body_length": _length(body, PUSH_BODY_MAX)}
+    details["lengths"] = f"title {len(title)}/{PUSH_TITLE_MAX}, body {len(body)}/{PUSH_BODY_MAX}"
+    key = key_information(context)
+    if key is None:
+        rules["key_info_early"], details["key_info_early"] = 1.0, "no key information in context"
+    else:
+        folded_key = fold(key)
+        position = fold(body).find(folded_key)
+        rules["key_info_early"] = 1.0 if 0 <= position < PUSH_KEY_INFO_WITHIN else (0.5 if folded_key in folded_text else 0.0)
+        details["key_info_early"] = f"{key!r} at body position {position}"
+    emoji = len(EMOJI.findall(text))
+    rules["emoji"] = 1.0 if emoji <= PUSH_MAX_EMOJI else max(0.0, 1.0 - 0.5 * (emoji - PUSH_MAX_EMOJI))
+    coupon = str(context.get("coupon") or "")
+    shouting = [w for w in SHOUTING.findall(text) if w != coupon]
+    rules["caps"] = 1.0 / (1 + len(shouting))
+    rules["exclamations"] = 0.0 if "!!" in text else 1.0
+    details["style"] = f"{emoji} emoji, caps words {shouting[:3]}, {'with' if '!!' in text else 'no'} '!!'"
     verbs = [w for w in words(text) if w in VERBS]
-    components["action_verb"] = 1.0 if verbs else 0.0
+    rules["action_verb"] = 1.0 if verbs else 0.0
     details["action_verb"] = f"verbs {verbs[:3]}" if verbs else "no action verb"
-
     payload = payload_bytes(value)
-    components["payload_bytes"] = 1.0 if payload < PUSH_MAX_PAYLOAD_BYTES else 0.0
+    rules["payload_bytes"] = 1.0 if payload < PUSH_MAX_PAYLOAD_BYTES else 0.0
     details["payload_bytes"] = f"{payload} bytes"
-    components["ptbr"] = ptbr_score(text)
+    rules["ptbr"] = ptbr_score(text)
+    components.update({name: credit * content for name, credit in rules.items()})
+    details["rules"] = f"paid at {content:.2f} (the content's share)"
 
     if reference:
         ref_text = f"{reference.get('title', '')} {reference.get('body', '')}"
-        components["reference_overlap"] = token_f1(text, ref_text)
+        components["reference_overlap"] = content_f1(text, ref_text)
     return components, weights, details, value

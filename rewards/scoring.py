@@ -1,7 +1,9 @@
 """The scoring entry point: `score(task, completion, reference=None, context=None)`.
 
 Each task module returns its components in [0, 1], their weights and readable reasons; the
-total is their weighted mean (a refused SQL statement has every component at 0). The
+total is their weighted mean (a refused SQL statement has every component at 0). Components
+of form are paid by the task modules in proportion to the content (their docstrings say how),
+so the weighted mean never pays a well-formed answer that does no work. The
 record of a scored answer stores `REWARD_VERSION`, so scores from different reward code are
 never mixed in training or promotion decisions.
 """
@@ -11,10 +13,10 @@ from dataclasses import dataclass, field
 from operator import mul
 from pathlib import Path
 
-from common.tasks import TASKS
+from common.tasks import EXTRACTION_FIELDS, PUSH_BODY_MAX, PUSH_TITLE_MAX, TASKS
 from rewards import extraction, insights, push, sql
 
-REWARD_VERSION = "2"
+REWARD_VERSION = "3"
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x, on every score
@@ -44,14 +46,16 @@ def normalise_reference(task: str, reference):
     return reference if isinstance(reference, dict) and reference else None
 
 
-def _valid(task: str, components: dict[str, float], output) -> bool:
+def _valid(task: str, components: dict[str, float], details: dict[str, str], output) -> bool:
+    """Whether the answer has its task's shape (what a record's `valid` says), whatever its content."""
     if task == "extraction":
-        return output is not None and components["schema"] == 1.0
+        return isinstance(output, dict) and set(output) == set(EXTRACTION_FIELDS) and len(extraction.valid_fields(output)) == len(output)
     if task == "push":
-        return output is not None and components["title_length"] == 1.0 and components["body_length"] == 1.0
+        return isinstance(output, dict) and isinstance(output.get("title"), str) and isinstance(output.get("body"), str) \
+            and len(output["title"]) <= PUSH_TITLE_MAX and len(output["body"]) <= PUSH_BODY_MAX
     if task == "sql":
-        return components["safety"] == 1.0 and components["executes"] == 1.0
-    return bool(output) and components["thinking"] > 0.0
+        return components["safety"] == 1.0 and not details.get("executes", "error").startswith("error")
+    return bool(output)
 
 
 def score(task: str, completion: str, reference=None, context: dict | None = None) -> Score:
@@ -75,4 +79,4 @@ def score(task: str, completion: str, reference=None, context: dict | None = Non
     components = {k: v if 0.0 <= v <= 1.0 else (1.0 if v > 1.0 else 0.0) for k, v in components.items()}
     total = sum(map(mul, weights.values(), map(components.__getitem__, weights))) / sum(weights.values())
     return Score(round(min(1.0, max(0.0, total)), 4), components, reference is not None,
-                 _valid(task, components, output), details, output, weights, fields)
+                 _valid(task, components, details, output), details, output, weights, fields)

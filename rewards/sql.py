@@ -5,9 +5,15 @@ but one read-only SELECT is refused unexecuted and scores 0 in total), `parse`, 
 (share of referenced tables and columns that exist), `executes` (runs without error within
 the limits), and with a reference `execution_match`: results compared as bags of rows, in
 order only when the reference has ORDER BY (as Spider's test-suite does), partial credit by
-multiset overlap. Without a reference, `question_match` (what of the question the SQL
-addresses, `rewards.sql_question`) carries most of the weight, and schema linking and execution
-earn credit only in its proportion: a query that ignores the question earns almost nothing.
+multiset overlap. With a reference the execution match is 0.85 of the total: a query that
+parses and runs but returns the wrong result earns at most 0.15, and one whose result is a
+constant (it reads no table, or selects only literals) matches nothing.
+
+Without a reference, `question_match` (what of the question the SQL addresses: the tables its
+words point at, its values compared against columns, the aggregate it asks for;
+`rewards.sql_question`) carries most of the weight, and schema linking and execution earn credit
+only in its proportion: a query that ignores the question earns almost nothing, and an empty or
+NULL result earns half the execution credit.
 """
 from __future__ import annotations
 
@@ -20,10 +26,11 @@ from sqlglot import exp
 
 from common.commerce import SCHEMA_COLUMNS
 from rewards.parsing import split_think, strip_fences
-from rewards.sql_question import question_match
+from rewards.sql_question import is_constant, question_match
 from rewards.sql_sandbox import QueryResult, check_readonly, execute_readonly
 
-WEIGHTS_WITH_REFERENCE = {"format": 0.05, "safety": 0.0, "parse": 0.1, "schema_link": 0.15, "executes": 0.1, "execution_match": 0.6}
+WEIGHTS_WITH_REFERENCE = {"format": 0.02, "safety": 0.0, "parse": 0.03, "schema_link": 0.05, "executes": 0.05,
+                          "execution_match": 0.85}
 WEIGHTS_WITHOUT_REFERENCE = {"format": 0.05, "safety": 0.0, "parse": 0.05, "schema_link": 0.15, "executes": 0.15,
                              "question_match": 0.6}
 SQL_START = re.compile(r"\b(SELECT|WITH)\b", re.I)
@@ -158,6 +165,8 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
     components["executes"] = 1.0
     details["executes"] = f"{len(result.rows)} rows" + (" (capped)" if result.truncated else "")
     if not reference:
+        if not result.rows or all(v is None for v in result.rows[0]):
+            components["executes"], details["executes"] = 0.5, "runs, but its result is empty or NULL"
         used = {t.name.lower() for t in checked.tree.find_all(exp.Table)} & set(TABLES)
         match, details["question_match"] = question_match(str(context.get("question", "")), checked.tree, used, KNOWN_NAMES)
         components["question_match"] = match
@@ -165,7 +174,9 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
         components["executes"] *= match
         return components, weights, details, sql
     expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap)
-    if expected is None:
+    if is_constant(checked.tree):
+        details["execution_match"] = "the result is a constant: it does not come from the data"
+    elif expected is None:
         details["execution_match"] = "the reference query itself fails; content not scored"
         components["execution_match"] = 0.0
     else:

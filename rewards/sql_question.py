@@ -1,11 +1,15 @@
 """What a question asks of its SQL, for the reference-free SQL reward: the tables its words point
-at and the values it names (a state, a year, a month, a status, a payment type, a category, a
-number). An answer earns reference-free credit only for those, so a query that runs cleanly but
-ignores the question (`SELECT COUNT(*) FROM olist_orders_dataset` for any question) earns little,
-and one whose result is a constant earns nothing.
+at, the values it names (a state, a year, a month, a status, a payment type, a category, a
+number) and the aggregate it asks for (a count, an average, a sum). An answer earns
+reference-free credit only for those, so a query that runs cleanly but ignores the question
+(`SELECT COUNT(*) FROM olist_orders_dataset` for any question) earns little, and one whose result
+is a constant earns nothing. A value counts only where the query uses it: compared against a
+column (WHERE, HAVING, JOIN ... ON, IN, LIKE, BETWEEN) or as the LIMIT; echoed in a string in the
+select list, it counts for nothing.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
@@ -39,9 +43,25 @@ NUMBER = re.compile(r"(?<![\w/])(\d+(?:[.,]\d+)?)(?![\w/])")
 IDENTIFIER = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
 
 
+# folded question words -> the aggregate function that answers them
+AGGREGATE_WORDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("quantos", "quantas", "numero de", "numero total", "quantidade", "contagem"), "count"),
+    (("media", "medio", "em media"), "avg"),
+    (("soma", "somam", "faturamento", "total pago", "valor total", "quanto foi vendido"), "sum"),
+)
+AGGREGATES = {"count": exp.Count, "avg": exp.Avg, "sum": exp.Sum}
+# the shape of the answer a question asks for: one row per group, or rows in a ranked order
+GROUPING = re.compile(r"\b(por (mes|ano|status|estado|tipo|categoria|cidade|forma|vendedor|nota)|cada|mes a mes|distribu\w*)\b")
+RANKING = re.compile(r"\b(mais|menos)\b(?! de\b)|\b(maior|maiores|menor|menores|pior|piores|melhor|melhores|top)\b")
+PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Like, exp.ILike, exp.Between, exp.Is)
+
+
 class Cues(NamedTuple):
     tables: tuple[frozenset[str], ...]  # for each table word: the tables that answer for it
-    values: tuple[str, ...]  # folded texts the SQL must contain
+    values: tuple[str, ...]  # folded texts the SQL must use as compared values or LIMIT
+    aggregates: tuple[str, ...] = ()  # aggregate functions the question asks for
+    grouped: bool = False  # it asks for one row per group
+    ranked: bool = False  # it asks for the most or least of something
 
 
 def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
@@ -58,10 +78,13 @@ def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
     numbers = [n.replace(",", ".") for n in NUMBER.findall(MONTH_YEAR.sub(" ", MONTH_OF_YEAR.sub(" ", folded)))]
     values += [n for n in numbers if n not in {y for y in YEAR.findall(folded)}]
     values += [digit for word, digit in NUMBER_WORDS.items() if re.search(rf"\b{word}\b", folded)]
-    return Cues(tables, tuple(dict.fromkeys(values)))
+    aggregates = tuple(name for cues, name in AGGREGATE_WORDS if any(re.search(rf"\b{c}\b", folded) for c in cues))
+    if "avg" in aggregates:  # "quantos dias, em média": the average of a count-like quantity
+        aggregates = tuple(a for a in aggregates if a != "count")
+    return Cues(tables, tuple(dict.fromkeys(values)), aggregates, bool(GROUPING.search(folded)), bool(RANKING.search(folded)))
 
 
-def _constant(tree: exp.Expression) -> bool:
+def is_constant(tree: exp.Expression) -> bool:
     """A SELECT whose every output is a literal: its result does not depend on the data."""
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
     if select is None:
@@ -69,15 +92,39 @@ def _constant(tree: exp.Expression) -> bool:
     return all(not list(e.find_all(exp.Column, exp.AggFunc, exp.Star)) for e in select.expressions)
 
 
+def compared_literals(tree: exp.Expression) -> list[str]:
+    """The literals the query uses: compared against a column, or its LIMIT."""
+    used = []
+    for predicate in tree.find_all(*PREDICATES):
+        if predicate.find(exp.Column) is not None:
+            used += [str(literal.this) for literal in predicate.find_all(exp.Literal)]
+    for limit in tree.find_all(exp.Limit):
+        used += [str(literal.this) for literal in limit.find_all(exp.Literal)]
+    return used
+
+
+def _dumps_a_table(tree: exp.Expression) -> bool:
+    """Rows as they are stored: no filter, grouping, aggregate, limit or DISTINCT."""
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None:
+        return True
+    shaped = ("where", "group", "having", "limit", "distinct")
+    return not any(select.args.get(k) for k in shaped) and select.find(exp.AggFunc) is None
+
+
 def question_match(question: str, tree: exp.Expression, tables_used: set[str], schema_names: frozenset[str]
                    ) -> tuple[float, str]:
-    """The share of what the question asks that the SQL addresses: a table its words point at
-    (words are loose, so any one will do; the `orders_enriched` view answers for all), and each
-    value it names (values are exact: a state, a year, a number)."""
-    if not tables_used or _constant(tree):
+    """How much of what the question asks the SQL addresses, as the product of its parts, so
+    missing one part costs its share however well the rest is done: a table its words point at
+    (words are loose, so any one will do; the `orders_enriched` view answers for all), each value
+    it names used in the query (values are exact: a state, a year, a number), the aggregate it
+    asks for, and the shape (grouped, ranked). A query that dumps a table matches nothing."""
+    if not tables_used or is_constant(tree):
         return 0.0, "the result is a constant: no table is read, or only literals are selected"
+    if _dumps_a_table(tree):
+        return 0.0, "it returns a table's rows as stored: no filter, grouping, aggregate or limit"
     cues = question_cues(question, schema_names)
-    sql_text = fold(tree.sql(dialect="sqlite"))
+    used_values = fold(" ".join(compared_literals(tree)))
     parts, said = [], []
     if cues.tables:
         named = frozenset().union(*cues.tables)
@@ -85,10 +132,22 @@ def question_match(question: str, tree: exp.Expression, tables_used: set[str], s
         parts.append(1.0 if hit else 0.0)
         said.append("reads a table the question names" if hit else f"reads none of {sorted(named)}")
     if cues.values:
-        found = [v for v in cues.values if re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", sql_text)]
+        found = [v for v in cues.values if re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", used_values)]
         parts.append(len(found) / len(cues.values))
         missing = [v for v in cues.values if v not in found]
-        said.append(f"{len(found)}/{len(cues.values)} values of the question" + (f" (missing {missing[:4]})" if missing else ""))
+        said.append(f"{len(found)}/{len(cues.values)} values of the question used in the query" + (f" (missing {missing[:4]})" if missing else ""))
+    if cues.aggregates:
+        present = [name for name in cues.aggregates if tree.find(AGGREGATES[name]) is not None]
+        parts.append(len(present) / len(cues.aggregates))
+        said.append(f"{len(present)}/{len(cues.aggregates)} aggregates asked for ({', '.join(cues.aggregates)})")
+    if cues.grouped:
+        grouped = tree.find(exp.Group) is not None
+        parts.append(1.0 if grouped else 0.0)
+        said.append("grouped, as asked" if grouped else "not grouped, though the question asks per group")
+    if cues.ranked:
+        ranked = tree.find(exp.Order) is not None or tree.find(exp.Max, exp.Min) is not None
+        parts.append(1.0 if ranked else 0.0)
+        said.append("ranked, as asked" if ranked else "not ranked, though the question asks for the most or least")
     if not parts:
         return 0.5, "the question names no table or value to check against"
-    return sum(parts) / len(parts), "; ".join(said)
+    return math.prod(parts), "; ".join(said)

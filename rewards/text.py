@@ -71,6 +71,30 @@ def token_f1(predicted: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+# Words that say nothing of a text's content: function words of either language, and the
+# words every review summary or push uses whatever it is about.
+META_WORDS = frozenset("cliente clientes avaliacao produto pedido compra loja sobre relata reclama elogia".split())
+STOP_WORDS = PT_WORDS | EN_WORDS | frozenset(fold(w) for w in PT_WORDS)
+
+
+@lru_cache(maxsize=65536)
+def content_words(text: str) -> frozenset[str]:
+    """The words of a text that carry its content: folded, three letters or more, no function words."""
+    return frozenset(w for w in words(text) if len(w) >= 3 and w not in STOP_WORDS)
+
+
+def content_f1(predicted: str, reference: str) -> float:
+    """F1 of the two texts' content words (as sets): shared function words earn nothing."""
+    p, r = content_words(predicted), content_words(reference)
+    if not p and not r:
+        return 1.0
+    shared = len(p & r)
+    if shared == 0:
+        return 0.0
+    precision, recall = shared / len(p), shared / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
 def ptbr_score(text: str) -> float:
     """Share of function words that are Portuguese rather than English; 0 for no words."""
     tokens = words(text)
@@ -83,5 +107,5 @@ def ptbr_score(text: str) -> float:
 
 def clear_caches() -> None:
     """Forget memoised tokenisations (benchmarks measure cold text, not cache hits)."""
-    for cached in (fold, words, _types):
+    for cached in (fold, words, _types, content_words):
         cached.cache_clear()

@@ -1,0 +1,106 @@
+"""Answers that do no work: constants, empty answers, the input echoed back, the context copied
+into a fixed template. Every reward must score them far below a real answer, with a reference and
+without one; the unit tests hold them to that, and `tucano bench rewards --trivial` prints the
+table the README shows.
+
+Each maker takes a task's input (and, for the constants, the references of the rows being
+scored, whose most common value per field is the best constant there is) and returns a completion.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable
+
+from common.tasks import EXTRACTION_FIELDS
+
+
+def _modal_extraction(references: list[dict]) -> dict:
+    """The most common value of each field over the references (key phrases empty, product null)."""
+    modal = {}
+    for field in EXTRACTION_FIELDS:
+        values = [json.dumps(r.get(field), ensure_ascii=False) for r in references if isinstance(r, dict)]
+        modal[field] = json.loads(Counter(values).most_common(1)[0][0]) if values else None
+    return {**modal, "key_phrases": [], "product_mentioned": None, "summary": "Cliente avaliou o produto."}
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"[.,!?]", text) if s.strip()]
+
+
+def _windows(text: str, size: int = 3) -> list[str]:
+    tokens = text.split()
+    return [" ".join(tokens[i:i + size]) for i in range(0, max(1, len(tokens) - size + 1), size)][:5]
+
+
+def extraction_makers(references: list[dict]) -> dict[str, Callable[[dict], str]]:
+    modal = _modal_extraction(references)
+    return {
+        "empty": lambda _: "",
+        "empty object": lambda _: "{}",
+        "most common value per field": lambda _: json.dumps(modal, ensure_ascii=False),
+        "review echoed (phrases = its sentences, summary = its start)": lambda task_input: json.dumps(
+            {**modal, "key_phrases": _sentences(task_input["review"])[:5], "summary": task_input["review"][:200]}, ensure_ascii=False),
+        "review echoed in 3-word windows": lambda task_input: json.dumps(
+            {**modal, "key_phrases": _windows(task_input["review"]), "summary": task_input["review"][:200]}, ensure_ascii=False),
+    }
+
+
+def _question_values(question: str) -> str:
+    return " ".join(re.findall(r"\b(?:[A-Z]{2}|\d+(?:[.,]\d+)?|[a-z]+_[a-z_]+)\b", question)) or question[:40]
+
+
+SQL_MAKERS: dict[str, Callable[[dict], str]] = {
+    "empty": lambda _: "",
+    "SELECT 1": lambda _: "SELECT 1",
+    "count of all orders": lambda _: "SELECT COUNT(*) FROM olist_orders_dataset",
+    "the whole view": lambda _: "SELECT * FROM orders_enriched",
+    "the question's values echoed in a string": lambda task_input: (
+        "SELECT *, '" + _question_values(task_input["question"]).replace("'", "") + "' AS pergunta FROM orders_enriched"),
+    "the question's values in a tautology": lambda task_input: (
+        "SELECT COUNT(*) FROM orders_enriched WHERE '" + _question_values(task_input["question"]).replace("'", "")
+        + "' = '" + _question_values(task_input["question"]).replace("'", "") + "'"),
+}
+
+
+def _field_dump(task_input: dict) -> str:
+    fields = "; ".join(f"{key}: {value}" for key, value in task_input.items())
+    return json.dumps({"title": str(task_input.get("campaign", ""))[:40], "body": fields[:140]}, ensure_ascii=False)
+
+
+def _fact_template(task_input: dict) -> str:
+    """The context's values poured into one fixed sentence, whatever the campaign."""
+    name = task_input.get("customer_name") or "Oi"
+    facts = [f"{task_input['discount_pct']}%" if task_input.get("discount_pct") else "", str(task_input.get("product") or ""),
+             str(task_input.get("coupon") or ""), str(task_input.get("deadline") or "")]
+    body = "Novidade de " + " ".join(f for f in facts if f) + ". Confira no app."
+    return json.dumps({"title": f"{name}, novidade pra você"[:40], "body": body[:140]}, ensure_ascii=False)
+
+
+PUSH_MAKERS: dict[str, Callable[[dict], str]] = {
+    "empty": lambda _: "",
+    "empty object": lambda _: "{}",
+    "constant copy": lambda _: json.dumps({"title": "Novidades pra você", "body": "Confira as ofertas de hoje no app."}, ensure_ascii=False),
+    "the context's fields dumped": _field_dump,
+    "the context's values in a fixed template": _fact_template,
+}
+
+FIXED_INSIGHT = ("<think>\nVou resumir os dados.\n</think>\n\nResumo: os dados mostram diferenças entre os grupos.\n"
+                 "- Alguns itens se destacam mais do que outros.\n- Há espaço para melhorar.\n"
+                 "Recomendação: priorizar as ações de maior impacto e acompanhar os resultados.")
+
+INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
+    "empty": lambda _: "",
+    "fixed text with a closed think block": lambda _: FIXED_INSIGHT,
+    "the question echoed": lambda task_input: f"<think>\n{task_input['question']}\n</think>\n\n{task_input['question']}",
+    "the data echoed": lambda task_input: "<think>\nOs dados.\n</think>\n\n" + json.dumps(
+        {"columns": task_input.get("columns", []), "rows": task_input.get("rows", [])}, ensure_ascii=False),
+}
+
+
+def makers(task: str, references: list) -> dict[str, Callable[[dict], str]]:
+    """The trivial answers of a task, by name."""
+    if task == "extraction":
+        return extraction_makers([r for r in references if isinstance(r, dict)])
+    return {"sql": SQL_MAKERS, "push": PUSH_MAKERS, "insights": INSIGHTS_MAKERS}[task]
