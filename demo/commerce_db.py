@@ -3,8 +3,9 @@ e-commerce dataset's) filled with seeded synthetic data.
 
 Distributions follow the real dataset's shape (order status ~97% delivered, credit card ~74%,
 boleto ~19%, São Paulo-heavy customers in all 27 states, purchases 2016-09 to 2018-10 with
-growth, most reviews without text). Written reviews come from `reviews.make_review`, so each
-has ground-truth extraction labels, returned to the caller for the task datasets.
+growth, most reviews without text). Written reviews come from `reviews.make_review` about the
+store's own catalogue (`reviews.TEAM_PRODUCTS`), so each has ground-truth extraction labels,
+returned to the caller for the task datasets.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from common.commerce import ORDER_STATUSES as STATUS_NAMES
 from common.commerce import PAYMENT_TYPES as PAYMENT_NAMES
 from common.commerce import SCHEMA_SQL, UF_CODES
-from demo.reviews import SCENARIOS, make_review
+from demo.reviews import SCENARIOS, TEAM_PRODUCTS, make_review
 
 CATEGORIES_CSV = Path(__file__).parent / "data" / "olist_product_categories.csv"
 
@@ -167,7 +168,7 @@ def _review(rng: random.Random, order_id: str, delivered: datetime | None, estim
         if late_days:
             late_name = rng.choice(("delivery_delay", "mixed"))
             scenario = next(s for s in SCENARIOS if s.name == late_name)
-        text, reference, score = make_review(rng, scenario)
+        text, reference, score = make_review(rng, scenario, TEAM_PRODUCTS)
         labelled = {"review_id": review_id, "order_id": order_id, "review": text, "reference": reference}
     else:
         score = rng.choices((5, 4, 3, 2, 1), weights=(58, 19, 8, 3, 12))[0] if not late_days else rng.choice((1, 2, 3))

@@ -1,10 +1,18 @@
 """The demo's task datasets, built from the synthetic commerce DB in the format of
 `common.datasets` (one JSONL file per task and split). `reference` is what rewards score
-against (PRODUCT §3; none for insights), `target` a demonstration completion that teaches the
-tiny bootstrap models their output shape.
+against (PRODUCT §3; none for insights), `target` a demonstration completion.
 
-The eval split is held out: inputs are de-duplicated before the split, so no eval input
-appears in train.
+Two kinds of rows, so that what the loop learns can be measured honestly:
+- general rows (`bootstrap` split): what the demo model's bootstrap SFT reads. Reviews of a
+  general catalogue, the general SQL patterns, the general push campaigns, four of the six
+  insights questions.
+- the demo store's own rows (`train`, `eval`, `test`): reviews from its commerce DB about its
+  own catalogue (with complaint categories the bootstrap never shows), its own SQL questions
+  (`sql_patterns.TEAM_PATTERNS`), its own campaigns and products, the other insights questions.
+  `train` is the team's traffic, `eval` the gate's bootstrap eval split, `test` the rows
+  `tucano bench learn` measures on. None of them is ever in the bootstrap's SFT (or, for the
+  tiny models, their tokenizer and language-model corpus), and inputs are de-duplicated before
+  the split, so no input is in two splits.
 """
 from __future__ import annotations
 
@@ -15,10 +23,14 @@ from pathlib import Path
 
 from common.datasets import input_key
 from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_TITLE_MAX
-from demo.reviews import PRODUCTS
-from demo.sql_patterns import PATTERNS, PAYMENT_TYPE_WORDS
+from demo.reviews import GENERAL_PRODUCTS, TEAM_PRODUCTS, general_scenarios, make_review
+from demo.sql_patterns import PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS
 
-EVAL_SIZE = {"extraction": 100, "sql": 100, "push": 100, "insights": 60}
+TEST_SIZE = {"extraction": 60, "sql": 60, "push": 60, "insights": 12}
+EVAL_SIZE = {"extraction": 100, "sql": 100, "push": 100, "insights": 12}
+GENERAL_REVIEWS = 1200
+TEAM_CAMPAIGNS = ("volta_ao_estoque", "black_friday", "pedir_avaliacao")
+assert set(TEAM_CAMPAIGNS) < set(PUSH_CAMPAIGNS)
 
 
 def _jsonl_dump(rows: list[dict], path: Path) -> None:
@@ -27,13 +39,24 @@ def _jsonl_dump(rows: list[dict], path: Path) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _split(rows: list[dict], task: str, rng: random.Random) -> dict[str, list[dict]]:
-    unique = list({input_key(r["input"]): r for r in rows}.values())
-    rng.shuffle(unique)
-    n_eval = min(EVAL_SIZE[task], len(unique) // 5)
-    for i, row in enumerate(unique):
-        row["id"] = f"{task}-{i:05d}"
-    return {"eval": unique[:n_eval], "train": unique[n_eval:]}
+def _unique(rows: list[dict]) -> list[dict]:
+    return list({input_key(r["input"]): r for r in rows}.values())
+
+
+def _split(general: list[dict], team: list[dict], task: str, rng: random.Random) -> dict[str, list[dict]]:
+    """The general rows as the bootstrap split; the team's rows, none of whose inputs is a general
+    row's, shuffled into test, eval and train."""
+    bootstrap = _unique(general)
+    seen = {input_key(r["input"]) for r in bootstrap}
+    own = [r for r in _unique(team) if input_key(r["input"]) not in seen]
+    rng.shuffle(own)
+    n_test = min(TEST_SIZE[task], len(own) // 4)
+    n_eval = min(EVAL_SIZE[task], len(own) // 4)
+    splits = {"bootstrap": bootstrap, "test": own[:n_test], "eval": own[n_test:n_test + n_eval], "train": own[n_test + n_eval:]}
+    for split, rows in splits.items():
+        for i, row in enumerate(rows):
+            row["id"] = f"{task}-{split}-{i:05d}"
+    return splits
 
 
 # --- extraction -------------------------------------------------------------------------
@@ -44,6 +67,12 @@ def extraction_rows(labelled_reviews: list[dict]) -> list[dict]:
          "target": json.dumps(r["reference"], ensure_ascii=False)}
         for r in labelled_reviews
     ]
+
+
+def general_reviews(rng: random.Random, n: int = GENERAL_REVIEWS) -> list[dict]:
+    """Reviews of the general catalogue, in the general scenarios, labelled like the DB's."""
+    return [{"review": text, "reference": reference}
+            for text, reference, _ in (make_review(rng, None, GENERAL_PRODUCTS, general_scenarios()) for _ in range(n))]
 
 
 # --- sql --------------------------------------------------------------------------------
@@ -65,10 +94,13 @@ def _param_values(con: sqlite3.Connection) -> dict[str, list]:
     }
 
 
-def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30) -> list[dict]:
+def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30, team: bool | None = None) -> list[dict]:
+    """Questions of every pattern (team None), the team's own patterns (True) or the general ones (False)."""
     values = _param_values(con)
     rows = []
     for pattern_id, phrasings, sql_template, kinds in PATTERNS:
+        if team is not None and (pattern_id in TEAM_PATTERNS) != team:
+            continue
         for _ in range(per_pattern if kinds else 2):
             sql_params, text_params = {}, {}
             for kind in kinds:
@@ -106,13 +138,14 @@ PUSH_COPY = {
 }
 
 
-def push_context(rng: random.Random) -> dict:
-    campaign = rng.choice(PUSH_CAMPAIGNS)
+def push_context(rng: random.Random, campaigns: tuple[str, ...] = PUSH_CAMPAIGNS,
+                 products: tuple[tuple[str, str], ...] = GENERAL_PRODUCTS + TEAM_PRODUCTS) -> dict:
+    campaign = rng.choice(campaigns)
     context = {"campaign": campaign}
     if rng.random() < 0.8:
         context["customer_name"] = rng.choice(NAMES)
     if rng.random() < 0.8:
-        context["product"] = rng.choice(PRODUCTS)[0]
+        context["product"] = rng.choice(products)[0]
     if campaign in ("carrinho_abandonado", "queda_de_preco", "cupom", "black_friday") and rng.random() < 0.8:
         context["discount_pct"] = rng.choice((5, 10, 15, 20, 25, 30, 40))
     if campaign == "cupom":
@@ -143,10 +176,16 @@ def push_reference(context: dict, rng: random.Random) -> dict:
     return {"title": title[:PUSH_TITLE_MAX], "body": body[:PUSH_BODY_MAX]}
 
 
-def push_rows(rng: random.Random, n: int = 1200) -> list[dict]:
+def push_rows(rng: random.Random, n: int = 1200, team: bool | None = None) -> list[dict]:
+    """Push contexts of any campaign (team None), the team's campaigns about its catalogue (True), or
+    the general campaigns about the general catalogue (False)."""
+    campaigns, products = PUSH_CAMPAIGNS, GENERAL_PRODUCTS + TEAM_PRODUCTS
+    if team is not None:
+        campaigns = TEAM_CAMPAIGNS if team else tuple(c for c in PUSH_CAMPAIGNS if c not in TEAM_CAMPAIGNS)
+        products = TEAM_PRODUCTS if team else GENERAL_PRODUCTS
     rows = []
     for _ in range(n):
-        context = push_context(rng)
+        context = push_context(rng, campaigns, products)
         reference = push_reference(context, rng)
         rows.append({"task": "push", "input": context, "reference": reference,
                      "target": json.dumps(reference, ensure_ascii=False)})
@@ -209,11 +248,18 @@ def insights_demonstration(question: str, columns: list[str], rows: list[list], 
     return f"<think>\n{think}\n</think>\n\n" + "\n".join(lines)
 
 
-def insights_rows(con: sqlite3.Connection, rng: random.Random) -> list[dict]:
+TEAM_INSIGHT_QUERIES = 2  # the last ones: the demo store's own questions
+
+
+def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None = None) -> list[dict]:
+    """Analyses of every question (team None), the team's own (True) or the general ones (False)."""
+    queries = INSIGHT_QUERIES
+    if team is not None:
+        queries = INSIGHT_QUERIES[-TEAM_INSIGHT_QUERIES:] if team else INSIGHT_QUERIES[:-TEAM_INSIGHT_QUERIES]
     rows = []
-    for question, sql_template, advice in INSIGHT_QUERIES:
+    for question, sql_template, advice in queries:
         for year in ("2017", "2018"):
-            for limit in range(3, 13):
+            for limit in range(3, 16):
                 cursor = con.execute(sql_template.format(year=year, limit=limit))
                 columns = [d[0] for d in cursor.description]
                 data = [list(r) for r in cursor.fetchall()]
@@ -227,22 +273,23 @@ def insights_rows(con: sqlite3.Connection, rng: random.Random) -> list[dict]:
 
 
 def build(db_path: Path, labelled_reviews: list[dict], out_dir: Path, seed: int) -> dict[str, dict[str, int]]:
-    """Write every task's splits under out_dir; return the row counts."""
+    """Write every task's splits under out_dir; return the row counts. `labelled_reviews` are the
+    commerce DB's written reviews: the demo store's own."""
     rng = random.Random(seed)
     con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         by_task = {
-            "extraction": extraction_rows(labelled_reviews),
-            "sql": sql_rows(con, rng),
-            "push": push_rows(rng),
-            "insights": insights_rows(con, rng),
+            "extraction": (extraction_rows(general_reviews(rng)), extraction_rows(labelled_reviews)),
+            "sql": (sql_rows(con, rng, 30, team=False), sql_rows(con, rng, 100, team=True)),
+            "push": (push_rows(rng, 1000, team=False), push_rows(rng, 600, team=True)),
+            "insights": (insights_rows(con, rng, team=False), insights_rows(con, rng, team=True)),
         }
     finally:
         con.close()
     counts = {}
-    for task, rows in by_task.items():
+    for task, (general, team) in by_task.items():
         (out_dir / task).mkdir(parents=True, exist_ok=True)
-        splits = _split(rows, task, rng)
+        splits = _split(general, team, task, rng)
         for split, split_rows in splits.items():
             _jsonl_dump(split_rows, out_dir / task / f"{split}.jsonl")
         counts[task] = {split: len(r) for split, r in splits.items()}

@@ -12,13 +12,19 @@ import unicodedata
 from dataclasses import dataclass
 
 # (noun, definite article): fragments say "{ap}" for "o fone de ouvido" / "a cadeira".
-PRODUCTS = (
-    ("fone de ouvido", "o"), ("cadeira", "a"), ("jogo de lençol", "o"), ("relógio", "o"),
-    ("perfume", "o"), ("tênis", "o"), ("panela", "a"), ("luminária", "a"), ("mochila", "a"),
-    ("carregador", "o"), ("capinha de celular", "a"), ("liquidificador", "o"), ("tapete", "o"),
-    ("kit de maquiagem", "o"), ("boneca", "a"), ("furadeira", "a"), ("travesseiro", "o"),
-    ("mouse", "o"), ("ventilador", "o"), ("garrafa térmica", "a"),
+# GENERAL_PRODUCTS are what the demo model's bootstrap SFT reads about; TEAM_PRODUCTS are the
+# demo store's own catalogue (the reviews in its commerce DB, its push campaigns), which the
+# bootstrap never shows the model: what it learns of them, it learns from the team's labels.
+GENERAL_PRODUCTS = (
+    ("cadeira", "a"), ("jogo de lençol", "o"), ("relógio", "o"), ("perfume", "o"), ("panela", "a"),
+    ("capinha de celular", "a"), ("liquidificador", "o"), ("tapete", "o"), ("kit de maquiagem", "o"),
+    ("boneca", "a"), ("travesseiro", "o"), ("ventilador", "o"),
 )
+TEAM_PRODUCTS = (
+    ("fone de ouvido bluetooth", "o"), ("tênis de corrida", "o"), ("luminária de mesa", "a"), ("mochila escolar", "a"),
+    ("carregador portátil", "o"), ("furadeira de impacto", "a"), ("mouse sem fio", "o"), ("garrafa térmica", "a"),
+)
+PRODUCTS = GENERAL_PRODUCTS + TEAM_PRODUCTS
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,9 @@ class Scenario:
     summaries: tuple[str, ...]
 
 
+# Scenarios only the demo store's reviews have: their complaint categories never appear in the
+# bootstrap's supervised data.
+TEAM_ONLY_SCENARIOS = ("price", "packaging", "other")
 SCENARIOS = (
     Scenario("praise", "positive", (5.0, 5.0, 4.0, 4.5), "none", False, ("low",), False, (True, True, None),
              ("{ap} [chegou antes do prazo]", "[produto de ótima qualidade]", "[superou minhas expectativas]",
@@ -123,10 +132,15 @@ def _vary(text: str, phrases: list[str], rng: random.Random) -> tuple[str, list[
     return " ".join(out), phrases
 
 
-def make_review(rng: random.Random, scenario: Scenario | None = None) -> tuple[str, dict, int]:
+def general_scenarios() -> tuple[Scenario, ...]:
+    return tuple(s for s in SCENARIOS if s.name not in TEAM_ONLY_SCENARIOS)
+
+
+def make_review(rng: random.Random, scenario: Scenario | None = None, products: tuple[tuple[str, str], ...] = PRODUCTS,
+                scenarios: tuple[Scenario, ...] = SCENARIOS) -> tuple[str, dict, int]:
     """One review text, its 10-field reference and a 1-5 review_score consistent with it."""
-    scenario = scenario or rng.choice(SCENARIOS)
-    product, article = rng.choice(PRODUCTS)
+    scenario = scenario or rng.choice(scenarios)
+    product, article = rng.choice(products)
     names = {"{ap}": f"{article} {product}", "{dp}": f"d{article} {product}", "{p}": product}
     chosen = rng.sample(scenario.fragments, k=min(len(scenario.fragments), rng.choice((1, 2, 2, 3))))
     parts, phrases = [], []

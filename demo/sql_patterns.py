@@ -136,4 +136,13 @@ PATTERNS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
      "SELECT order_id, order_purchase_timestamp FROM olist_orders_dataset ORDER BY order_purchase_timestamp DESC LIMIT 10", ()),
 )
 
+# The demo store's own questions: patterns the bootstrap's supervised data never shows the model
+# (each with parameters, so the team's traffic and the held-out rows ask them with other values).
+# The general patterns teach the pieces (year filters, joins, category filters, grouping).
+TEAM_PATTERNS = frozenset({
+    "orders_state_year", "avg_price_cat", "weight_cat", "installments_over", "freight_year", "canceled_year",
+    "top_cities_state", "states_low_review", "monthly_revenue_view", "reviews_score",
+})
+assert {pattern[0] for pattern in PATTERNS} >= TEAM_PATTERNS
+
 PAYMENT_TYPE_WORDS = {"credit_card": "cartão de crédito", "boleto": "boleto", "voucher": "voucher", "debit_card": "cartão de débito"}

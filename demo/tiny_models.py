@@ -1,5 +1,6 @@
-"""Build the two tiny local models of the Qwen3 architecture that stand in for the
-production Tucano2 Base and Think models where no model hub is reachable.
+"""Build the two tiny local models of the Qwen3 architecture (`tucano bootstrap --tiny`): the
+fastest stand-ins for the production Tucano2 Base and Think models, for tests that need a model
+but not one that reads (the default demo model is a pretrained one: `demo.pretrained`).
 
 Steps, each small enough for two CPU cores:
 1. a byte-level BPE tokenizer trained with `tokenizers` on the rendered task corpus, with the
@@ -23,20 +24,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from demo.templates import CHATML, CHATML_THINK
 from router.prompts import build_messages
 
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 THINK_TOKENS = ["<think>", "</think>"]
-
-CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-CHATML_THINK = CHATML.replace("assistant\n' }}", "assistant\n<think>\n' }}")
-assert CHATML_THINK != CHATML
 
 
 def train_tokenizer(corpus: list[str], chat_template: str) -> PreTrainedTokenizerFast:

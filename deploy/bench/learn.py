@@ -7,9 +7,10 @@ share of the answers through `/v1/feedback` (the row's reference as the correcti
 another share (+1 when the answer scores at least `LIKED` against the reference, else -1), then
 runs a training round in process, exactly as `tucano train --once` does.
 
-Served reward is measured before the first round and after each on held-out rows: a slice of the
-train split that is never sent as traffic, so no round trains on it and the gate never sees it
-(the gate uses the bootstrap eval split and the team's eval labels). Rows are answered through
+Served reward is measured before the first round and after each on held-out rows: the test split,
+the demo store's own rows that are never sent as traffic, never in the demo model's bootstrap
+(pretraining, SFT or tokenizer), and never seen by the gate (which uses the eval split and the
+team's eval labels). Rows are answered through
 the engines with the version the route serves, the task's serving sampling and a fixed seed per
 row, and scored against their references; gains come with 95% paired intervals.
 
@@ -63,18 +64,17 @@ def _scratch(settings: Settings, scratch: Path) -> None:
 
 
 class Team:
-    """The simulated team: traffic from each task's train split (the held-out slice excepted), a
-    share of the answers corrected with the reference, another share rated."""
+    """The simulated team: traffic from each task's train split, a share of the answers corrected
+    with the reference, another share rated; measured on the test split (never sent, never in the
+    demo model's bootstrap)."""
 
     def __init__(self, settings: Settings, gateway_url: str, tasks: tuple[str, ...], measure_rows: int, seed: int):
         self.settings, self.url, self.rng = settings, gateway_url, random.Random(seed)
         self.held_out: dict[str, list[dict]] = {}
         self.pool: dict[str, list[dict]] = {}
         for task in tasks:
-            rows = load_split(settings.datasets_dir, task, "train")
-            random.Random(seed).shuffle(rows)
-            n = min(measure_rows, len(rows) // 4)
-            self.held_out[task], self.pool[task] = rows[:n], rows[n:]
+            self.held_out[task] = load_split(settings.datasets_dir, task, "test")[:measure_rows]
+            self.pool[task] = load_split(settings.datasets_dir, task, "train")
         self.sent: dict[str, list[dict]] = {task: [] for task in tasks}
 
     def answer_of(self, task: str, row: dict) -> object:
@@ -350,7 +350,7 @@ def table(results: dict) -> str:
                      f"in {c['seconds']} s ({c['reason']})")
     s = results["settings"]
     lines.append(f"\n{s['rounds']} rounds of {s['requests']} requests per task, {s['correction_rate']:.0%} corrected, "
-                 f"{s['rating_rate']:.0%} rated; served reward on held-out train rows never sent as traffic "
+                 f"{s['rating_rate']:.0%} rated; served reward on the test split (never sent as traffic, never in the bootstrap) "
                  f"({s['measure_rows']}), fixed seed per row, 95% intervals by bootstrap over rows (gains paired by row).")
     return "\n".join(lines)
 

@@ -1,10 +1,15 @@
-"""The integration tier's fixtures: the real stack. The bootstrap (DB, datasets, tiny models) is
-built once per test session in a temporary data dir (set TUCANO_TEST_DATA_DIR to reuse one
+"""The integration tier's fixtures: the real stack. The bootstrap (DB, datasets, and the tiny
+from-scratch models: `TUCANO_BOOTSTRAP_MODEL=tiny`, set here for every process the tests start)
+is built once per test session in a temporary data dir (set TUCANO_TEST_DATA_DIR to reuse one
 across sessions while developing); an embedded Valkey, the two vLLM engines and a gateway are
-started once and shared."""
+started once and shared. `test_pretrained_demo_model.py` builds the pretrained demo model."""
 from __future__ import annotations
 
 import os
+
+# Every test process and every `tucano` it starts uses the tiny models: the pretrained demo model
+# takes minutes to fine-tune on two cores, and only its own test needs it.
+os.environ["TUCANO_BOOTSTRAP_MODEL"] = "tiny"
 from pathlib import Path
 
 import pytest

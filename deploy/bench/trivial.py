@@ -1,0 +1,109 @@
+"""`tucano bench trivial`: what the rewards pay for, side by side in one run. On each task's test
+rows (the demo store's own, never in the demo model's bootstrap), it scores the references, the
+demo model's own answers (served by vLLM exactly as live traffic is: the route's prompt,
+sampling, JSON schema and a fixed seed per row) and every answer that does no work
+(`rewards.trivial`: constants, empty answers, echoes, templates), each with the row's reference
+and without it (insights has none), with 95% intervals. A reward that pays a trivial answer near
+a real one measures form, not work.
+
+`--save-answers FILE` writes the model's answers with their rows (the unit tier's
+`tests/unit/data/demo_model_answers.jsonl`, which holds every trivial answer below them).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+from common.datasets import load_split
+from common.settings import Settings
+from common.tasks import TASK_ENGINE, TASKS
+from rewards import score
+from rewards.trivial import makers
+from router.engine_client import ChatTemplate, EnginePool
+from router.prompts import build_messages
+from router.registry import REGISTRY
+from trainer.gate import CONCURRENCY, mean_interval, row_seed
+
+MODEL = "the demo model (served)"
+REFERENCE = "the reference answer"
+
+
+async def served_answers(settings: Settings, urls: dict[str, list[str]], task: str, rows: list[dict]) -> list[str]:
+    """The base model's answer to each row, as the gateway would get it (no adapter)."""
+    kind = TASK_ENGINE[task]
+    model_path = settings.base_model_path if kind == "base" else settings.think_model_path
+    pool = EnginePool(kind, urls[kind], ChatTemplate.load(model_path))
+    spec, gate = REGISTRY[task], asyncio.Semaphore(CONCURRENCY)
+
+    async def one(row: dict) -> str:
+        async with gate:
+            completion = await pool.complete(pool.template.render(build_messages(task, row["input"])), None,
+                                             spec.sampling.override(seed=row_seed(settings.seed, row["id"])), spec.json_schema)
+        return completion.text
+
+    try:
+        await pool.check()
+        return await asyncio.gather(*(one(row) for row in rows))
+    finally:
+        await pool.close()
+
+
+def _summary(values: list[float]) -> dict:
+    mean, low, high = mean_interval(values)
+    return {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)], "n": len(values)}
+
+
+def compare(settings: Settings, task: str, rows: list[dict], answers: list[str] | None) -> dict:
+    """Every candidate answer of every row scored with and without the reference."""
+    candidates = {REFERENCE: [r["target"] for r in rows]}
+    if answers is not None:
+        candidates[MODEL] = answers
+    for name, make in makers(task, [r.get("reference") for r in rows]).items():
+        candidates[name] = [make(r["input"]) for r in rows]
+    modes = ("with_reference", "without_reference") if task != "insights" else ("without_reference",)
+    out = {}
+    for mode in modes:
+        out[mode] = {name: _summary([score(task, c, r.get("reference") if mode == "with_reference" else None,
+                                           settings.reward_context(r["input"])).total for c, r in zip(texts, rows)])
+                     for name, texts in candidates.items()}
+    return out
+
+
+def run(settings: Settings, rows_per_task: int, served: bool, save_answers: Path | None, say=print) -> dict:
+    rows = {t: load_split(settings.datasets_dir, t, "test")[:rows_per_task] for t in TASKS}
+    answers: dict[str, list[str]] = {}
+    if served:
+        from deploy.vllm_server import VllmServer, run_engines
+
+        with ExitStack() as stack:
+            servers = [VllmServer(kind, path, lora=False, device="cpu", log_dir=settings.root / "logs")
+                       for kind, path in (("base", settings.base_model_path), ("think", settings.think_model_path))]
+            run_engines(stack, servers, say)
+            urls = {server.name: [server.url] for server in servers}
+            for task in TASKS:
+                answers[task] = asyncio.run(served_answers(settings, urls, task, rows[task]))
+                say(f"{task}: {len(answers[task])} answers from the demo model")
+    if save_answers is not None:
+        save_answers.parent.mkdir(parents=True, exist_ok=True)
+        with save_answers.open("w") as f:
+            for task in TASKS:
+                for row, text in zip(rows[task], answers.get(task, [])):
+                    f.write(json.dumps({"task": task, "id": row["id"], "input": row["input"], "reference": row.get("reference"),
+                                        "completion": text}, ensure_ascii=False) + "\n")
+    return {"model": settings.base_model_path, "tasks": {t: compare(settings, t, rows[t], answers.get(t)) for t in TASKS}}
+
+
+def table(results: dict) -> str:
+    lines = ["| task | answer | with the reference [95%] | without [95%] |", "|---|---|---|---|"]
+    cell = lambda entry: f"{entry['mean']:.3f} [{entry['ci95'][0]:.3f}, {entry['ci95'][1]:.3f}]" if entry else "-"
+    for task, modes in results["tasks"].items():
+        names = list(next(iter(modes.values())))
+        for name in names:
+            lines.append(f"| {task} | {name} | {cell(modes.get('with_reference', {}).get(name))} | "
+                         f"{cell(modes['without_reference'].get(name))} |")
+    n = {task: next(iter(next(iter(modes.values())).values()))["n"] for task, modes in results["tasks"].items()}
+    lines.append(f"\nMean reward on the test split ({', '.join(f'{t} {k} rows' for t, k in n.items())}); the demo model: "
+                 f"{results['model']}, its answers served by vLLM with each task's sampling and a fixed seed per row.")
+    return "\n".join(lines)

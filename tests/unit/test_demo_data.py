@@ -1,0 +1,108 @@
+"""The demo's data keeps the measurements honest: the rows the gate and the benchmarks measure on
+(the eval and test splits, the demo store's own) are never what the demo model's bootstrap reads
+(its fine-tuning, or for the tiny models their tokenizer and language-model corpus), and the
+bootstrap's rows are general ones: none of the store's catalogue, complaint categories, SQL
+questions, campaigns or insights questions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from common.datasets import SPLITS, input_key, load_split
+from common.settings import load_settings
+from common.tasks import TASKS
+from demo import bootstrap, commerce_db, datasets
+from demo.reviews import TEAM_ONLY_SCENARIOS, TEAM_PRODUCTS
+from demo.sql_patterns import TEAM_PATTERNS
+
+MEASURED = ("eval", "test")
+
+
+@pytest.fixture(scope="module")
+def built_datasets(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("demo-data")
+    labelled = commerce_db.generate(root / "commerce.db", 1500, seed=5)
+    datasets.build(root / "commerce.db", labelled, root / "datasets", seed=5)
+    return root
+
+
+def test_no_input_is_in_two_splits(built_datasets):
+    for task in TASKS:
+        keys = {split: {input_key(r["input"]) for r in load_split(built_datasets / "datasets", task, split)} for split in SPLITS}
+        for split in MEASURED:
+            assert keys[split], f"{task} has no {split} rows"
+            for other in SPLITS:
+                if other != split:
+                    assert not keys[split] & keys[other], f"{task}: {split} inputs also in {other}"
+
+
+def test_the_bootstrap_split_holds_general_rows_only(built_datasets):
+    read = lambda task, split: load_split(built_datasets / "datasets", task, split)
+    team_products = {p for p, _ in TEAM_PRODUCTS}
+    for row in read("extraction", "bootstrap"):
+        assert row["reference"]["product_mentioned"] not in team_products
+        assert row["reference"]["complaint_category"] not in TEAM_ONLY_SCENARIOS
+    assert any(r["reference"]["complaint_category"] in TEAM_ONLY_SCENARIOS for r in read("extraction", "train"))
+    assert not {r["pattern"] for r in read("sql", "bootstrap")} & TEAM_PATTERNS
+    assert {r["pattern"] for s in MEASURED for r in read("sql", s)} <= TEAM_PATTERNS
+    assert not {r["input"]["campaign"] for r in read("push", "bootstrap")} & set(datasets.TEAM_CAMPAIGNS)
+    assert {r["input"]["campaign"] for s in MEASURED for r in read("push", s)} <= set(datasets.TEAM_CAMPAIGNS)
+    questions = lambda split: {r["input"]["question"].split(" (dados")[0] for r in read("insights", split)}
+    assert not questions("bootstrap") & (questions("test") | questions("eval"))
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path, monkeypatch, model):
+    """`bootstrap.run` with its model builders recording what they are given: every row, corpus
+    text and example comes from the bootstrap split, and no eval or test input is among them."""
+    root = tmp_path / "data"
+    root.mkdir()
+    for name in ("commerce.db", "datasets"):
+        (root / name).symlink_to(built_datasets / name)
+    settings = load_settings(data_dir=root, bootstrap_model=model, bootstrap_orders=1500, seed=5)
+    manifest = {"model": model, "seed": 5, "steps": {
+        "commerce_db": {"fingerprint": bootstrap._fingerprint("db-v3", 5, 1500), "sha256": commerce_db.file_sha256(root / "commerce.db")}}}
+    manifest["steps"]["datasets"] = {"fingerprint": bootstrap._fingerprint("datasets-v2", 5, manifest["steps"]["commerce_db"]["sha256"])}
+    settings.manifest_path.write_text(json.dumps(manifest))
+    (root / "review_labels.jsonl").write_text("")
+    seen: list[str] = []
+
+    def tiny(out_dir, rows, corpus, think, *args, **kwargs):
+        seen.extend(input_key(r["input"]) for r in rows)
+        seen.extend(corpus)
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return {}
+
+    def tuned(model_dir, out_dir, rows, *args, **kwargs):
+        seen.extend(input_key(r["input"]) for task_rows in rows.values() for r in task_rows)
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return {}
+
+    def converted(gguf, out_dir):
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return {"parameters": 1}
+
+    monkeypatch.setattr(bootstrap, "build_tiny_model", tiny)
+    monkeypatch.setattr(bootstrap, "finetune", tuned)
+    monkeypatch.setattr(bootstrap.pretrained, "gguf_file", lambda source, work_dir: Path("/nonexistent.gguf"))
+    monkeypatch.setattr(bootstrap.pretrained, "convert", converted)
+    monkeypatch.setattr(bootstrap, "tokenizer_eos", lambda *args: None)
+    monkeypatch.setattr(bootstrap, "think_copy", lambda base, out_dir, template: out_dir.mkdir() or (out_dir / "config.json").write_text("{}"))
+    bootstrap.run(settings)
+    assert bootstrap.is_built(settings)
+    assert seen
+    general = {input_key(r["input"]) for t in TASKS for r in load_split(root / "datasets", t, "bootstrap")}
+    measured = {input_key(r["input"]) for t in TASKS for s in MEASURED for r in load_split(root / "datasets", t, s)}
+    keys = [k for k in seen if k.startswith("{")]
+    assert keys and set(keys) <= general
+    assert not set(keys) & measured
+    texts = [t for t in seen if not t.startswith("{")]
+    for key in measured:  # no measured input's text is in the tiny models' corpus either
+        value = next(iter(json.loads(key).values()))
+        if isinstance(value, str) and len(value) > 30:
+            assert not any(value in text for text in texts)
