@@ -3,7 +3,8 @@
 `input` is what a client sends to `/v1/tasks/{task}`, `reference` what rewards score against,
 `target` a demonstration completion. The splits: `bootstrap` (what the demo model's bootstrap
 SFT reads, and nothing else does), `train` (the demo team's traffic), `eval` (the gate's
-bootstrap eval split), `test` (what `tucano bench learn` measures on; never sent as traffic).
+bootstrap eval split), `test` (what `tucano bench learn` measures on; never sent as traffic),
+`holdout` (general rows the bootstrap never reads: what the demo model does on rows like its own).
 
 `input_key` is the one identity of an input: eval rows are held out by it, and labels are
 assigned to the team's eval set by a stable hash of it.
@@ -14,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-SPLITS = ("bootstrap", "train", "eval", "test")
+SPLITS = ("bootstrap", "train", "eval", "test", "holdout")
 
 
 def load_split(datasets_dir: Path, task: str, split: str) -> list[dict]:

@@ -164,10 +164,17 @@ def _build_db(settings: Settings, manifest: _Manifest, progress: Progress) -> No
                     orders=settings.bootstrap_orders, written_reviews=len(labelled))
 
 
+def _training_fingerprint(settings: Settings) -> str:
+    """What the model steps depend on: the content of the split they read, and nothing else (a
+    change to the other splits does not make a model stale)."""
+    return _fingerprint(*(commerce_db.file_sha256(settings.datasets_dir / t / f"{TRAINING_SPLIT}.jsonl") for t in TASKS))
+
+
 def _build_datasets(settings: Settings, manifest: _Manifest) -> str:
-    fingerprint = _fingerprint("datasets-v2", settings.seed, manifest.steps["commerce_db"]["sha256"])
+    """The datasets; returns the fingerprint of what the model steps read."""
+    fingerprint = _fingerprint("datasets-v3", settings.seed, manifest.steps["commerce_db"]["sha256"])
     if manifest.done("datasets", fingerprint, settings.datasets_dir):
-        return fingerprint
+        return _training_fingerprint(settings)
     started = time.perf_counter()
     labels_path = settings.root / "review_labels.jsonl"
     labelled = [json.loads(line) for line in labels_path.read_text().splitlines() if line]
@@ -177,7 +184,7 @@ def _build_datasets(settings: Settings, manifest: _Manifest) -> str:
     _clear(settings.datasets_dir)
     partial.replace(settings.datasets_dir)
     manifest.finish("datasets", fingerprint, started, rows=counts)
-    return fingerprint
+    return _training_fingerprint(settings)
 
 
 def _build_tiny(settings: Settings, manifest: _Manifest, name: str, datasets_fingerprint: str, progress: Progress) -> None:

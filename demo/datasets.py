@@ -10,9 +10,12 @@ Two kinds of rows, so that what the loop learns can be measured honestly:
   own catalogue (with complaint categories the bootstrap never shows), its own SQL questions
   (`sql_patterns.TEAM_PATTERNS`), its own campaigns and products, the other insights questions.
   `train` is the team's traffic, `eval` the gate's bootstrap eval split, `test` the rows
-  `tucano bench learn` measures on. None of them is ever in the bootstrap's SFT (or, for the
-  tiny models, their tokenizer and language-model corpus), and inputs are de-duplicated before
-  the split, so no input is in two splits.
+  `tucano bench learn` measures on.
+- `holdout`: more general rows, drawn apart (their own random stream, after the others, so the
+  bootstrap split stays the same) and never in the bootstrap split: what the demo model does on
+  the kind of rows it was fine-tuned on but never saw (`tucano bench trivial`).
+None of test, eval and holdout is ever in the bootstrap's SFT (or, for the tiny models, their
+tokenizer and language-model corpus), and no input is in two splits.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from demo.reviews import GENERAL_PRODUCTS, TEAM_PRODUCTS, general_scenarios, mak
 from demo.sql_patterns import PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS
 
 TEST_SIZE = {"extraction": 60, "sql": 60, "push": 60, "insights": 12}
+HOLDOUT_SIZE = {"extraction": 60, "sql": 40, "push": 60, "insights": 12}
 EVAL_SIZE = {"extraction": 100, "sql": 100, "push": 100, "insights": 12}
 GENERAL_REVIEWS = 1200
 TEAM_CAMPAIGNS = ("volta_ao_estoque", "black_friday", "pedir_avaliacao")
@@ -251,7 +255,7 @@ def insights_demonstration(question: str, columns: list[str], rows: list[list], 
 TEAM_INSIGHT_QUERIES = 2  # the last ones: the demo store's own questions
 
 
-def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None = None) -> list[dict]:
+def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None = None, limits: range = range(3, 16)) -> list[dict]:
     """Analyses of every question (team None), the team's own (True) or the general ones (False)."""
     queries = INSIGHT_QUERIES
     if team is not None:
@@ -259,7 +263,7 @@ def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None
     rows = []
     for question, sql_template, advice in queries:
         for year in ("2017", "2018"):
-            for limit in range(3, 16):
+            for limit in limits:
                 cursor = con.execute(sql_template.format(year=year, limit=limit))
                 columns = [d[0] for d in cursor.description]
                 data = [list(r) for r in cursor.fetchall()]
@@ -270,6 +274,25 @@ def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None
                              "reference": None, "target": insights_demonstration(asked, columns, data, advice)})
     rng.shuffle(rows)
     return rows
+
+
+def _holdout(con: sqlite3.Connection, seed: int, taken: dict[str, set[str]]) -> dict[str, list[dict]]:
+    """Fresh general rows, none of whose inputs is in another split, from their own random stream."""
+    rng = random.Random(seed + 1)
+    fresh = {
+        "extraction": extraction_rows(general_reviews(rng, 2 * HOLDOUT_SIZE["extraction"])),
+        "sql": sql_rows(con, rng, 6, team=False),
+        "push": push_rows(rng, 2 * HOLDOUT_SIZE["push"], team=False),
+        "insights": insights_rows(con, rng, team=False, limits=range(16, 22)),
+    }
+    out = {}
+    for task, rows in fresh.items():
+        rows = [r for r in _unique(rows) if input_key(r["input"]) not in taken[task]]
+        rng.shuffle(rows)
+        out[task] = rows[:HOLDOUT_SIZE[task]]
+        for i, row in enumerate(out[task]):
+            row["id"] = f"{task}-holdout-{i:05d}"
+    return out
 
 
 def build(db_path: Path, labelled_reviews: list[dict], out_dir: Path, seed: int) -> dict[str, dict[str, int]]:
@@ -284,13 +307,16 @@ def build(db_path: Path, labelled_reviews: list[dict], out_dir: Path, seed: int)
             "push": (push_rows(rng, 1000, team=False), push_rows(rng, 600, team=True)),
             "insights": (insights_rows(con, rng, team=False), insights_rows(con, rng, team=True)),
         }
+        splits = {task: _split(general, team, task, rng) for task, (general, team) in by_task.items()}
+        taken = {task: {input_key(r["input"]) for rows in task_splits.values() for r in rows} for task, task_splits in splits.items()}
+        for task, rows in _holdout(con, seed, taken).items():
+            splits[task]["holdout"] = rows
     finally:
         con.close()
     counts = {}
-    for task, (general, team) in by_task.items():
+    for task, task_splits in splits.items():
         (out_dir / task).mkdir(parents=True, exist_ok=True)
-        splits = _split(general, team, task, rng)
-        for split, split_rows in splits.items():
+        for split, split_rows in task_splits.items():
             _jsonl_dump(split_rows, out_dir / task / f"{split}.jsonl")
-        counts[task] = {split: len(r) for split, r in splits.items()}
+        counts[task] = {split: len(r) for split, r in task_splits.items()}
     return counts

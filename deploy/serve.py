@@ -182,7 +182,35 @@ def check_bind(settings: Settings) -> str | None:
     return None
 
 
+class ModelNotFound(RuntimeError):
+    """A configured model is not a checkpoint the engines can load; the message names the setting."""
+
+
+def check_model(path: str, setting: str) -> None:
+    """A local model path is a checkpoint: config, weights and tokenizer. A hub id (`owner/name`,
+    nothing on disk by that name) is left to vLLM, which fetches it where a hub is reachable."""
+    local = Path(path).expanduser()
+    looks_local = path.startswith(("/", ".", "~")) or local.exists()
+    if not looks_local:
+        return
+    hint = "" if setting.startswith("TUCANO_") else "; run `tucano bootstrap` to build it"
+    if not local.is_dir():
+        raise ModelNotFound(f"{setting}={path}: no such model directory{hint}")
+    missing = [what for what, patterns in (("config.json", ("config.json",)), ("weights", ("*.safetensors", "*.bin")),
+                                           ("tokenizer", ("tokenizer.json", "tokenizer_config.json")))
+               if not any(any(local.glob(p)) for p in patterns)]
+    if missing:
+        raise ModelNotFound(f"{setting}={path} is not a model checkpoint: no {', no '.join(missing)} in it{hint}")
+
+
+def check_models(settings: Settings) -> None:
+    for path, configured, setting in ((settings.base_model_path, settings.base_model, "TUCANO_BASE_MODEL"),
+                                      (settings.think_model_path, settings.think_model, "TUCANO_THINK_MODEL")):
+        check_model(path, setting if configured else f"the bootstrap's model {Path(path).name}")
+
+
 def serve(settings: Settings, say=print) -> None:
+    check_models(settings)
     warning = check_bind(settings)
     if warning:
         say(f"[yellow]{warning}[/yellow]")

@@ -3,7 +3,7 @@ at, the values it names (a state, a year, a month, a status, a payment type, a c
 number) and the aggregate it asks for (a count, an average, a sum). An answer earns
 reference-free credit only for those, so a query that runs cleanly but ignores the question
 (`SELECT COUNT(*) FROM olist_orders_dataset` for any question) earns little, and one whose result
-is a constant earns nothing. A value counts only where the query uses it: compared against a
+is a constant, or whose condition compares literals with each other, earns nothing. A value counts only where the query uses it: compared against a
 column (WHERE, HAVING, JOIN ... ON, IN, LIKE, BETWEEN) or as the LIMIT; echoed in a string in the
 select list, it counts for nothing.
 """
@@ -123,6 +123,8 @@ def question_match(question: str, tree: exp.Expression, tables_used: set[str], s
         return 0.0, "the result is a constant: no table is read, or only literals are selected"
     if _dumps_a_table(tree):
         return 0.0, "it returns a table's rows as stored: no filter, grouping, aggregate or limit"
+    if any(predicate.find(exp.Column) is None for predicate in tree.find_all(*PREDICATES)):
+        return 0.0, "it compares literals with each other: a condition that does not read the data"
     cues = question_cues(question, schema_names)
     used_values = fold(" ".join(compared_literals(tree)))
     parts, said = [], []

@@ -1,12 +1,13 @@
-"""`tucano bench trivial`: what the rewards pay for, side by side in one run. On each task's test
-rows (the demo store's own, never in the demo model's bootstrap), it scores the references, the
-demo model's own answers (served by vLLM exactly as live traffic is: the route's prompt,
+"""`tucano bench trivial`: what the rewards pay for, side by side in one run. On each task's
+holdout rows (general rows like those the demo model was fine-tuned on, which it never saw) and
+its test rows (the demo store's own, whose catalogue, categories, questions and campaigns it has
+never seen: the loop's headroom), it scores the references, the demo model's own answers (served by vLLM exactly as live traffic is: the route's prompt,
 sampling, JSON schema and a fixed seed per row) and every answer that does no work
 (`rewards.trivial`: constants, empty answers, echoes, templates), each with the row's reference
 and without it (insights has none), with 95% intervals. A reward that pays a trivial answer near
 a real one measures form, not work.
 
-`--save-answers FILE` writes the model's answers with their rows (the unit tier's
+`--save-answers FILE` writes the model's answers to the holdout rows with the rows (the unit tier's
 `tests/unit/data/demo_model_answers.jsonl`, which holds every trivial answer below them).
 """
 from __future__ import annotations
@@ -71,9 +72,12 @@ def compare(settings: Settings, task: str, rows: list[dict], answers: list[str] 
     return out
 
 
+SPLITS = ("holdout", "test")
+
+
 def run(settings: Settings, rows_per_task: int, served: bool, save_answers: Path | None, say=print) -> dict:
-    rows = {t: load_split(settings.datasets_dir, t, "test")[:rows_per_task] for t in TASKS}
-    answers: dict[str, list[str]] = {}
+    rows = {(split, t): load_split(settings.datasets_dir, t, split)[:rows_per_task] for split in SPLITS for t in TASKS}
+    answers: dict[tuple[str, str], list[str]] = {}
     if served:
         from deploy.vllm_server import VllmServer, run_engines
 
@@ -82,28 +86,34 @@ def run(settings: Settings, rows_per_task: int, served: bool, save_answers: Path
                        for kind, path in (("base", settings.base_model_path), ("think", settings.think_model_path))]
             run_engines(stack, servers, say)
             urls = {server.name: [server.url] for server in servers}
-            for task in TASKS:
-                answers[task] = asyncio.run(served_answers(settings, urls, task, rows[task]))
-                say(f"{task}: {len(answers[task])} answers from the demo model")
+            for key, key_rows in rows.items():
+                answers[key] = asyncio.run(served_answers(settings, urls, key[1], key_rows))
+                say(f"{key[1]} ({key[0]}): {len(answers[key])} answers from the demo model")
     if save_answers is not None:
         save_answers.parent.mkdir(parents=True, exist_ok=True)
         with save_answers.open("w") as f:
             for task in TASKS:
-                for row, text in zip(rows[task], answers.get(task, [])):
+                for row, text in zip(rows["holdout", task], answers.get(("holdout", task), [])):
                     f.write(json.dumps({"task": task, "id": row["id"], "input": row["input"], "reference": row.get("reference"),
                                         "completion": text}, ensure_ascii=False) + "\n")
-    return {"model": settings.base_model_path, "tasks": {t: compare(settings, t, rows[t], answers.get(t)) for t in TASKS}}
+    return {"model": settings.base_model_path,
+            "splits": {split: {t: compare(settings, t, rows[split, t], answers.get((split, t))) for t in TASKS} for split in SPLITS}}
 
 
 def table(results: dict) -> str:
-    lines = ["| task | answer | with the reference [95%] | without [95%] |", "|---|---|---|---|"]
+    splits = list(results["splits"])
+    lines = ["| task | answer | " + " | ".join(f"{split}: with the reference [95%] | {split}: without [95%]" for split in splits) + " |",
+             "|---|---|" + "---|---|" * len(splits)]
     cell = lambda entry: f"{entry['mean']:.3f} [{entry['ci95'][0]:.3f}, {entry['ci95'][1]:.3f}]" if entry else "-"
-    for task, modes in results["tasks"].items():
-        names = list(next(iter(modes.values())))
+    for task in results["splits"][splits[0]]:
+        names = list(next(iter(results["splits"][splits[0]][task].values())))
         for name in names:
-            lines.append(f"| {task} | {name} | {cell(modes.get('with_reference', {}).get(name))} | "
-                         f"{cell(modes['without_reference'].get(name))} |")
-    n = {task: next(iter(next(iter(modes.values())).values()))["n"] for task, modes in results["tasks"].items()}
-    lines.append(f"\nMean reward on the test split ({', '.join(f'{t} {k} rows' for t, k in n.items())}); the demo model: "
-                 f"{results['model']}, its answers served by vLLM with each task's sampling and a fixed seed per row.")
+            cells = [cell(results["splits"][split][task].get(mode, {}).get(name)) for split in splits
+                     for mode in ("with_reference", "without_reference")]
+            lines.append(f"| {task} | {name} | " + " | ".join(cells) + " |")
+    n = {split: {task: next(iter(next(iter(modes.values())).values()))["n"] for task, modes in tasks.items()}
+         for split, tasks in results["splits"].items()}
+    lines.append("\nMean reward per answer; rows per task: " + "; ".join(f"{split} " + ", ".join(f"{t} {k}" for t, k in c.items())
+                                                                      for split, c in n.items())
+                 + f". The demo model: {results['model']}, its answers served by vLLM with each task's sampling and a fixed seed per row.")
     return "\n".join(lines)

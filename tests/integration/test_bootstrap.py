@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from common.datasets import input_key, load_split
+from common.datasets import SPLITS, input_key, load_split
 from common.settings import load_settings
 from common.tasks import TASKS
 from demo import bootstrap, commerce_db, datasets
@@ -91,7 +91,7 @@ def test_categories_are_the_shared_71(db):
 
 def test_every_reference_sql_executes_and_returns_rows(built, db):
     patterns = set()
-    for split in ("train", "eval"):
+    for split in SPLITS:
         for row in load_split(built.datasets_dir, "sql", split):
             result = db.execute(row["reference"]["sql"]).fetchall()
             assert result and any(v is not None for v in result[0]), row
@@ -99,12 +99,13 @@ def test_every_reference_sql_executes_and_returns_rows(built, db):
     assert len(patterns) >= 40
 
 
-def test_eval_split_shares_no_input_with_train(built):
+def test_no_input_is_in_two_splits(built):
     for task in TASKS:
-        train = {input_key(r["input"]) for r in load_split(built.datasets_dir, task, "train")}
-        held_out = {input_key(r["input"]) for r in load_split(built.datasets_dir, task, "eval")}
-        assert train and held_out
-        assert not train & held_out, task
+        keys = {split: {input_key(r["input"]) for r in load_split(built.datasets_dir, task, split)} for split in SPLITS}
+        assert all(keys.values()), task
+        for a in SPLITS:
+            for b in SPLITS:
+                assert a == b or not keys[a] & keys[b], (task, a, b)
 
 
 def test_extraction_references_are_complete_and_grounded(built):
@@ -121,7 +122,8 @@ def test_extraction_references_are_complete_and_grounded(built):
 def test_manifest_records_seed_timings_and_sizes(built):
     manifest = json.loads(built.manifest_path.read_text())
     assert manifest["seed"] == built.seed
-    for step in bootstrap.STEPS:
+    assert manifest["model"] == "tiny"
+    for step in bootstrap.steps_of(built):
         assert manifest["steps"][step]["seconds"] >= 0
     for name in ("base_model", "think_model"):
         info = manifest["steps"][name]
@@ -160,7 +162,7 @@ def test_base_model_emits_task_shaped_output(built):
 
     path = built.models_dir / "base"
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
-    row = load_split(built.datasets_dir, "push", "train")[0]
+    row = load_split(built.datasets_dir, "push", "bootstrap")[0]
     prompt = tokenizer.apply_chat_template(build_messages("push", row["input"]), tokenize=False, add_generation_prompt=True)
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
     torch.manual_seed(0)

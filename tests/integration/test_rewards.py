@@ -1,6 +1,6 @@
 """rewards/ on the bootstrap's products: every reference query of the eval split and every
-forbidden statement leave the DB byte for byte unchanged, the eval references score near 1 while
-the tiny models score clearly lower, and `tucano bench rewards` writes its results."""
+forbidden statement leave the DB byte for byte unchanged, the eval references score near 1 (insights,
+reference-free, above 0.8) while the tiny models score clearly lower, and `tucano bench rewards` writes its results."""
 from __future__ import annotations
 
 import json
@@ -47,7 +47,7 @@ def test_eval_references_score_near_one_and_tiny_model_clearly_lower(built):
         means[task] = (statistics.mean(reference_scores), statistics.mean(model_scores))
         print(f"{task:<11} reference mean {means[task][0]:.3f}   tiny model mean {means[task][1]:.3f}")
     for task, (ref_mean, model_mean) in means.items():
-        assert ref_mean >= 0.97, task
+        assert ref_mean >= (0.97 if task != "insights" else 0.8), task  # insights is scored without a reference
         assert model_mean < ref_mean - 0.05, task
 
 

@@ -17,7 +17,7 @@ from demo import bootstrap, commerce_db, datasets
 from demo.reviews import TEAM_ONLY_SCENARIOS, TEAM_PRODUCTS
 from demo.sql_patterns import TEAM_PATTERNS
 
-MEASURED = ("eval", "test")
+MEASURED = ("eval", "test", "holdout")
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +46,11 @@ def test_the_bootstrap_split_holds_general_rows_only(built_datasets):
         assert row["reference"]["complaint_category"] not in TEAM_ONLY_SCENARIOS
     assert any(r["reference"]["complaint_category"] in TEAM_ONLY_SCENARIOS for r in read("extraction", "train"))
     assert not {r["pattern"] for r in read("sql", "bootstrap")} & TEAM_PATTERNS
-    assert {r["pattern"] for s in MEASURED for r in read("sql", s)} <= TEAM_PATTERNS
+    assert {r["pattern"] for s in ("eval", "test") for r in read("sql", s)} <= TEAM_PATTERNS
+    assert not {r["pattern"] for r in read("sql", "holdout")} & TEAM_PATTERNS
     assert not {r["input"]["campaign"] for r in read("push", "bootstrap")} & set(datasets.TEAM_CAMPAIGNS)
-    assert {r["input"]["campaign"] for s in MEASURED for r in read("push", s)} <= set(datasets.TEAM_CAMPAIGNS)
+    assert {r["input"]["campaign"] for s in ("eval", "test") for r in read("push", s)} <= set(datasets.TEAM_CAMPAIGNS)
+    assert not {r["input"]["campaign"] for r in read("push", "holdout")} & set(datasets.TEAM_CAMPAIGNS)
     questions = lambda split: {r["input"]["question"].split(" (dados")[0] for r in read("insights", split)}
     assert not questions("bootstrap") & (questions("test") | questions("eval"))
 
@@ -64,7 +66,7 @@ def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path
     settings = load_settings(data_dir=root, bootstrap_model=model, bootstrap_orders=1500, seed=5)
     manifest = {"model": model, "seed": 5, "steps": {
         "commerce_db": {"fingerprint": bootstrap._fingerprint("db-v3", 5, 1500), "sha256": commerce_db.file_sha256(root / "commerce.db")}}}
-    manifest["steps"]["datasets"] = {"fingerprint": bootstrap._fingerprint("datasets-v2", 5, manifest["steps"]["commerce_db"]["sha256"])}
+    manifest["steps"]["datasets"] = {"fingerprint": bootstrap._fingerprint("datasets-v3", 5, manifest["steps"]["commerce_db"]["sha256"])}
     settings.manifest_path.write_text(json.dumps(manifest))
     (root / "review_labels.jsonl").write_text("")
     seen: list[str] = []
@@ -101,8 +103,8 @@ def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path
     keys = [k for k in seen if k.startswith("{")]
     assert keys and set(keys) <= general
     assert not set(keys) & measured
-    texts = [t for t in seen if not t.startswith("{")]
-    for key in measured:  # no measured input's text is in the tiny models' corpus either
-        value = next(iter(json.loads(key).values()))
-        if isinstance(value, str) and len(value) > 30:
-            assert not any(value in text for text in texts)
+    texts = {t for t in seen if not t.startswith("{")}
+    for task in TASKS:  # no measured row's text (its prompt and answer) is in the tiny models' corpus either
+        for split in MEASURED:
+            for row in load_split(root / "datasets", task, split):
+                assert bootstrap._corpus([row])[0] not in texts, (task, split, row["id"])

