@@ -24,12 +24,24 @@ log = logging.getLogger("vllm.tucano_cpu_lora")  # under "vllm", so it lands in 
 
 
 def _lora_rows(inputs: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Each row's product with its adapter's weights; zero for rows of index -1 (the base model)."""
-    chosen = weights[indices.clamp(min=0)].to(dtype=dtype)
-    if chosen.dim() == 4:
-        chosen = chosen.squeeze(dim=1)
-    rows = torch.einsum("bi, boi -> bo", inputs.to(dtype=dtype), chosen)
-    return rows.masked_fill((indices < 0).unsqueeze(1), 0.0)
+    """Each row's product with its adapter's weights; zero for rows of index -1 (the base model).
+
+    One matrix product per adapter slot in the batch, over that slot's rows: the upstream ops
+    gather a copy of the adapter's matrix for every token, which made a prefill of a few thousand
+    tokens through a rank-16 LoRA 2.5 times slower than the base model on a 135M model."""
+    if weights.dim() == 4:
+        weights = weights.squeeze(dim=1)  # (slots, out, in)
+    x = inputs.to(dtype=dtype)
+    low, high = int(indices.min()), int(indices.max())
+    if low == high:  # the whole batch on one slot (decoding alone, or one adapter's requests)
+        return x @ weights[low].to(dtype=dtype).T if low >= 0 else x.new_zeros((x.shape[0], weights.shape[1]))
+    rows = x.new_zeros((x.shape[0], weights.shape[1]))
+    for slot in torch.unique(indices).tolist():
+        if slot < 0:
+            continue
+        mask = indices == slot
+        rows[mask] = x[mask] @ weights[slot].to(dtype=dtype).T
+    return rows
 
 
 def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling: float = 1.0) -> None:

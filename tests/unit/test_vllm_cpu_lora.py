@@ -17,19 +17,21 @@ def weights(slots: int, out: int, inp: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("name, extra", [("bgmv_shrink", (0.5,)), ("bgmv_expand", (True,)), ("bgmv_expand", (False,)),
                                           ("bgmv_expand_slice", (2, 4, True)), ("bgmv_expand_slice", (2, 4, False))])
-def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra):
+@pytest.mark.parametrize("slots_of_rows", [[0, -1, 2, 1, -1], [1, 1, 1, 1, 1], [-1, -1, -1, -1, -1], [2, 0, 2, 0, 2]])
+def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra, slots_of_rows):
+    """Mixed batches (one product per slot), one adapter's batch and a base-only batch alike."""
     slots, inp = 3, 4
     out = 4 if name == "bgmv_shrink" or name == "bgmv_expand_slice" else 6
     lora = weights(slots, out, inp)
     inputs = torch.randn(5, inp, generator=torch.Generator().manual_seed(7))
-    indices = torch.tensor([0, -1, 2, 1, -1])
+    indices = torch.tensor(slots_of_rows)
     width = 8 if name == "bgmv_expand_slice" else out
     start = torch.randn(5, width, generator=torch.Generator().manual_seed(8))
     ours, theirs = start.clone(), start.clone()
     getattr(fixed, name)(inputs, lora, ours, indices, *extra)
     ORIGINAL[name](inputs, lora, theirs, indices, *extra)
     adapter_rows = indices >= 0
-    assert torch.allclose(ours[adapter_rows], theirs[adapter_rows])
+    assert torch.allclose(ours[adapter_rows], theirs[adapter_rows], atol=1e-5)  # one product per slot vs per row: rounding
     base_rows = ours[~adapter_rows]
     add = extra[-1] if name != "bgmv_shrink" else False
     if name == "bgmv_expand_slice":  # outside the slice nothing is touched
@@ -38,7 +40,8 @@ def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra):
     else:
         expected = start[~adapter_rows]
     assert torch.equal(base_rows, expected if add else torch.zeros_like(expected))
-    assert not torch.allclose(theirs[~adapter_rows], ours[~adapter_rows])  # vLLM's own ops leak the last slot here
+    if (~adapter_rows).any():
+        assert not torch.allclose(theirs[~adapter_rows], ours[~adapter_rows])  # vLLM's own ops leak the last slot here
 
 
 def test_the_probe_tells_a_leaking_op_from_a_right_one():
