@@ -5,7 +5,8 @@ validation slice after every epoch once those steps are done; training stops whe
 loss has not fallen for `PATIENCE` evaluations and the LoRA keeps its best evaluation's weights.
 
 The examples are tokenized here as vLLM sees them: the rendered prompt alone, then the answer
-and the end-of-turn token, so no token merges across the boundary.
+and the end-of-turn token, so no token merges across the boundary. Each batch's common prompt
+prefix (the system prompt) is run once (`trainer.shared_prefix`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from transformers.trainer_callback import TrainerCallback
 
 from common.settings import Settings
 from trainer import methods
+from trainer.shared_prefix import with_shared_prefix
 
 PATIENCE = 2  # evaluations without a better validation loss before stopping
 
@@ -56,9 +58,21 @@ class KeepBest(TrainerCallback):
                 params[name].data.copy_(value)
 
 
+def _trainer_class():
+    from trl import SFTTrainer
+
+    class SharedPrefixSFTTrainer(SFTTrainer):
+        """TRL's SFT, each batch's common prompt prefix run once (`trainer.shared_prefix`)."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return super().compute_loss(model, with_shared_prefix(model, inputs), return_outputs, num_items_in_batch)
+
+    return SharedPrefixSFTTrainer
+
+
 def train(settings: Settings, model, tokenizer, examples: list[dict], validation: list[dict], budget_s: float, why: str,
           progress=None) -> methods.Outcome:
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     batch = settings.sft_batch_size
     epochs = max(settings.sft_max_epochs, math.ceil(settings.sft_min_steps * batch / len(examples)))
@@ -66,7 +80,7 @@ def train(settings: Settings, model, tokenizer, examples: list[dict], validation
                        completion_only_loss=True, max_length=settings.train_max_length,
                        eval_strategy="epoch" if validation else "no", per_device_eval_batch_size=batch)
     budget, metrics, best = methods.TimeBudget(budget_s), methods.StepMetrics(), KeepBest(model, settings.sft_min_steps)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=tokenized(tokenizer, examples),
+    trainer = _trainer_class()(model=model, args=config, train_dataset=tokenized(tokenizer, examples),
                          eval_dataset=tokenized(tokenizer, validation) if validation else None, processing_class=tokenizer,
                          callbacks=[budget, metrics, best, methods.Progress("sft", progress)])
     outcome = methods.run(trainer, methods.Outcome("sft", why, len(examples)), budget, metrics)
