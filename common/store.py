@@ -56,6 +56,8 @@ ENGINES = "tucano:engines"
 ROUND_LOCK = "tucano:lock:round"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
+ANSWERS = "tucano:answers:{scope}"  # what an unchanging model (a base model, an immutable version) answered to a request
+ANSWERS_TTL_S = 7 * 24 * 3600
 # a fixed window per key: the hit count and the seconds the window has left
 HIT_RATE = """
 local count = redis.call('INCR', KEYS[1])
@@ -353,6 +355,22 @@ class Store:
 
     def mark_trained(self, task: str, at: float | None = None) -> None:
         self.redis.set(ROUND_LAST.format(task=task), str(time.time() if at is None else at))
+
+    # --- answers of unchanging models ------------------------------------------------
+
+    def cached_answers(self, scope: str, keys: list[str]) -> list[str | None]:
+        """The completions stored under `scope` (one model: the base, or an adapter version) for
+        these request keys; None where there is none."""
+        return self.redis.hmget(ANSWERS.format(scope=scope), keys) if keys else []
+
+    def cache_answers(self, scope: str, answers: dict[str, str]) -> None:
+        if not answers:
+            return
+        key = ANSWERS.format(scope=scope)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=answers)
+            pipe.expire(key, ANSWERS_TTL_S)
+            pipe.execute()
 
     # --- adapters -----------------------------------------------------------------------
 

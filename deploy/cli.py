@@ -194,7 +194,6 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     from deploy.hotswap import HotSwap
     from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
     from trainer import gate
-    from trainer.candidate import model_path
 
     settings = _settings()
     tasks = _task_option(task) or TASKS
@@ -219,7 +218,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
                 for meta in extra.get(t, []):
                     await fleet.load(meta.version, meta.path, kind)
                 rows = gate.eval_rows(settings, store, t)
-                pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, t)))
+                pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(t)))
                 try:
                     scores = {v or "base": await gate.answer(pool, settings, t, v, rows, settings.seed) for v in dict.fromkeys(versions)}
                 finally:

@@ -17,7 +17,6 @@ from safetensors import SafetensorError
 from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store, content_sha256
-from common.tasks import TASK_ENGINE
 from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
 from trainer.policy import load_policy, trainable_parameters
@@ -50,10 +49,6 @@ def _new_version(settings: Settings, store: Store, task: str) -> str:
             return version
 
 
-def model_path(settings: Settings, task: str) -> str:
-    return settings.base_model_path if TASK_ENGINE[task] == "base" else settings.think_model_path
-
-
 def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[tuple[str, str]], progress=None
              ) -> list[methods.Outcome]:
     total_share = sum(BUDGET_SHARE[m] for m, _ in steps)
@@ -80,7 +75,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     active = store.routes()[1].get(task, {}).get("active")
     parent = store.adapter(active) if active and start == "active" else None
     started = time.perf_counter()
-    path = model_path(settings, task)
+    path = settings.model_path_of(task)
     model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
     load_seconds = time.perf_counter() - started
     outcomes = run_plan(settings, model, tokenizer, data, steps, progress)

@@ -4,7 +4,8 @@ for insights) with the task's LoRA: the active version continued when the round 
 linear projection, PRODUCT §8).
 
 On a GPU the model is loaded in 4-bit NF4 (bitsandbytes, QLoRA) with bf16 compute, as the seed
-project trained on one 24 GB L4; on a CPU in fp32.
+project trained on one 24 GB L4; on a CPU in fp32 (the methods compute in bf16 autocast where the
+CPU has bf16 arithmetic: `methods.bf16`).
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from common.tasks import TASK_ENGINE, TASKS
 from router.engine_client import ChatTemplate, EnginePool
 from trainer import data as round_data
 from trainer import gate, methods, shadow
-from trainer.candidate import AdapterWriteError, clean_orphans, model_path, train_candidate
+from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
 from trainer.diagnostics import stop_conditions
 
 CONSUMER = "trainer"
@@ -122,7 +122,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     timings["load"] = time.perf_counter() - started
     incumbent = store.routes()[1].get(task, {}).get("active")
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, task)))
+    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)))
     say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)
@@ -173,7 +173,7 @@ def _has_news(store: Store, task: str, labels, new_records: int, settings: Setti
 def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say, progress) -> dict:
     labels = store.labels(task)
     news, why = _has_news(store, task, labels, len(records), settings)
-    template = ChatTemplate.load(model_path(settings, task))
+    template = ChatTemplate.load(settings.model_path_of(task))
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
                             settings.sft_from_liked)

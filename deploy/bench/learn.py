@@ -48,7 +48,7 @@ from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import ChatTemplate, EnginePool
 from trainer import gate, grpo
-from trainer.candidate import model_path, train_candidate
+from trainer.candidate import train_candidate
 from trainer.data import TaskData, answer_text, split_validation
 from trainer.round import run_round
 
@@ -114,7 +114,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
     """Each held-out row answered by `version` through the engines, scored with its reference."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(model_path(settings, task)))
+    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)))
     try:
         return await gate.answer(pool, settings, task, version, eval_rows, settings.seed)
     finally:
@@ -149,7 +149,7 @@ def distinct(rows: list[dict]) -> list[dict]:
 
 def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
     """SFT on the references of `rows` (every one of them labelled)."""
-    render = ChatTemplate.load(model_path(settings, task)).render
+    render = ChatTemplate.load(settings.model_path_of(task)).render
     from router.prompts import build_messages
 
     data = TaskData(task)
@@ -192,7 +192,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     traffic, unlabelled), `sum` against `gdpo`, each measured on the held-out rows."""
     from trainer.policy import load_policy
 
-    render = ChatTemplate.load(model_path(settings, task)).render
+    render = ChatTemplate.load(settings.model_path_of(task)).render
     from router.prompts import build_messages
 
     prompts = [{"prompt": render(build_messages(task, row["input"])), "task": task, "reference": "", "source": row["id"],
@@ -203,12 +203,12 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}
     held_out_scores: dict[str, list[Score]] = {}
     for aggregation in ("sum", "gdpo"):
-        model, tokenizer = load_policy(model_path(settings, task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
+        model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
         outcome = grpo.train(settings, model, tokenizer, task, prompts, settings.train_time_budget_s, "ablation", aggregation=aggregation)
         version = store.next_adapter_version(task)
         path = settings.adapters_dir / version
         model.save_pretrained(path)
-        store.put_adapter(AdapterMeta(version=version, task=task, path=str(path), method=f"grpo-{aggregation}", base_model=model_path(settings, task)))
+        store.put_adapter(AdapterMeta(version=version, task=task, path=str(path), method=f"grpo-{aggregation}", base_model=settings.model_path_of(task)))
         asyncio.run(fleet.load(version, str(path), TASK_ENGINE[task]))
         scores = asyncio.run(served_scores(settings, fleet, task, version, team.held_out[task]))
         out[aggregation] = {**measured(scores), "steps": outcome.steps, "seconds": round(outcome.seconds, 1),

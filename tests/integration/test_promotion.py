@@ -1,5 +1,6 @@
 """Promotion that cannot be fooled, against the real engines and Valkey: the incumbent's own
-weights under a new name are never promoted (20 seeds); a canary under load is rolled back when
+weights under a new name are never promoted (20 seeds), and its answers are read back from
+Valkey rather than asked again; a canary under load is rolled back when
 worse and promoted when better, with no failed request and every record naming its arm; two
 gateway processes see a flip within a second; bad eval files, canary shares, canaries without a
 candidate and promotions during a canary are refused with nothing changed."""
@@ -21,11 +22,11 @@ from common.processes import free_port
 from common.records import AdapterMeta
 from common.settings import load_settings
 from common.store import content_sha256
-from router.engine_client import ChatTemplate, EnginePool
+from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
 from tests.conftest import REPO
 from tests.integration.conftest import RunningServer, fleet, make_state
 from tests.integration.test_serving import make_lora
-from trainer.gate import run_gate
+from trainer.gate import answer, eval_rows, run_gate, sample_rows
 
 
 def register(store, path: str, task: str) -> AdapterMeta:
@@ -75,6 +76,21 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
     asyncio.run(twenty())
     assert not any(d.promote for d in decisions), [d.reason for d in decisions if d.promote]
     assert all(d.interval[0] <= 0 <= d.interval[1] and d.n == 12 for d in decisions)
+
+    # the incumbent's answers are kept in Valkey: with no engine at all, the last gate's rows are
+    # answered by the original version exactly as that gate scored them; a version never asked is not
+    async def without_an_engine():
+        dead = EnginePool("base", [f"http://127.0.0.1:{free_port()}"], ChatTemplate.load(built.base_model_path))
+        rows = sample_rows(eval_rows(settings, store, "push"), settings.gate_max_rows, 19)
+        try:
+            kept = await answer(dead, settings, "push", original.version, rows, settings.seed, store)
+            with pytest.raises(EngineUnavailable):
+                await answer(dead, settings, "push", "push-v999999", rows, settings.seed, store)
+        finally:
+            await dead.close()
+        return kept
+    kept = asyncio.run(without_an_engine())
+    assert sum(s.total for s in kept) / len(kept) == pytest.approx(decisions[-1].incumbent_mean, abs=1e-4)
     for meta in (original, copy):
         asyncio.run(hotswap.unload(meta.version, "base"))
 

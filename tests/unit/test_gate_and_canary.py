@@ -131,3 +131,67 @@ def test_kto_class_weights_keep_the_weighted_ratio_within_one_and_four_thirds(go
         assert 1.0 <= desirable * good / (undesirable * bad) <= 4 / 3 + 1e-9
     else:
         assert (desirable, undesirable) == (1.0, 1.0)
+
+
+class DictStore:
+    """The two answer-cache calls of `Store`, over a dict (the real one is exercised against Valkey
+    in tests/integration/test_promotion.py)."""
+
+    def __init__(self):
+        self.scopes: dict[str, dict[str, str]] = {}
+
+    def cached_answers(self, scope, keys):
+        return [self.scopes.get(scope, {}).get(key) for key in keys]
+
+    def cache_answers(self, scope, answers):
+        self.scopes.setdefault(scope, {}).update(answers)
+
+
+class CountingPool:
+    """An engine pool that answers every push request with the same copy and counts the requests."""
+
+    kind = "base"
+
+    def __init__(self):
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+
+        from router.engine_client import ChatTemplate
+
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"x": 0}, unk_token="x")))
+        tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+        self.template = ChatTemplate(tokenizer)
+        self.asked: list[tuple[str | None, int]] = []
+
+    async def check(self):
+        return True
+
+    async def complete(self, prompt, version, sampling, json_schema):
+        from types import SimpleNamespace
+
+        self.asked.append((version, sampling.seed))
+        return SimpleNamespace(text='{"title": "Ana, seu carrinho te espera", "body": "Fone com 10% off. Finalize sua compra."}')
+
+
+def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(tmp_path):
+    import asyncio
+
+    from trainer import gate
+
+    settings = load_settings(data_dir=tmp_path)
+    push_rows = [EvalRow(f"row-{i}", "bootstrap", {"campaign": "carrinho_abandonado", "customer_name": f"Ana{i}"}, None)
+                 for i in range(6)]
+    store, pool = DictStore(), CountingPool()
+    first = asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:4], settings.seed, store))
+    again = asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows, settings.seed, store))
+    assert [s.total for s in again[:4]] == [s.total for s in first]
+    assert len(pool.asked) == 6  # 4, then only the 2 rows not answered before
+    asyncio.run(gate.answer(pool, settings, "push", "push-v2", push_rows[:2], settings.seed, store))
+    asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:2], settings.seed + 1, store))
+    assert len(pool.asked) == 10  # another version, or other seeds, are other requests
+    asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:2], settings.seed, None))
+    assert len(pool.asked) == 12  # without a store nothing is read back
+    assert gate.model_scope(str(tmp_path), None) != gate.model_scope(str(tmp_path), "push-v1") != gate.model_scope("/elsewhere", "push-v1")
+    before = gate.model_scope(str(tmp_path), None)
+    (tmp_path / "config.json").write_text("{}")  # a checkpoint rebuilt at the same path is another model
+    assert gate.model_scope(str(tmp_path), None) != before

@@ -1,11 +1,13 @@
 """How the trainer runs TRL on a CPU: the fused LM head projects only the labelled positions and
-still gives the loss and gradients of the full projection; no gradient checkpointing."""
+still gives the loss and gradients of the full projection; no gradient checkpointing; bf16
+autocast only where the CPU computes bf16 natively, or where a setting says so."""
 from __future__ import annotations
 
 import torch
 import trl.trainer.utils as trl_utils
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from common import processes
 from common.settings import Settings
 from trainer import methods
 
@@ -58,3 +60,14 @@ def test_the_patch_leaves_other_devices_to_trl_and_is_applied_once():
 def test_no_gradient_checkpointing_on_a_cpu():
     args = methods.trainer_args(Settings(), epochs=1, batch_size=8, examples=16)
     assert args["gradient_checkpointing"] is False
+
+
+def test_bf16_where_the_cpu_computes_it_natively_or_a_setting_says_so(monkeypatch):
+    assert processes.cpu_computes_bf16("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert processes.cpu_computes_bf16("flags : fpu amx_bf16 amx_tile\n")
+    assert not processes.cpu_computes_bf16("flags : fpu avx2 avx512f avx512bw\n")  # emulated there: slower than fp32
+    assert not processes.cpu_computes_bf16("")
+    for native, setting, expected in ((True, "auto", True), (False, "auto", False), (True, "fp32", False), (False, "bf16", True)):
+        monkeypatch.setattr(methods, "cpu_computes_bf16", lambda native=native: native)
+        args = methods.trainer_args(Settings(train_cpu_precision=setting), epochs=1, batch_size=8, examples=16)
+        assert args["bf16"] is expected, (native, setting)
