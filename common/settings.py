@@ -67,10 +67,10 @@ class Settings(BaseSettings):
     min_records_per_task: int = Field(32, ge=1, description="New records that make a round train a task with no new labels.")
     train_method: Literal["auto", "sft", "dpo", "kto", "grpo"] = Field(
         "auto", description="auto orders SFT, DPO or KTO, and GRPO per task from what its data holds; or one method.")
-    train_from: Literal["auto", "active", "base"] = Field(
-        "auto", description="auto: a candidate whose first method is SFT, DPO or KTO (every label to date) starts from the base "
-                            "model, one trained by GRPO alone (recent traffic) continues the active version; or always one of them.")
-    train_time_budget_s: float = Field(35.0, gt=0, description="Training seconds per task per round (all its methods).")
+    train_from: Literal["auto", "base"] = Field(
+        "auto", description="auto: a candidate continues the task's active version (each round's steps add to the rounds before), "
+                            "fresh on the base model when there is none or it was trained on another base model; base: always fresh.")
+    train_time_budget_s: float = Field(45.0, gt=0, description="Training seconds per task per round (all its methods).")
     train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up).")
     train_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training on a CPU: bf16 autocast (fp32 master weights) or fp32; auto: bf16 where the CPU computes "
@@ -105,12 +105,12 @@ class Settings(BaseSettings):
     max_corrections_per_record: int = Field(3, ge=1, description="How often one record's correction may be set.")
 
     # The promotion gate, shadow replay and canary
-    gate_max_rows: int = Field(160, ge=8, description="Most eval rows per task a gate decision scores (a rotating sample beyond).")
+    gate_max_rows: int = Field(64, ge=8, description="Most eval rows per task a gate decision scores (a rotating sample beyond).")
     gate_min_rows: int = Field(16, ge=4, description="Fewest eval rows a decision needs; with fewer the candidate is rejected.")
     promote_margin: float = Field(0.0, ge=-1, le=1, description="The paired difference's 95% lower bound must exceed this.")
     component_tolerance: float = Field(0.05, ge=0, le=1, description="A component (each extraction field too) is significantly "
                                        "worse when its whole 95% interval lies below minus this.")
-    shadow_records: int = Field(32, ge=0, description="Recent real inputs a candidate answers in shadow before promotion (0: off).")
+    shadow_records: int = Field(16, ge=0, description="Recent real inputs a candidate answers in shadow before promotion (0: off).")
     shadow_margin: float = Field(0.02, ge=0, le=1, description="Shadow replay rejects when the candidate's whole 95% interval of "
                                  "the reference-free difference lies below minus this.")
     canary_share: float = Field(0.2, ge=0, lt=1, description="Share of its task's traffic a passed candidate serves first, as a canary "

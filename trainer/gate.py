@@ -39,7 +39,7 @@ from router.engine_client import EnginePool, EngineUnavailable
 from router.prompts import build_messages
 from router.registry import REGISTRY
 
-CONCURRENCY = 16  # requests in flight per version; vLLM batches them
+CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 RESAMPLES = 2000
 SOURCES = ("team", "file", "bootstrap")
 

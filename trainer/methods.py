@@ -29,6 +29,7 @@ import trl.trainer.utils
 from transformers.trainer_callback import TrainerCallback
 
 from common.processes import cpu_computes_bf16
+from common.records import AdapterMeta
 from common.settings import Settings
 from trainer.data import TaskData
 from trainer.policy import on_gpu
@@ -110,18 +111,22 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
     return steps
 
 
-def start(settings: Settings, steps: list[tuple[str, str]]) -> tuple[str, str]:
-    """Where a candidate's LoRA starts, "base" or "active", and why. SFT, DPO and KTO train on every
-    label to date, so a fresh LoRA relearns all of it without the epochs earlier rounds already
-    spent on the old labels; measured by `tucano bench learn` (3 rounds, the same traffic), starting
-    from the base model ended higher on held-out rows for extraction (0.705 against 0.698), SQL
-    (0.218 against 0.143) and push (0.743 against 0.719). GRPO trains on a window of recent
-    traffic, so a GRPO-only candidate continues what the active version learned before."""
-    if settings.train_from != "auto":
-        return settings.train_from, f"TUCANO_TRAIN_FROM={settings.train_from}"
-    if steps and steps[0][0] != "grpo":
-        return "base", f"{steps[0][0]} trains on every label to date"
-    return "active", "GRPO alone trains on recent traffic: it continues the active version"
+def start(settings: Settings, active: AdapterMeta | None, model: str) -> tuple[str, str]:
+    """Where a candidate's LoRA starts, "base" or "active", and why. `auto` continues the task's
+    active version, so each round's steps add to what the rounds before trained: on two CPU cores a
+    task's time budget buys the demo model (135M parameters) about one epoch over a team's labels,
+    and SQL needed about 8 steps of 8 of its labels to go from 0.15 to 0.65 on held-out rows, so a
+    fresh LoRA each round would relearn the same few steps over and over. (On the earlier 820K
+    from-scratch demo model, which trained 12 epochs in a budget, starting fresh measured better.)
+    A version trained on another base model cannot be continued: then it starts fresh."""
+    if settings.train_from == "base":
+        return "base", "TUCANO_TRAIN_FROM=base"
+    if active is None:
+        return "base", "no active version: a fresh LoRA on the base model"
+    if active.base_model and active.base_model != model:
+        return "base", f"the active version {active.version} was trained on another base model ({active.base_model})"
+    why = "TUCANO_TRAIN_FROM=active" if settings.train_from == "active" else "each round's steps add to the rounds before"
+    return "active", f"continues {active.version}: {why}"
 
 
 def bf16(settings: Settings) -> bool:

@@ -184,7 +184,8 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         entry["status"] = "not trained: " + (why if not news else "no method has enough data")
         say(f"{task}: {entry['status']}")
         return entry
-    start, start_why = methods.start(settings, steps)
+    active = store.routes()[1].get(task, {}).get("active")
+    start, start_why = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
     entry["start"] = {"from": start, "why": start_why}
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()

@@ -261,9 +261,14 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
             entry = {"round": number, "seconds": round(round_seconds, 1), "tasks": {}}
             for t in tasks:
                 active = store.routes()[1].get(t, {}).get("active")
-                latest[t] = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t]))
+                before = results["tasks"][t]["rounds"][-1]["version"]
+                scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t])) if (active or "base") != before else latest[t]
+                measurement = {"round": number, "version": active or "base", **measured(scores)}
+                if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
+                    measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
+                latest[t] = scores
                 task_entry = summary["tasks"][t]
-                results["tasks"][t]["rounds"].append({"round": number, "version": active or "base", **measured(latest[t])})
+                results["tasks"][t]["rounds"].append(measurement)
                 entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
                                      "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
                                      "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
@@ -323,7 +328,7 @@ def table(results: dict) -> str:
         oracle = entry.get("oracle") or {}
         lines.append(f"| {t} | " + " | ".join(cells) + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
                      f"{oracle.get('mean', '-')} | {oracle.get('gain', {}).get('mean', '-')} | {oracle.get('loop_share', '-')} |")
-    lines += ["", components_table(results)]
+    lines += ["", targets_table(results), "", components_table(results)]
     lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | gate difference [95%] n |",
               "|---:|---|---|---|---|---:|---:|---:|---:|---|"]
     for entry in results["rounds"]:
@@ -352,6 +357,47 @@ def table(results: dict) -> str:
     lines.append(f"\n{s['rounds']} rounds of {s['requests']} requests per task, {s['correction_rate']:.0%} corrected, "
                  f"{s['rating_rate']:.0%} rated; served reward on the test split (never sent as traffic, never in the bootstrap) "
                  f"({s['measure_rows']}), fixed seed per row, 95% intervals by bootstrap over rows (gains paired by row).")
+    return "\n".join(lines)
+
+
+TARGETS = {"gain": 0.10, "sql_execution_match": 0.15, "loop_share": 0.5, "round_seconds": 300.0}
+STRUCTURED = ("extraction", "sql", "push")
+
+
+def targets(results: dict) -> list[dict]:
+    """Issue 24's learning targets, each as measured in this run: met or missed, with the figure."""
+    out = []
+    for t, entry in results["tasks"].items():
+        gain = entry["gain"]
+        if t in STRUCTURED:
+            out.append({"target": f"{t}: served reward +{TARGETS['gain']:.2f} after the rounds, interval above 0",
+                        "measured": f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}]",
+                        "met": gain["mean"] >= TARGETS["gain"] and gain["ci95"][0] > 0})
+        oracle = entry.get("oracle")
+        if oracle and oracle["gain"]["mean"] > 0:
+            out.append({"target": f"{t}: the loop reaches {TARGETS['loop_share']} of the oracle's gain",
+                        "measured": f"{oracle['loop_share']} ({gain['mean']:+.3f} of {oracle['gain']['mean']:+.3f})",
+                        "met": (oracle["loop_share"] or 0) >= TARGETS["loop_share"]})
+        for measurement in entry["rounds"]:
+            against = measurement.get("against_previous")
+            if against:
+                out.append({"target": f"{t}: {measurement['version']} no worse than {against['previous']} (round {measurement['round']})",
+                            "measured": f"{against['mean']:+.3f} [{against['ci95'][0]:+.3f}, {against['ci95'][1]:+.3f}]",
+                            "met": against["ci95"][1] >= 0})
+    if "sql" in results["tasks"]:
+        rounds = results["tasks"]["sql"]["rounds"]
+        rise = rounds[-1]["components"].get("execution_match", 0.0) - rounds[0]["components"].get("execution_match", 0.0)
+        out.append({"target": f"sql: execution match on held-out rows +{TARGETS['sql_execution_match']:.2f}",
+                    "measured": f"{rise:+.3f}", "met": rise >= TARGETS["sql_execution_match"]})
+    for entry in results["rounds"]:
+        out.append({"target": f"round {entry['round']} under {TARGETS['round_seconds']:.0f} s", "measured": f"{entry['seconds']} s",
+                    "met": entry["seconds"] < TARGETS["round_seconds"]})
+    return out
+
+
+def targets_table(results: dict) -> str:
+    lines = ["| target | measured | |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['measured']} | {'met' if t['met'] else 'missed'} |" for t in targets(results)]
     return "\n".join(lines)
 
 

@@ -93,3 +93,33 @@ def test_a_label_curve_point_below_two_references_is_refused(tmp_path):
     assert refused.returncode == 2
     assert "--label-curve" in refused.stderr and "greater than or equal to 2" in refused.stderr
     assert not (tmp_path / "bench").exists()  # nothing was run or written
+
+
+def test_each_target_is_judged_from_the_measurements():
+    from deploy.bench.learn import targets, targets_table
+
+    def rounds(*means, components=None, against=None):
+        out = [{"round": i, "version": "base" if i == 0 else f"v{i}", "mean": m, "ci95": [m, m], "n": 2,
+                "components": (components or [{}] * len(means))[i]} for i, m in enumerate(means)]
+        if against:
+            out[-1]["against_previous"] = {"previous": "v1", **against}
+        return out
+
+    results = {"tasks": {
+        "sql": {"rounds": rounds(0.15, 0.6, components=[{"execution_match": 0.03}, {"execution_match": 0.6}]),
+                "gain": {"mean": 0.45, "ci95": [0.35, 0.55]},
+                "oracle": {"gain": {"mean": 0.5}, "loop_share": 0.9}},
+        "extraction": {"rounds": rounds(0.58, 0.6, 0.62, against={"mean": -0.04, "ci95": [-0.07, -0.01]}),
+                       "gain": {"mean": 0.04, "ci95": [0.01, 0.07]}, "oracle": {"gain": {"mean": 0.2}, "loop_share": 0.2}},
+        "insights": {"rounds": rounds(0.75, 0.75), "gain": {"mean": 0.0, "ci95": [0.0, 0.0]}, "oracle": {"gain": {"mean": -0.01}, "loop_share": None}},
+    }, "rounds": [{"round": 1, "seconds": 280.0}, {"round": 2, "seconds": 320.5}]}
+    verdicts = {t["target"]: t["met"] for t in targets(results)}
+    assert verdicts["sql: served reward +0.10 after the rounds, interval above 0"]
+    assert verdicts["sql: execution match on held-out rows +0.15"]
+    assert verdicts["sql: the loop reaches 0.5 of the oracle's gain"]
+    assert not verdicts["extraction: served reward +0.10 after the rounds, interval above 0"]
+    assert not verdicts["extraction: the loop reaches 0.5 of the oracle's gain"]
+    assert not verdicts["extraction: v2 no worse than v1 (round 2)"]  # its whole interval is below 0
+    assert not any(k.startswith("insights: served") or k.startswith("insights: the loop") for k in verdicts)  # no structured target, no oracle gain
+    assert verdicts["round 1 under 300 s"] and not verdicts["round 2 under 300 s"]
+    assert "| round 2 under 300 s | 320.5 s | missed |" in targets_table(results).splitlines()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from common.datasets import input_hash, input_key
-from common.records import Label
+from common.records import AdapterMeta, Label
 from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
@@ -117,13 +117,14 @@ def test_auto_plans_methods_from_what_the_data_holds():
     assert [m for m, _ in methods.plan("sft", corrected, settings)] == ["sft"] and methods.plan("kto", corrected, settings) == []
 
 
-def test_a_candidate_retraining_every_label_starts_fresh_and_a_grpo_only_one_continues_the_active_version():
+def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherwise():
     settings = load_settings()
     assert settings.train_from == "auto"
-    for first in ("sft", "dpo", "kto"):
-        assert methods.start(settings, [(first, "labels"), ("grpo", "after")])[0] == "base"
-    where, why = methods.start(settings, [("grpo", "no labels")])
-    assert where == "active" and "recent traffic" in why
-    for fixed in ("active", "base"):
-        assert methods.start(load_settings(train_from=fixed), [("sft", "labels")]) == (fixed, f"TUCANO_TRAIN_FROM={fixed}")
-        assert methods.start(load_settings(train_from=fixed), [("grpo", "no labels")])[0] == fixed
+    model = settings.base_model_path
+    active = AdapterMeta(version="sql-v3", task="sql", path="/adapters/sql-v3", base_model=model)
+    assert methods.start(settings, None, model) == ("base", "no active version: a fresh LoRA on the base model")
+    where, why = methods.start(settings, active, model)
+    assert where == "active" and "sql-v3" in why
+    where, why = methods.start(settings, active, "/another/model")
+    assert where == "base" and "another base model" in why
+    assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
