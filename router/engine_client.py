@@ -78,11 +78,16 @@ ANSWERING_WITHIN_S = 10.0
 # to make every request a 503 until the next health probe (29 in one benchmark run on shared
 # cores).
 KEEPALIVE_S = 4.0
+# A live request waits at most LIVE_TIMEOUT_S. A batch its caller queues all at once (a gate, an
+# eval, a benchmark) shares the engine between dozens of answers: on two CPU cores, 36 insights
+# answers of a gate took over 120 s each and the round failed on the timeout.
+LIVE_TIMEOUT_S = 120.0
+BATCH_TIMEOUT_S = 900.0
 RETRIES_ON_DROPPED_CONNECTION = 1
 
 
 class EnginePool:
-    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = 120.0,
+    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = LIVE_TIMEOUT_S,
                  probe_timeout_s: float = 3.0):
         if not urls:
             raise ValueError(f"no {kind} engine URL")

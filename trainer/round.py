@@ -38,7 +38,7 @@ from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
-from router.engine_client import ChatTemplate, EnginePool
+from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from trainer import data as round_data
 from trainer import gate, methods, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
@@ -122,7 +122,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     timings["load"] = time.perf_counter() - started
     incumbent = store.routes()[1].get(task, {}).get("active")
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)))
+    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
     say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)

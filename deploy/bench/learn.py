@@ -46,7 +46,7 @@ from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import Score, score
-from router.engine_client import ChatTemplate, EnginePool
+from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from trainer import gate, grpo
 from trainer.candidate import train_candidate
 from trainer.data import TaskData, answer_text, split_validation
@@ -114,7 +114,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
     """Each held-out row answered by `version` through the engines, scored with its reference."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)))
+    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
     try:
         return await gate.answer(pool, settings, task, version, eval_rows, settings.seed)
     finally:

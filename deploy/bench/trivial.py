@@ -22,7 +22,7 @@ from common.settings import Settings
 from common.tasks import TASK_ENGINE, TASKS
 from rewards import score
 from rewards.trivial import makers
-from router.engine_client import ChatTemplate, EnginePool
+from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from router.prompts import build_messages
 from router.registry import REGISTRY
 from trainer.gate import CONCURRENCY, mean_interval, row_seed
@@ -35,7 +35,7 @@ async def served_answers(settings: Settings, urls: dict[str, list[str]], task: s
     """The base model's answer to each row, as the gateway would get it (no adapter)."""
     kind = TASK_ENGINE[task]
     model_path = settings.base_model_path if kind == "base" else settings.think_model_path
-    pool = EnginePool(kind, urls[kind], ChatTemplate.load(model_path))
+    pool = EnginePool(kind, urls[kind], ChatTemplate.load(model_path), timeout_s=BATCH_TIMEOUT_S)
     spec, gate = REGISTRY[task], asyncio.Semaphore(CONCURRENCY)
 
     async def one(row: dict) -> str:
