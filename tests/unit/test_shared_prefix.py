@@ -98,7 +98,10 @@ def tokenizer():
 def test_the_rounds_sft_trains_the_same_weights_with_it_and_without_it(tokenizer, monkeypatch):
     system = " ".join(f"w{3 + i % 50}" for i in range(24))
     examples = [{"prompt": f"{system} w{10 + i} w{20 + i}", "completion": f"w{30 + i} w{40 + i} w{50 + i % 5}"} for i in range(8)]
-    settings = Settings(sft_batch_size=4, sft_min_steps=4, sft_max_epochs=1.0, train_learning_rate=1e-2)
+    # fp32: the claim is exact arithmetic; bf16 autocast (auto on a CPU that has it) rounds the two orders differently
+    settings = Settings(
+        sft_batch_size=4, sft_min_steps=4, sft_max_epochs=1.0, train_learning_rate=1e-2, train_cpu_precision="fp32"
+    )
 
     def trained(share: bool):
         calls = []
