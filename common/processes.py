@@ -67,3 +67,9 @@ def cpu_computes_bf16(cpuinfo: str | None = None) -> bool:
             return False
     flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
     return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def cpu_trains_in_bf16(precision: str) -> bool:
+    """Whether training on this CPU computes in bf16 autocast over fp32 weights, as the
+    `train_cpu_precision` setting says (`auto`: where the CPU computes bf16 natively)."""
+    return precision == "bf16" or (precision == "auto" and cpu_computes_bf16())

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from common.datasets import SPLITS, load_split
+from common.processes import cpu_trains_in_bf16
 from common.settings import Settings
 from common.tasks import TASK_ENGINE, TASKS
 from demo import commerce_db, datasets, pretrained
@@ -271,13 +272,14 @@ def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, dat
     templates = TEMPLATES[source.chat]
     steps = sft_steps(settings)
     base, think = settings.models_dir / "base", settings.models_dir / "think"
-    fingerprint = _fingerprint("finetuned-v1", upstream, datasets_fingerprint, settings.seed, steps, FINETUNE_LR)
+    bf16 = cpu_trains_in_bf16(settings.train_cpu_precision)
+    fingerprint = _fingerprint("finetuned-v1", upstream, datasets_fingerprint, settings.seed, steps, FINETUNE_LR, bf16)
     if not manifest.done("base_model", fingerprint, base / "config.json"):
         started = time.perf_counter()
         partial = settings.root / "base_model.partial"
         _clear(partial)
         info = finetune(settings.models_dir / f"pretrained-{source.name}", partial, training_rows(settings, TASKS), templates,
-                        {t for t in TASKS if TASK_ENGINE[t] == "think"}, steps, FINETUNE_LR, settings.seed,
+                        {t for t in TASKS if TASK_ENGINE[t] == "think"}, steps, FINETUNE_LR, settings.seed, bf16,
                         lambda step, loss: progress("base_model", step + 1, steps))
         tokenizer_eos(partial, END_OF_TURN[source.chat])
         _clear(base)

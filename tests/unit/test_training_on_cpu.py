@@ -68,6 +68,6 @@ def test_bf16_where_the_cpu_computes_it_natively_or_a_setting_says_so(monkeypatc
     assert not processes.cpu_computes_bf16("flags : fpu avx2 avx512f avx512bw\n")  # emulated there: slower than fp32
     assert not processes.cpu_computes_bf16("")
     for native, setting, expected in ((True, "auto", True), (False, "auto", False), (True, "fp32", False), (False, "bf16", True)):
-        monkeypatch.setattr(methods, "cpu_computes_bf16", lambda native=native: native)
+        monkeypatch.setattr(processes, "cpu_computes_bf16", lambda native=native: native)
         args = methods.trainer_args(Settings(train_cpu_precision=setting), epochs=1, batch_size=8, examples=16)
         assert args["bf16"] is expected, (native, setting)
