@@ -67,17 +67,26 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
     server.start()
     try:
         server.wait_ready(timeout_s=400)
-        pool = EnginePool("base", [server.url], ChatTemplate.load(smol.base_model_path))
+        template = ChatTemplate.load(smol.base_model_path)
         row = load_split(smol.datasets_dir, "extraction", "test")[0]
-        prompt = pool.template.render(build_messages("extraction", row["input"]))
+        prompt = template.render(build_messages("extraction", row["input"]))
         spec = REGISTRY["extraction"]
-        answer = asyncio.run(pool.complete(prompt, None, spec.sampling.override(seed=1), spec.json_schema))
+
+        async def answered(version: str | None):
+            pool = EnginePool("base", [server.url], template)
+            try:
+                assert await pool.check(), "the engine answers no health probe"
+                return await pool.complete(prompt, version, spec.sampling.override(seed=1), spec.json_schema)
+            finally:
+                await pool.close()
+
+        answer = asyncio.run(answered(None))
         assert json.loads(answer.text).keys() >= {"sentiment", "summary"}  # JSON-schema constrained, read back whole
 
         with EmbeddedRedis(tmp_path / "redis") as url:
             settings = smol.model_copy(update={"redis_url": url, "train_time_budget_s": 60.0, "sft_min_steps": 2,
                                                "sft_max_epochs": 1.0, "sft_batch_size": 2})
-            render = pool.template.render
+            render = template.render
             data = TaskData("extraction")
             for r in load_split(smol.datasets_dir, "extraction", "train")[:8]:
                 data.sft.append({"prompt": render(build_messages("extraction", r["input"])),
@@ -85,9 +94,8 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
             split_validation(data, smol.seed)
             meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", "base")
         asyncio.run(load_everywhere([server.url], meta.version, meta.path))  # loads, then checks it answers
-        adapted = asyncio.run(pool.complete(prompt, meta.version, spec.sampling.override(seed=1), spec.json_schema))
+        adapted = asyncio.run(answered(meta.version))
         assert json.loads(adapted.text).keys() >= {"sentiment", "summary"}
-        asyncio.run(pool.close())
     finally:
         server.stop()
 
