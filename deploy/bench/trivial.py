@@ -34,8 +34,7 @@ REFERENCE = "the reference answer"
 async def served_answers(settings: Settings, urls: dict[str, list[str]], task: str, rows: list[dict]) -> list[str]:
     """The base model's answer to each row, as the gateway would get it (no adapter)."""
     kind = TASK_ENGINE[task]
-    model_path = settings.base_model_path if kind == "base" else settings.think_model_path
-    pool = EnginePool(kind, urls[kind], ChatTemplate.load(model_path), timeout_s=BATCH_TIMEOUT_S)
+    pool = EnginePool(kind, urls[kind], ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
     spec, gate = REGISTRY[task], asyncio.Semaphore(CONCURRENCY)
 
     async def one(row: dict) -> str:
