@@ -75,9 +75,9 @@ def finetune(model_dir: Path, out_dir: Path, rows: dict[str, list[dict]], templa
             group["lr"] = lr * scale
         task = tasks[step % len(tasks)]
         input_ids, attention, labels = _batch(rng.sample(examples[task], k=min(BATCH_SIZE, len(examples[task]))), pad_id)
+        answer = labels[:, 1:] != -100
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             hidden = inner.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
-            answer = labels[:, 1:] != -100
             logits = inner.lm_head(hidden[:, :-1][answer])
         loss = torch.nn.functional.cross_entropy(logits.float(), labels[:, 1:][answer])
         loss.backward()
