@@ -1,5 +1,5 @@
 """Process helpers every long-running piece uses, written once: a free loopback port, a child
-that dies with its parent, a stop that asks first (SIGTERM) and insists later (SIGKILL),
+that dies with its parent, the cores it may use, a stop that asks first (SIGTERM) and insists later (SIGKILL),
 whether this machine has an NVIDIA GPU, and whether its CPU computes bf16 natively.
 """
 from __future__ import annotations
@@ -46,6 +46,11 @@ def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which a container's cpuset narrows)."""
+    return len(os.sched_getaffinity(0))
 
 
 def has_gpu() -> bool:

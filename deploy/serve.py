@@ -26,7 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI
 from redis.exceptions import LockError
 
-from common.processes import die_with_parent, has_gpu
+from common.processes import die_with_parent, has_gpu, usable_cores
 from common.settings import Settings, load_settings
 from common.store import Store
 from common.tasks import TASK_ENGINE
@@ -107,7 +107,7 @@ def _run_round_process(settings: Settings, redis_url: str, say) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the gateway workers' metrics files, not the trainer's
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))  # the engines keep the other half
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // 2)))  # the engines keep the other half
     with log_path.open("ab") as log_file:
         trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -220,7 +220,10 @@ def serve(settings: Settings, say=print) -> None:
         servers: list[VllmServer] = []
         device = engine_device(settings)
         if not settings.base_engine_urls:
-            servers.append(VllmServer("base", settings.base_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
+            # the base engine answers most traffic and every gate: it may use every core (at nice
+            # 10, below the gateway); the think engine, one
+            servers.append(VllmServer("base", settings.base_model_path, lora=True, device=device, log_dir=settings.root / "logs",
+                                      threads=usable_cores()))
         if not settings.think_engine_url:
             servers.append(VllmServer("think", settings.think_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
         run_engines(stack, servers, say)

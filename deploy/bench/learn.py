@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 
 from common.datasets import load_split
-from common.processes import free_port
+from common.processes import free_port, usable_cores
 from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
@@ -310,8 +310,8 @@ def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[s
         return {"base": settings.base_engine_urls, "think": [settings.think_engine_url]}
     from deploy.vllm_server import VllmServer, run_engines
 
-    servers = [VllmServer(kind, model, lora=True, device="cpu", log_dir=scratch)
-               for kind, model in (("base", settings.base_model_path), ("think", settings.think_model_path))]
+    servers = [VllmServer("base", settings.base_model_path, lora=True, device="cpu", log_dir=scratch, threads=usable_cores()),
+               VllmServer("think", settings.think_model_path, lora=True, device="cpu", log_dir=scratch)]
     run_engines(stack, servers, say)
     return {server.name: [server.url] for server in servers}
 

