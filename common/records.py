@@ -137,7 +137,27 @@ def adapter_version_name(task: str, number: int) -> str:
     return f"{task}-v{number}"
 
 
+class RewardTotal(msgspec.Struct):
+    total: float
+
+
+class RecordPoint(msgspec.Struct):
+    """What a time series needs of a record; decoding only this skips the prompt and the answer."""
+    time: float
+    task: str
+    adapter: str | None
+    arm: str
+    valid: bool
+    latency_ms: float
+    reward: RewardTotal
+
+    @property
+    def version(self) -> str:
+        return self.adapter or "base"
+
+
 ENCODER = msgspec.json.Encoder()
+POINT_DECODER = msgspec.json.Decoder(RecordPoint)
 
 
 def encode(value) -> bytes:

@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     sql_time_limit_s: float = Field(1.0, gt=0, le=60, description="Wall-clock limit of one SQL query (scoring, and `execute: true`).")
     sql_row_cap: int = Field(1000, ge=1, le=100_000, description="Rows one SQL query may return (scoring, and `execute: true`).")
     records_stream_maxlen: int = Field(200_000, ge=1000, description="Records kept in the stream (trimming never drops unacknowledged ones).")
+    stats_max_records: int = Field(50_000, ge=100, le=1_000_000, description="Newest records `/v1/stats` (the dashboard's "
+                                   "time series) reads per call; older ones in its window are left out and it says so.")
 
     # Training rounds
     train_interval_minutes: float = Field(60.0, gt=0, description="How often `serve` runs a training round.")

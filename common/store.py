@@ -34,10 +34,12 @@ import redis.asyncio
 from redis.commands.core import AsyncScript
 
 from common.records import (
+    POINT_DECODER,
     AdapterMeta,
     Feedback,
     Label,
     Record,
+    RecordPoint,
     adapter_version_name,
     decode_adapter,
     decode_label,
@@ -222,6 +224,18 @@ class Store:
             out += _of_task(entries, task)
             end = "(" + entries[-1][0]
         return out[:count]
+
+    def record_points(self, since: float, limit: int) -> tuple[list[RecordPoint], bool]:
+        """The newest records since `since` (epoch seconds), at most `limit` of them, oldest first,
+        as time-series points; and whether older ones in the window were left out."""
+        entries = self.redis.xrevrange(RECORDS, min=str(int(since * 1000)), count=limit + 1)
+        points = []
+        for _, fields in entries[:limit]:
+            try:
+                points.append(POINT_DECODER.decode(fields.get("record", "")))
+            except msgspec.DecodeError:
+                continue
+        return points[::-1], len(entries) > limit
 
     # --- rounds and eval sets --------------------------------------------------------------
 

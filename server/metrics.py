@@ -1,11 +1,18 @@
 """Prometheus metrics of the gateway (exposed at /metrics).
 
+Counted here per request: requests, latency, reward, errors, the gateway's own time. Read at
+scrape time (`StateCollector`): engine health as this gateway sees it, whether Redis answers, and
+the rounds' outcomes and durations from the round history in Redis (rounds run in the trainer's
+process, so no gateway counts them as they happen).
+
 With several gateway workers, `deploy.serve` sets PROMETHEUS_MULTIPROC_DIR before they start:
 each worker's prometheus_client then keeps its values in files there, and /metrics sums every
 worker's, so a scrape that reaches one worker still counts all of them."""
 import os
 
+import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter("tucano_requests_total", "Answered requests", ["task", "version", "status"], registry=REGISTRY)
@@ -31,3 +38,56 @@ def exposed() -> CollectorRegistry:
     summed = CollectorRegistry()
     multiprocess.MultiProcessCollector(summed)
     return summed
+
+
+ROUNDS_READ = 500  # the newest rounds the outcome counters count
+
+
+class StateCollector:
+    """Gauges and counters read from the gateway's state when /metrics is scraped."""
+
+    def __init__(self, pools: dict, store):
+        self.pools, self.store = pools, store
+
+    def collect(self):
+        engines = GaugeMetricFamily("tucano_engine_up", "1 when the gateway's last probe of the engine succeeded", labels=["kind", "url"])
+        for kind, pool in self.pools.items():
+            for engine in pool.engines:
+                engines.add_metric([kind, engine.url], 1.0 if engine.healthy else 0.0)
+        yield engines
+        try:
+            rounds = self.store.rounds(ROUNDS_READ)
+            store_up = 1.0
+        except redis.RedisError:  # a store that does not answer is what tucano_store_up reports
+            rounds, store_up = [], 0.0
+        yield GaugeMetricFamily("tucano_store_up", "1 when Redis answered this scrape", value=store_up)
+        decisions = CounterMetricFamily("tucano_round_decisions", f"Per task, what the newest {ROUNDS_READ} rounds decided "
+                                        "(promoted, rejected, not trained, failed, ...)", labels=["task", "outcome"])
+        counts: dict[tuple[str, str], int] = {}
+        for summary in rounds:
+            for task, entry in summary.get("tasks", {}).items():
+                outcome = str(entry.get("status", "unknown")).split(":")[0].strip()
+                counts[task, outcome] = counts.get((task, outcome), 0) + 1
+        for (task, outcome), count in sorted(counts.items()):
+            decisions.add_metric([task, outcome], count)
+        yield decisions
+        durations = CounterMetricFamily("tucano_round_duration_seconds", f"Seconds the newest {ROUNDS_READ} rounds took, summed")
+        durations.add_metric([], sum(float(s.get("seconds") or 0) for s in rounds))
+        yield durations
+        completed = CounterMetricFamily("tucano_rounds", f"Rounds among the newest {ROUNDS_READ}")
+        completed.add_metric([], len(rounds))
+        yield completed
+        # declared with no sample before the first round, so a query names the series either way
+        last_seconds = GaugeMetricFamily("tucano_round_last_duration_seconds", "Seconds the newest round took")
+        last_started = GaugeMetricFamily("tucano_round_last_started_timestamp_seconds", "When the newest round started")
+        if rounds:
+            last_seconds.add_metric([], float(rounds[0].get("seconds") or 0))
+            last_started.add_metric([], float(rounds[0].get("started") or 0))
+        yield last_seconds
+        yield last_started
+
+
+def state_registry(pools: dict, store) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StateCollector(pools, store))
+    return registry

@@ -215,3 +215,42 @@ class RoundList(BaseModel):
 class AdapterList(BaseModel):
     adapters: list[AdapterInfo]
     routes: dict[str, dict[str, Any]]
+
+
+class SeriesPoint(BaseModel):
+    start: float = Field(description="The bucket's start (epoch seconds).")
+    requests: int
+    mean_reward: float | None = Field(description="Mean served reward of the bucket's answers; null without any.")
+    invalid: int = Field(description="Answers that did not parse or validate.")
+
+
+class VersionSeries(BaseModel):
+    version: str = Field(description="The adapter version that answered, or base.")
+    requests: int
+    mean_reward: float | None
+    points: list[SeriesPoint]
+
+
+class FeedbackCounts(BaseModel):
+    labels: int = Field(description="Every label of the task: references sent with requests, corrections, ratings.")
+    references: int
+    corrections: int
+    ratings: int
+    positive: int
+    negative: int
+
+
+class TaskStats(BaseModel):
+    requests: int
+    mean_reward: float | None
+    versions: list[VersionSeries] = Field(description="Per version that answered in the window, most requests first.")
+    feedback: FeedbackCounts
+
+
+class Stats(BaseModel):
+    start: float
+    end: float
+    bucket_s: float
+    records: int = Field(description="Records read in the window.")
+    truncated: bool = Field(description="The window held more records than TUCANO_STATS_MAX_RECORDS: the oldest were left out.")
+    tasks: dict[str, TaskStats]

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from server.deps import State
 from server.errors import RETRY_AFTER_S
-from server.metrics import exposed
+from server.metrics import exposed, state_registry
 
 router = APIRouter(tags=["health"])
 
@@ -32,5 +32,7 @@ async def readyz(state: State):
 
 
 @router.get("/metrics")
-async def metrics() -> Response:
-    return Response(generate_latest(exposed()), media_type=CONTENT_TYPE_LATEST)
+async def metrics(state: State) -> Response:
+    counted = generate_latest(exposed())
+    live = await run_in_threadpool(generate_latest, state_registry(state.pools, state.store))
+    return Response(counted + live, media_type=CONTENT_TYPE_LATEST)
