@@ -5,7 +5,9 @@ across sessions while developing); an embedded Valkey, the two vLLM engines and 
 started once and shared. `test_pretrained_demo_model.py` builds the pretrained demo model."""
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
 # Every test process and every `tucano` it starts uses the tiny models: the pretrained demo model
 # takes minutes to fine-tune on two cores, and only its own test needs it.
@@ -123,3 +125,36 @@ def gateway(built, redis_url, engines):
     with RunningServer(create_app(state)) as running:
         running.state = state
         yield running
+
+
+def loop_settings(built, redis_url, **overrides):
+    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, drain_seconds=0.5, canary_share=0.0,
+                  gate_max_rows=48, gate_min_rows=16, shadow_records=12, min_sft_examples=8, min_dpo_pairs=8, min_kto_examples=8)
+    values.update(overrides)
+    return load_settings(**values)
+
+
+def fleet_for(settings, store, gateway):
+    return fleet(store, settings, [e.url for e in gateway.state.pools["base"].engines],
+                 gateway.state.pools["think"].engines[0].url, drain_seconds=0.5)
+
+
+@pytest.fixture(scope="module")
+def loop(built, redis_url, gateway):
+    store = gateway.state.store
+    settings = loop_settings(built, redis_url)
+    store.register_engines("base", [e.url for e in gateway.state.pools["base"].engines])
+    store.register_engines("think", [gateway.state.pools["think"].engines[0].url])
+    yield settings, store
+    # the session's gateway is shared: what a round here promoted is rolled back, so later modules
+    # find every task served by the base model again
+    from deploy.hotswap import ROLLBACK_DEPTH
+
+    hotswap = fleet_for(settings, store, gateway)
+    for task in list(store.routes()[1]):
+        for _ in range(ROLLBACK_DEPTH + 1):  # each rollback goes one promotion back, down to the base model
+            if not store.routes()[1].get(task, {}).get("active"):
+                break
+            asyncio.run(hotswap.rollback(task))
+        assert not store.routes()[1].get(task, {}).get("active"), store.routes()[1].get(task)
+    time.sleep(0.5)

@@ -15,29 +15,14 @@ import httpx
 import pytest
 
 from common.datasets import input_key, load_split
-from common.settings import load_settings
 from common.store import FAILURES, RECORDS, Store
-from deploy.hotswap import ROLLBACK_DEPTH
+from tests.integration.conftest import fleet_for, loop_settings
 from trainer.gate import mean_interval
 from trainer.round import RoundError, held_out_keys, run_round
 
 HELD_OUT = 24  # train-split rows never sent as traffic: where the served reward is measured
 TRAFFIC = 200  # 160 corrected: one round on ~50 corrections gained +0.0001 to +0.06 on the gate from run to run
 CORRECTED = 8  # of every 10 answers (a team that corrects most of them: enough labels for one round to show)
-
-
-def loop_settings(built, redis_url, **overrides):
-    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, drain_seconds=0.5, canary_share=0.0,
-                  gate_max_rows=48, gate_min_rows=16, shadow_records=12, min_sft_examples=8, min_dpo_pairs=8, min_kto_examples=8)
-    values.update(overrides)
-    return load_settings(**values)
-
-
-def fleet_for(settings, store, gateway):
-    from tests.integration.conftest import fleet
-
-    return fleet(store, settings, [e.url for e in gateway.state.pools["base"].engines],
-                 gateway.state.pools["think"].engines[0].url, drain_seconds=0.5)
 
 
 def _last_engine_failure(store: Store) -> str:
@@ -63,25 +48,6 @@ def served(gateway, settings, task: str, rows: list[dict]) -> list[float]:
     requests carry references, so they become labels too: the rows are never used as traffic."""
     bodies = [{"input": row["input"], "reference": row["reference"], "options": {"seed": 1000 + i}} for i, row in enumerate(rows)]
     return [a["scores"]["total"] for a in asyncio.run(_send(gateway.url, gateway.state.store, task, bodies))]
-
-
-@pytest.fixture(scope="module")
-def loop(built, redis_url, gateway):
-    store = gateway.state.store
-    settings = loop_settings(built, redis_url)
-    store.register_engines("base", [e.url for e in gateway.state.pools["base"].engines])
-    store.register_engines("think", [gateway.state.pools["think"].engines[0].url])
-    yield settings, store
-    # the session's gateway is shared: what a round here promoted is rolled back, so later modules
-    # find every task served by the base model again
-    hotswap = fleet_for(settings, store, gateway)
-    for task in list(store.routes()[1]):
-        for _ in range(ROLLBACK_DEPTH + 1):  # each rollback goes one promotion back, down to the base model
-            if not store.routes()[1].get(task, {}).get("active"):
-                break
-            asyncio.run(hotswap.rollback(task))
-        assert not store.routes()[1].get(task, {}).get("active"), store.routes()[1].get(task)
-    time.sleep(0.5)
 
 
 def test_a_round_with_nothing_new_is_a_clean_no_op(built, redis_url, gateway, loop):

@@ -1,0 +1,183 @@
+"""The dashboard in a real browser (Debian's headless Chromium driven by Playwright; nothing is
+downloaded) over the real stack: traffic, feedback and a round through the session's gateway,
+then the page's charts are read back and held against what the API returns; admin buttons are
+refused without the admin key; the page stays readable with no rounds, a task with no traffic,
+and Redis down. Screenshots at desktop and phone width go to <data dir>/bench/dashboard/."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from common.datasets import load_split
+from common.settings import load_settings
+from tests.integration.conftest import RunningServer, fleet_for, loop_settings, make_state
+from tests.integration.test_learning_loop import _send
+from trainer.round import run_round
+
+DESKTOP = {"width": 1366, "height": 768}
+PHONE = {"width": 390, "height": 844}
+
+
+def chromium_path() -> str:
+    path = os.environ.get("TUCANO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("the browser tests need Chromium: `apt-get install chromium` (Debian), or set TUCANO_CHROMIUM to its binary")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def open_page(browser, url: str, viewport=DESKTOP, key: str | None = None):
+    """The dashboard loaded (its first fetches settled); uncaught script errors are collected."""
+    page = browser.new_page(viewport=viewport)
+    page.script_errors = []
+    page.on("pageerror", lambda error: page.script_errors.append(str(error)))
+    page.goto(f"{url}/dashboard")
+    page.evaluate("() => window.tucano.ready")
+    if key is not None:
+        page.fill("#api-key", key)
+        page.click("#key-form button")
+        page.wait_for_function("() => document.getElementById('status').textContent !== 'Loading…'")
+    return page
+
+
+def click_confirming(page, selector: str, accept: bool = True) -> None:
+    page.once("dialog", lambda dialog: dialog.accept() if accept else dialog.dismiss())
+    page.click(selector)
+
+
+def show_task(page, task: str) -> None:
+    page.click(f"#tasks button:text-is('{task}')")
+    page.wait_for_selector(f"#tasks button[aria-pressed='true']:text-is('{task}')")
+
+
+@pytest.fixture(scope="module")
+def served(built, redis_url, gateway, loop):
+    """Push and SQL traffic with ratings through the gateway, then a round over push."""
+    settings, store = loop
+    for task, count in (("push", 32), ("sql", 12)):
+        rows = load_split(settings.datasets_dir, task, "train")[:count]
+        answers = asyncio.run(_send(gateway.url, store, task, [{"input": row["input"]} for row in rows]))
+        for i, answer in enumerate(answers):
+            response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": 1 if i % 3 else -1})
+            assert response.status_code == 200, response.text
+    quick = loop_settings(built, redis_url, train_time_budget_s=10)
+    summary = run_round(quick, store, fleet_for(quick, store, gateway), ("push",), say=print)
+    assert summary["tasks"]["push"].get("decision"), summary["tasks"]["push"]
+    return summary
+
+
+def test_the_charts_hold_what_the_api_returns(browser, gateway, served, built):
+    page = open_page(browser, gateway.url)
+    show_task(page, "push")
+    stats = httpx.get(f"{gateway.url}/v1/stats?window_s=86400").json()["tasks"]["push"]
+    drawn = page.evaluate("""() => Object.fromEntries(window.tucano.charts['traffic-chart'].data.datasets.map(d =>
+        [d.version, d.data.reduce((sum, point) => sum + point.y, 0)]))""")
+    assert drawn == {v["version"]: v["requests"] for v in stats["versions"]} and sum(drawn.values()) >= 32
+    rewards = page.evaluate("""() => Object.fromEntries(window.tucano.charts['reward-chart'].data.datasets.map(d =>
+        [d.version, d.data.map(point => point.y)]))""")
+    assert rewards == {v["version"]: [p["mean_reward"] for p in v["points"]] for v in stats["versions"]}
+    rounds = httpx.get(f"{gateway.url}/v1/rounds?limit=100").json()["rounds"]
+    judged = [r["tasks"]["push"]["decision"]["candidate_mean"] for r in reversed(rounds)
+              if r.get("tasks", {}).get("push", {}).get("decision", {}).get("n")]
+    candidate = page.evaluate("""() => window.tucano.charts['learning-chart'].data.datasets
+        .find(d => d.label === 'candidate').data.map(point => point.y)""")
+    assert candidate == judged and served["tasks"]["push"]["decision"]["candidate_mean"] in candidate
+    feedback = stats["feedback"]
+    text = page.inner_text("#feedback")
+    assert f"{feedback['ratings']} ({feedback['positive']} up, {feedback['negative']} down)" in text
+    versions = {m["version"] for m in httpx.get(f"{gateway.url}/v1/adapters").json()["adapters"] if m["task"] == "push"}
+    assert {row.split("\t")[0] for row in page.locator("#lineage tbody tr").all_inner_texts()} == versions
+    assert served["tasks"]["push"]["version"] in versions
+    shots = built.data_dir / "bench" / "dashboard"
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=shots / "desktop-1366x768.png", full_page=True)
+    phone = open_page(browser, gateway.url, PHONE)
+    show_task(phone, "push")
+    # readable at phone width: nothing wider than the screen but the lineage table's own scroller
+    assert phone.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    phone.screenshot(path=shots / "phone-390x844.png", full_page=True)
+    assert not page.script_errors and not phone.script_errors
+    print(f"screenshots: {shots}")
+
+
+def test_admin_buttons_are_refused_without_the_admin_key(browser, built, redis_url, engines, served, gateway):
+    settings = load_settings(data_dir=built.data_dir, redis_url=redis_url, user_api_key=SecretStr("dash-user"),
+                             admin_api_key=SecretStr("dash-admin"), rate_limit_per_minute=0)
+    with RunningServer(create_app_with_keys(settings, redis_url, engines)) as keyed:
+        routes_before = gateway.state.store.routes()[1]
+        page = open_page(browser, keyed.url)
+        assert "needs an API key" in page.inner_text("#status")
+        page.fill("#api-key", "dash-user")
+        page.click("#key-form button")
+        page.wait_for_function("() => window.tucano.state.stats !== null")
+        show_task(page, "push")
+        click_confirming(page, "[data-action='rollback']")
+        page.wait_for_function("() => document.getElementById('status').textContent.includes('refused')")
+        assert "needs the admin key" in page.inner_text("#status")
+        click_confirming(page, "#lineage button.admin >> nth=0")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('promote refused')")
+        assert "needs the admin key" in page.inner_text("#status")
+        assert gateway.state.store.routes()[1] == routes_before
+        # the admin key gets through to the action, which refuses what cannot be done (no canary): 409
+        page.fill("#api-key", "dash-admin")
+        page.click("#key-form button")
+        page.wait_for_function("() => window.tucano.state.stats !== null")
+        click_confirming(page, "[data-action='canary/abort']")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('canary/abort refused')")
+        assert "conflict" in page.inner_text("#status")
+        # a dismissed confirmation sends nothing, even with the admin key
+        before = page.inner_text("#status")
+        click_confirming(page, "#lineage button.admin >> nth=0", accept=False)
+        page.wait_for_timeout(500)
+        assert page.inner_text("#status") == before
+        assert not page.script_errors and gateway.state.store.routes()[1] == routes_before
+
+
+def create_app_with_keys(settings, redis_url, engines):
+    from server.app import create_app
+
+    return create_app(make_state(settings, redis_url, [engines["base"].url], engines["think"].url))
+
+
+def test_no_rounds_and_no_traffic_read_as_such(browser, built, engines, tmp_path):
+    from deploy.embedded_redis import EmbeddedRedis
+    from server.app import create_app
+
+    with EmbeddedRedis(tmp_path / "redis") as fresh_url:
+        settings = load_settings(data_dir=built.data_dir, redis_url=fresh_url)
+        with RunningServer(create_app(make_state(settings, fresh_url, [engines["base"].url], engines["think"].url))) as fresh:
+            page = open_page(browser, fresh.url)
+            show_task(page, "insights")
+            assert "No insights traffic in this window." in page.inner_text("#traffic-empty")
+            assert "No round has judged" in page.inner_text("#learning-empty")
+            assert "No insights adapter yet" in page.inner_text("#lineage")
+            assert "base model" in page.inner_text("#route")
+            assert page.locator("#status").get_attribute("class") != "error" and not page.script_errors
+
+
+def test_redis_down_reads_as_such(browser, built, engines):
+    from server.app import create_app
+
+    settings = load_settings(data_dir=built.data_dir, redis_url="redis://127.0.0.1:9/0")
+    with RunningServer(create_app(make_state(settings, settings.redis_url, [engines["base"].url], engines["think"].url))) as down:
+        page = open_page(browser, down.url, PHONE)
+        status = page.inner_text("#status")
+        assert "cannot read its store (Redis)" in status and "store_unavailable" in status
+        assert page.locator("#status").get_attribute("class") == "error"
+        assert page.inner_text("#route") and page.inner_text("#last-round") and not page.script_errors
+        page.screenshot(path=Path(built.data_dir) / "bench" / "dashboard" / "phone-redis-down.png", full_page=True)
