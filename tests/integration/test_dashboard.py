@@ -181,3 +181,16 @@ def test_redis_down_reads_as_such(browser, built, engines):
         assert page.locator("#status").get_attribute("class") == "error"
         assert page.inner_text("#route") and page.inner_text("#last-round") and not page.script_errors
         page.screenshot(path=Path(built.data_dir) / "bench" / "dashboard" / "phone-redis-down.png", full_page=True)
+
+
+def test_the_grafana_board_queries_series_a_live_gateway_exposes(gateway, served):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.unit.test_grafana import missing_series
+
+    text = httpx.get(f"{gateway.url}/metrics").text
+    assert not missing_series(text)
+    samples = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    for name in ("tucano_requests_total", "tucano_request_latency_seconds_bucket", "tucano_reward_sum", "tucano_engine_up",
+                 "tucano_store_up", "tucano_round_decisions_total", "tucano_round_last_duration_seconds"):
+        assert name in samples, name
