@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     train_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training on a CPU: bf16 autocast (fp32 master weights) or fp32; auto: bf16 where the CPU computes "
                             "it natively (AVX512-BF16, AMX), which made SFT steps 1.5x faster here.")
+    train_quantization: Literal["none", "nf4"] | None = Field(
+        None, description="The base model while a round trains: nf4 loads it in 4-bit NF4 with bitsandbytes (QLoRA: double "
+                          "quantisation, bf16 compute on a GPU, the CPU's training precision on a CPU), none in full precision; "
+                          "unset: nf4 on a GPU, none on a CPU.")
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")

@@ -19,7 +19,7 @@ from common.settings import Settings
 from common.store import Store, content_sha256
 from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
-from trainer.policy import load_policy, trainable_parameters
+from trainer.policy import load_policy, quantization, trainable_parameters
 
 # each method's share of the task's time budget (of what the plan's methods add up to)
 BUDGET_SHARE = {"sft": 0.65, "dpo": 0.35, "kto": 0.35, "grpo": 0.5}
@@ -76,7 +76,9 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     parent = store.adapter(active) if active and start == "active" else None
     started = time.perf_counter()
     path = settings.model_path_of(task)
-    model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
+    quantize = quantization(settings.train_quantization)
+    model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha, quantize,
+                                   methods.bf16(settings))
     load_seconds = time.perf_counter() - started
     outcomes = run_plan(settings, model, tokenizer, data, steps, progress)
     version = _new_version(settings, store, task)
@@ -93,7 +95,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
         version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,
         method="+".join(o.method for o in outcomes), base_model=path, sha256=content_sha256(final),
         trainable_parameters=trainable_parameters(model), data={**data.counts(), "sources": data.sources()},
-        training={"methods": [o.summary() for o in outcomes], "steps": {o.method: o.steps_log for o in outcomes},
+        training={"quantization": quantize, "methods": [o.summary() for o in outcomes], "steps": {o.method: o.steps_log for o in outcomes},
                   "seconds": {"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
                               "save": round(time.perf_counter() - started, 2)}},
     )

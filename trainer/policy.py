@@ -3,9 +3,11 @@ for insights) with the task's LoRA: the active version continued when the round 
 (`methods.start`; `PeftModel.from_pretrained(..., is_trainable=True)`), else a fresh LoRA (r=16, alpha=32 on every
 linear projection, PRODUCT §8).
 
-On a GPU the model is loaded in 4-bit NF4 (bitsandbytes, QLoRA) with bf16 compute, as the seed
-project trained on one 24 GB L4; on a CPU in fp32 (the methods compute in bf16 autocast where the
-CPU has bf16 arithmetic: `methods.bf16`).
+With `TUCANO_TRAIN_QUANTIZATION=nf4` (the default on a GPU) the base model is loaded in 4-bit NF4
+(bitsandbytes, double quantisation: QLoRA, as the seed project trained on one 24 GB L4) and made
+trainable with PEFT's k-bit preparation; its compute dtype is bf16 on a GPU, and on a CPU the
+precision the methods train in (`methods.bf16`). With `none` (the default on a CPU) it is loaded
+in fp32 on a CPU, bf16 on a GPU.
 """
 from __future__ import annotations
 
@@ -19,19 +21,40 @@ def on_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def _base(model_path: str):
-    if not on_gpu():
-        return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    from transformers import BitsAndBytesConfig
-
-    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                      bnb_4bit_compute_dtype=torch.bfloat16)
-    model = AutoModelForCausalLM.from_pretrained(model_path, quantization_config=quantization, dtype=torch.bfloat16)
-    return prepare_model_for_kbit_training(model)
+class QuantizationUnavailable(RuntimeError):
+    pass
 
 
-def load_policy(model_path: str, parent_adapter: str | None, rank: int, alpha: int):
-    model = _base(model_path)
+def quantization(setting: str | None) -> str:
+    """What TUCANO_TRAIN_QUANTIZATION means on this machine: nf4 or none."""
+    return setting or ("nf4" if on_gpu() else "none")
+
+
+def _base(model_path: str, quantize: str, compute_bf16: bool):
+    if quantize == "none":
+        return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if on_gpu() else torch.float32)
+    try:
+        import bitsandbytes  # noqa: F401 - transformers' 4-bit loading needs it; say so here, by the setting's name
+        from transformers import BitsAndBytesConfig
+    except (ImportError, RuntimeError) as error:
+        raise QuantizationUnavailable(f"TUCANO_TRAIN_QUANTIZATION=nf4 needs bitsandbytes, which cannot load here ({error}); "
+                                      "set TUCANO_TRAIN_QUANTIZATION=none") from None
+    compute = torch.bfloat16 if on_gpu() or compute_bf16 else torch.float32
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                bnb_4bit_compute_dtype=compute)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_path, quantization_config=config, dtype=compute,
+                                                     device_map={"": 0} if on_gpu() else {"": "cpu"})
+    except (ImportError, RuntimeError, ValueError) as error:
+        raise QuantizationUnavailable(f"TUCANO_TRAIN_QUANTIZATION=nf4: bitsandbytes could not load {model_path} in 4-bit "
+                                      f"({error}); set TUCANO_TRAIN_QUANTIZATION=none") from None
+    # gradient checkpointing pays memory back with compute: what QLoRA is for on a GPU; a CPU round has memory to spare
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu())
+
+
+def load_policy(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
+                compute_bf16: bool = False):
+    model = _base(model_path, quantize, compute_bf16)
     if parent_adapter:
         model = PeftModel.from_pretrained(model, parent_adapter, is_trainable=True)
     else:

@@ -43,6 +43,7 @@ from trainer import data as round_data
 from trainer import gate, methods, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
 from trainer.diagnostics import stop_conditions
+from trainer.policy import QuantizationUnavailable
 
 CONSUMER = "trainer"
 
@@ -191,6 +192,8 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     started = time.perf_counter()
     try:
         candidate = train_candidate(settings, store, data, steps, round_id, start, progress)
+    except QuantizationUnavailable as error:  # a setting this machine cannot honour: no task can train
+        raise RoundError(str(error)) from None
     except AdapterWriteError as error:  # nothing was registered; the labels are all still there
         entry["status"] = f"failed: the candidate could not be saved ({error}); nothing registered"
         say(f"{task}: {entry['status']}")

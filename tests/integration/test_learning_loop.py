@@ -223,3 +223,18 @@ def test_trainer_killed_mid_training_leaves_everything_as_it_was(built, redis_ur
     assert summary.get("status") != "locked"
     assert summary["tasks"]["sql"]["status"] in {"promoted", "rejected"}
     assert not any(p.name.endswith(".partial") for p in settings.adapters_dir.iterdir())
+
+
+def test_a_round_on_a_4bit_nf4_base_makes_an_adapter_vllm_serves_and_the_gate_judges(built, redis_url, gateway, loop):
+    """TUCANO_TRAIN_QUANTIZATION=nf4 on the CPU (bitsandbytes computes 4-bit there): SQL requests
+    that carry references are the labels; the round trains on the 4-bit base model, and the
+    adapter it saves loads into the engine and is judged like any other."""
+    settings, store = loop
+    rows = load_split(settings.datasets_dir, "sql", "train")[:40]
+    asyncio.run(_send(gateway.url, store, "sql", [{"input": row["input"], "reference": row["reference"]} for row in rows]))
+    qlora = loop_settings(built, redis_url, train_quantization="nf4", train_method="sft", train_time_budget_s=20)
+    entry = run_round(qlora, store, fleet_for(qlora, store, gateway), ("sql",), say=print)["tasks"]["sql"]
+    meta = store.adapter(entry["version"])
+    assert meta.training["quantization"] == "nf4" and meta.method == "sft"
+    assert entry["decision"]["n"] >= qlora.gate_min_rows, entry  # the engine loaded it and answered the eval rows with it
+    assert entry["status"].split(":")[0] in ("promoted", "rejected"), entry["status"]
