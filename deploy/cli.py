@@ -11,6 +11,7 @@ import signal
 import sys
 from contextlib import nullcontext
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -446,6 +447,26 @@ def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A 
     parameters = read_manifest(settings).get("steps", {}).get("base_model", {}).get("parameters")
     results = bench.results(summary, parameters)
     _report(settings, "train", results, bench.table(results))
+
+
+@bench_app.command("qlora")
+def bench_qlora(
+    shape: Annotated[str, typer.Option(help="An architecture measured with random weights: smollm2-135m, qwen3-1.7b or qwen3-8b.")] = "smollm2-135m",
+    model: Annotated[Path | None, typer.Option(help="A checkpoint directory instead of a shape.")] = None,
+    batch: Annotated[int, typer.Option(min=1)] = 8,
+    length: Annotated[int, typer.Option(min=8, max=8192)] = 512,
+    steps: Annotated[int, typer.Option(min=2)] = 20,
+) -> None:
+    """Peak accelerator memory and seconds per training step with the base in full precision and in 4-bit NF4."""
+    from deploy.bench import qlora as bench
+
+    if model is None and shape not in bench.SHAPES:
+        raise _fail(f"unknown shape {shape!r}: one of {', '.join(sorted(bench.SHAPES))}, or --model DIR", 2)
+    if model is not None and not (model / "config.json").is_file():
+        raise _fail(f"{model} is not a checkpoint (no config.json)", 2)
+    settings = _settings()
+    results = bench.run(str(model) if model else None, shape, batch, length, steps, warmup=3)
+    _report(settings, "qlora", results, bench.table(results))
 
 
 @bench_app.command("learn")

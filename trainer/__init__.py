@@ -7,3 +7,9 @@ round end to end (`round`).
 Imports `common`, `rewards` and `router`. The fleet (loading versions into engines, flipping
 routes, canaries) is handed to a round by whoever runs it (deploy/), so nothing here imports `deploy`.
 """
+import logging
+
+# bitsandbytes (imported by PEFT and TRL) warns on every import on a CPU with bf16 that it cannot
+# load an optional kernel from the `kernels` package, which would download it from the model hub
+# at run time: the package is deliberately not installed, and its own CPU 4-bit path is used.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)

@@ -52,14 +52,19 @@ def _base(model_path: str, quantize: str, compute_bf16: bool):
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu())
 
 
-def load_policy(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
-                compute_bf16: bool = False):
+def lora_model(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
+               compute_bf16: bool = False):
+    """The base model (quantised or not) with the LoRA a round trains."""
     model = _base(model_path, quantize, compute_bf16)
     if parent_adapter:
-        model = PeftModel.from_pretrained(model, parent_adapter, is_trainable=True)
-    else:
-        config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-        model = get_peft_model(model, config)
+        return PeftModel.from_pretrained(model, parent_adapter, is_trainable=True)
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def load_policy(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
+                compute_bf16: bool = False):
+    model = lora_model(model_path, parent_adapter, rank, alpha, quantize, compute_bf16)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"  # generation batches
     return model, tokenizer
