@@ -72,3 +72,14 @@ def test_without_bitsandbytes_nf4_names_the_setting(checkpoint, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_bitsandbytes)
     with pytest.raises(policy.QuantizationUnavailable, match=r"TUCANO_TRAIN_QUANTIZATION=nf4.*TUCANO_TRAIN_QUANTIZATION=none"):
         policy.load_policy(checkpoint, None, rank=8, alpha=16, quantize="nf4")
+
+
+def test_bench_qlora_measures_both_quantizations_side_by_side(checkpoint):
+    from deploy.bench import qlora
+
+    results = qlora.run(checkpoint, None, batch=1, length=16, steps=2, warmup=1)
+    none, nf4 = results["rows"]
+    assert (none["quantization"], nf4["quantization"]) == ("none", "nf4")
+    assert none["trainable_parameters"] == nf4["trainable_parameters"] > 0
+    assert all(row["seconds_per_step"] > 0 and row["interval"][0] <= row["seconds_per_step"] <= row["interval"][1] for row in results["rows"])
+    assert "| nf4 |" in qlora.table(results)
