@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
-# The dashboard's browser test drives Debian's Chromium through Playwright: nothing downloads a browser.
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+# From Debian: Chromium for the dashboard's browser test (Playwright drives it: nothing downloads
+# a browser), docker-compose to parse the compose file (tests/unit/test_deploy_files.py).
+if { ! command -v chromium || ! command -v docker-compose; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   sudo=$([ "$(id -u)" = 0 ] || echo sudo)
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/dev/null
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium docker-compose >/dev/null
 fi
 stamp=.venv/.installed
 want=$(sha256sum pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
