@@ -81,6 +81,7 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
     output = (tmp_path / "serve.log").read_text()
     assert code in (0, 143), output[-3000:]
     assert '"POST /v1/tasks/sql HTTP/1.1"' not in output  # no access log by default (TUCANO_ACCESS_LOG)
+    assert "nanobind: leaked" not in output and "leaked semaphore" not in output, output[-3000:]  # a clean exit is quiet
     assert not (built.redis_dir / "server.json").exists()  # the embedded Valkey was stopped
     time.sleep(2)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]  # engines stopped too
