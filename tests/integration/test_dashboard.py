@@ -32,7 +32,10 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(served):
+    """Headless Chromium. Playwright's sync API runs an event loop in this thread while it is open,
+    so the traffic and the round (which run their own loops) come first, and the rollback of the
+    round-loop fixture after it closes."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
