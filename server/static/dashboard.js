@@ -95,8 +95,14 @@ function empty(id, text) {
   document.getElementById(`${id}-chart`).parentElement.hidden = Boolean(text);
 }
 
-function timeAxis() {
-  return { type: "linear", ticks: { maxTicksLimit: 6, callback: value => when(value) } };
+function tick(epoch) {
+  return new Date(epoch * 1000).toLocaleString(undefined, { month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit" });
+}
+
+// a time axis over [min, max] (epoch seconds); a single moment gets an hour either side
+function timeAxis(min, max) {
+  if (max - min < 60) { min -= 3600; max += 3600; }
+  return { type: "linear", min, max, ticks: { maxTicksLimit: 6, callback: value => tick(value) } };
 }
 
 function renderTraffic() {
@@ -116,14 +122,14 @@ function renderTraffic() {
     data: { datasets: stats.versions.map((v, i) => ({
       label: `${v.version} (${v.requests})`, version: v.version, backgroundColor: COLORS[i % COLORS.length],
       data: v.points.map(p => ({ x: p.start + half, y: p.requests })) })) },
-    options: { maintainAspectRatio: false, animation: false, scales: { x: { ...timeAxis(), stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "requests" } } } },
+    options: { maintainAspectRatio: false, animation: false, scales: { x: { ...timeAxis(state.stats.start, state.stats.end), stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "requests" } } } },
   });
   chart("reward-chart", {
     type: "line",
     data: { datasets: stats.versions.map((v, i) => ({
       label: `${v.version} (mean ${fmt(v.mean_reward)})`, version: v.version, borderColor: COLORS[i % COLORS.length], spanGaps: false,
       data: v.points.map(p => ({ x: p.start + half, y: p.mean_reward })) })) },
-    options: { maintainAspectRatio: false, animation: false, scales: { x: timeAxis(), y: { min: 0, max: 1, title: { display: true, text: "mean served reward" } } } },
+    options: { maintainAspectRatio: false, animation: false, scales: { x: timeAxis(state.stats.start, state.stats.end), y: { min: 0, max: 1, title: { display: true, text: "mean served reward" } } } },
   });
 }
 
@@ -155,6 +161,7 @@ function renderLearning() {
   }
   empty("learning", "");
   const back = rollbacks();
+  const moments = [...points.map(p => p.time), ...back.map(r => r.time)];
   chart("learning-chart", {
     type: "line",
     data: { datasets: [
@@ -168,7 +175,7 @@ function renderLearning() {
       { label: "rollback", data: back.map(r => ({ x: r.time, y: 0, version: r.version })), showLine: false,
         pointStyle: "crossRot", pointRadius: 9, borderColor: "#b91c1c", borderWidth: 2 },
     ] },
-    options: { maintainAspectRatio: false, animation: false, scales: { x: timeAxis(), y: { min: 0, max: 1, title: { display: true, text: "gate eval score" } } },
+    options: { maintainAspectRatio: false, animation: false, scales: { x: timeAxis(Math.min(...moments), Math.max(...moments)), y: { min: 0, max: 1, title: { display: true, text: "gate eval score" } } },
       plugins: { legend: { labels: { filter: item => item.text !== "interval low" } },
         tooltip: { callbacks: { afterLabel: ctx => ctx.raw.version ? `${ctx.raw.version}${ctx.raw.round ? " · " + ctx.raw.round : ""}` : "" } } } },
   });
