@@ -76,8 +76,10 @@ def served(built, redis_url, gateway, loop):
     """Push and SQL traffic with ratings through the gateway, then a round over push whose gate
     cannot promote (its candidate stays in the lineage with a Promote button for the admin test)."""
     settings, store = loop
+    # rows no other module sends (the session's Redis is shared: the same inputs rated both ways
+    # would give test_learning_loop's ratings-only round DPO pairs instead of KTO examples)
     for task, count in (("push", 32), ("sql", 12)):
-        rows = load_split(settings.datasets_dir, task, "train")[:count]
+        rows = load_split(settings.datasets_dir, task, "train")[100:100 + count]
         answers = asyncio.run(_send(gateway.url, store, task, [{"input": row["input"]} for row in rows]))
         for i, answer in enumerate(answers):
             response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": 1 if i % 3 else -1})
