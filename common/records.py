@@ -146,9 +146,7 @@ class RecordPoint(msgspec.Struct):
     time: float
     task: str
     adapter: str | None
-    arm: str
     valid: bool
-    latency_ms: float
     reward: RewardTotal
 
     @property

@@ -14,7 +14,9 @@
   bumped in the same transaction, which gateways poll.
 - Adapters: `tucano:adapter:<version>` JSON metadata, `tucano:adapters:<task>` the set of a
   task's versions, `tucano:adapters:seq:<task>` the counter that names new versions.
-- Rounds: `tucano:round:<id>` a round's summary, `tucano:rounds` their ids, newest first.
+- Rounds: `tucano:round:<id>` a round's summary, `tucano:rounds` their ids, newest first, and
+  `tucano:rounds:totals` counters over them all (rounds, seconds, decisions per task and outcome,
+  the newest round's duration and start), updated in the same transaction.
 - Eval rows a team loaded: `tucano:evalset:<task>` (input hash -> row), never trained on.
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ ENGINES = "tucano:engines"
 ROUND_LOCK = "tucano:lock:round"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
+ROUND_TOTALS = "tucano:rounds:totals"  # counters over every saved round, what /metrics exposes
 ANSWERS = "tucano:answers:{scope}"  # what an unchanging model (a base model, an immutable version) answered to a request
 ANSWERS_TTL_S = 7 * 24 * 3600
 # a fixed window per key: the hit count and the seconds the window has left
@@ -243,7 +246,18 @@ class Store:
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(f"tucano:round:{summary['round']}", json.dumps(summary, ensure_ascii=False))
         pipe.lpush(ROUNDS, summary["round"])
+        pipe.hincrby(ROUND_TOTALS, "rounds", 1)
+        pipe.hincrbyfloat(ROUND_TOTALS, "seconds", float(summary.get("seconds") or 0))
+        for task, entry in summary.get("tasks", {}).items():
+            outcome = str(entry.get("status", "unknown")).split(":")[0].strip()
+            pipe.hincrby(ROUND_TOTALS, f"decision:{task}:{outcome}", 1)
+        pipe.hset(ROUND_TOTALS, mapping={"last_seconds": float(summary.get("seconds") or 0),
+                                         "last_started": float(summary.get("started") or 0)})
         pipe.execute()
+
+    def round_totals(self) -> dict[str, float]:
+        """The counters over every saved round (`tucano:rounds:totals`); empty before the first."""
+        return {name: float(value) for name, value in self.redis.hgetall(ROUND_TOTALS).items()}
 
     def rounds(self, count: int = 50) -> list[dict]:
         """The newest rounds' summaries, newest first."""

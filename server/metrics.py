@@ -2,8 +2,8 @@
 
 Counted here per request: requests, latency, reward, errors, the gateway's own time. Read at
 scrape time (`StateCollector`): engine health as this gateway sees it, whether Redis answers, and
-the rounds' outcomes and durations from the round history in Redis (rounds run in the trainer's
-process, so no gateway counts them as they happen).
+the rounds' outcomes and durations from the counters each round adds to in Redis as it is saved
+(rounds run in the trainer's process, so no gateway counts them as they happen).
 
 With several gateway workers, `deploy.serve` sets PROMETHEUS_MULTIPROC_DIR before they start:
 each worker's prometheus_client then keeps its values in files there, and /metrics sums every
@@ -40,11 +40,9 @@ def exposed() -> CollectorRegistry:
     return summed
 
 
-ROUNDS_READ = 500  # the newest rounds the outcome counters count
-
-
 class StateCollector:
-    """Gauges and counters read from the gateway's state when /metrics is scraped."""
+    """Gauges and counters read from the gateway's state when /metrics is scraped: one HGETALL of
+    the rounds' totals, which each round adds to as it is saved (`Store.save_round`)."""
 
     def __init__(self, pools: dict, store):
         self.pools, self.store = pools, store
@@ -56,33 +54,30 @@ class StateCollector:
                 engines.add_metric([kind, engine.url], 1.0 if engine.healthy else 0.0)
         yield engines
         try:
-            rounds = self.store.rounds(ROUNDS_READ)
+            totals = self.store.round_totals()
             store_up = 1.0
         except redis.RedisError:  # a store that does not answer is what tucano_store_up reports
-            rounds, store_up = [], 0.0
+            totals, store_up = {}, 0.0
         yield GaugeMetricFamily("tucano_store_up", "1 when Redis answered this scrape", value=store_up)
-        decisions = CounterMetricFamily("tucano_round_decisions", f"Per task, what the newest {ROUNDS_READ} rounds decided "
-                                        "(promoted, rejected, not trained, failed, ...)", labels=["task", "outcome"])
-        counts: dict[tuple[str, str], int] = {}
-        for summary in rounds:
-            for task, entry in summary.get("tasks", {}).items():
-                outcome = str(entry.get("status", "unknown")).split(":")[0].strip()
-                counts[task, outcome] = counts.get((task, outcome), 0) + 1
-        for (task, outcome), count in sorted(counts.items()):
-            decisions.add_metric([task, outcome], count)
+        decisions = CounterMetricFamily("tucano_round_decisions", "Per task, what the rounds decided (promoted, rejected, "
+                                        "not trained, failed, ...)", labels=["task", "outcome"])
+        for name, count in sorted(totals.items()):
+            if name.startswith("decision:"):
+                _, task, outcome = name.split(":", 2)
+                decisions.add_metric([task, outcome], count)
         yield decisions
-        durations = CounterMetricFamily("tucano_round_duration_seconds", f"Seconds the newest {ROUNDS_READ} rounds took, summed")
-        durations.add_metric([], sum(float(s.get("seconds") or 0) for s in rounds))
+        durations = CounterMetricFamily("tucano_round_duration_seconds", "Seconds the rounds took, summed")
+        durations.add_metric([], totals.get("seconds", 0.0))
         yield durations
-        completed = CounterMetricFamily("tucano_rounds", f"Rounds among the newest {ROUNDS_READ}")
-        completed.add_metric([], len(rounds))
+        completed = CounterMetricFamily("tucano_rounds", "Rounds run")
+        completed.add_metric([], totals.get("rounds", 0.0))
         yield completed
         # declared with no sample before the first round, so a query names the series either way
         last_seconds = GaugeMetricFamily("tucano_round_last_duration_seconds", "Seconds the newest round took")
         last_started = GaugeMetricFamily("tucano_round_last_started_timestamp_seconds", "When the newest round started")
-        if rounds:
-            last_seconds.add_metric([], float(rounds[0].get("seconds") or 0))
-            last_started.add_metric([], float(rounds[0].get("started") or 0))
+        if "last_seconds" in totals:
+            last_seconds.add_metric([], totals["last_seconds"])
+            last_started.add_metric([], totals["last_started"])
         yield last_seconds
         yield last_started
 

@@ -83,9 +83,13 @@ function tabs() {
 }
 
 function chart(id, config) {
-  if (charts[id]) charts[id].destroy();
+  drop(id);
   charts[id] = new Chart(document.getElementById(id), config);
   return charts[id];
+}
+
+function drop(id) {
+  if (charts[id]) { charts[id].destroy(); delete charts[id]; }
 }
 
 function empty(id, text) {
@@ -111,8 +115,7 @@ function renderTraffic() {
   if (!stats.requests) {
     const text = `No ${state.task} traffic in this window.`;
     empty("traffic", text); empty("reward", text);
-    if (charts["traffic-chart"]) charts["traffic-chart"].destroy(), delete charts["traffic-chart"];
-    if (charts["reward-chart"]) charts["reward-chart"].destroy(), delete charts["reward-chart"];
+    drop("traffic-chart"); drop("reward-chart");
     return;
   }
   empty("traffic", ""); empty("reward", "");
@@ -156,7 +159,7 @@ function renderLearning() {
   const points = learningPoints();
   if (!points.length) {
     empty("learning", `No round has judged a ${state.task} candidate yet: rounds run every TUCANO_TRAIN_INTERVAL_MINUTES once the task has new labels or records (or run \`tucano train --once\`).`);
-    if (charts["learning-chart"]) charts["learning-chart"].destroy(), delete charts["learning-chart"];
+    drop("learning-chart");
     return;
   }
   empty("learning", "");

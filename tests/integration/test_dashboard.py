@@ -199,3 +199,6 @@ def test_the_grafana_board_queries_series_a_live_gateway_exposes(gateway, served
     for name in ("tucano_requests_total", "tucano_request_latency_seconds_bucket", "tucano_reward_sum", "tucano_engine_up",
                  "tucano_store_up", "tucano_round_decisions_total", "tucano_round_last_duration_seconds"):
         assert name in samples, name
+    decisions = {(sample.labels["task"], sample.labels["outcome"]): sample.value for family in text_string_to_metric_families(text)
+                 for sample in family.samples if sample.name == "tucano_round_decisions_total"}
+    assert decisions[("push", "rejected")] >= 1  # the round `served` ran, counted as it was saved
