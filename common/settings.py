@@ -125,6 +125,8 @@ class Settings(BaseSettings):
     canary_max_minutes: float = Field(60.0, gt=0, description="A canary still short of its requests by then is rolled back.")
     drain_seconds: float = Field(30.0, ge=0, description="How long an old version keeps serving in-flight requests before it is unloaded.")
     round_lock_seconds: float = Field(120.0, ge=5, description="Lifetime of the round lock unless renewed; a crashed trainer's lock expires after it.")
+    round_lock_wait_s: float = Field(3600.0, ge=0, description="How long a trainer waits for another trainer's round to end before "
+                                     "it gives up its own (0: it does not wait).")
     records_trim_seconds: float = Field(60.0, gt=0, description="How often `serve` trims the records stream.")
 
     # Bootstrap sizes

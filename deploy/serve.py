@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from common.settings import Settings, load_settings
 from common.store import Store
 from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
-from deploy.hotswap import HotSwap, load_everywhere
+from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, run_engines
 from router.engine_client import ChatTemplate, EnginePool
 from router.routing import RouteTable
@@ -50,28 +51,36 @@ def engine_device(settings: Settings) -> str:
     return "cuda" if has_gpu() else "cpu"
 
 
-def reload_active_adapters(store: Store, kind: str, urls: list[str]) -> None:
+def reload_active_adapters(store: Store, kind: str, urls: list[str], say=log.warning) -> None:
     """An engine that (re)starts has no adapters: load every active and canary version of the
-    tasks its model serves into it."""
+    tasks its model serves into it. An engine that does not answer is left to the gateway, which
+    loads what it lacks when it comes back, before it takes traffic (`EnginePool.check`)."""
     _, routes = store.routes()
     for task, route in routes.items():
         if TASK_ENGINE.get(task) != kind:
             continue
         for version in {route.get("active"), route.get("canary")} - {None}:
             meta = store.adapter(version)
-            if meta:
-                asyncio.run(load_everywhere(urls, version, meta.path))
+            for url in urls if meta else []:
+                try:
+                    asyncio.run(load_everywhere([url], version, meta.path))
+                except AdapterLoadError as error:
+                    say(f"{kind} engine {url} did not take {version} now ({error}); the gateway loads it before "
+                        "the engine takes traffic")
 
 
 def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_url: str) -> GatewayState:
     store = Store(redis_url, maxlen=settings.records_stream_maxlen)
     store.ensure_group()
+    routes = RouteTable(store)
     pools = {
-        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
-        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
+        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path),
+                           routed_adapters=functools.partial(routes.served, "base")),
+        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path),
+                            routed_adapters=functools.partial(routes.served, "think")),
     }
     hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, drain="background")
-    return GatewayState(settings, store, RouteTable(store), pools, adapter_action=hotswap.act)
+    return GatewayState(settings, store, routes, pools, adapter_action=hotswap.act)
 
 
 def gateway_app() -> FastAPI:
@@ -232,8 +241,8 @@ def serve(settings: Settings, say=print) -> None:
         store = Store(redis_url, maxlen=settings.records_stream_maxlen)
         store.register_engines("base", base_urls)  # trainers and the CLI load adapters into these
         store.register_engines("think", [think_url])
-        reload_active_adapters(store, "base", base_urls)
-        reload_active_adapters(store, "think", [think_url])
+        reload_active_adapters(store, "base", base_urls, say)
+        reload_active_adapters(store, "think", [think_url], say)
         supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, s.name, [s.url]))
         stack.callback(supervisor.stop)
         supervisor.start()

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -24,7 +24,17 @@ from common.records import Sampling
 
 
 class EngineUnavailable(RuntimeError):
-    """No engine of a kind answered; the gateway turns this into 503 with Retry-After."""
+    """No engine of a kind answered; the gateway turns this into 503 with Retry-After. `failover`:
+    the request never reached a model (the engine went away, or it lacks the adapter asked for),
+    so another engine of the pool may answer it instead."""
+
+    def __init__(self, message: str, failover: bool = False):
+        super().__init__(message)
+        self.failover = failover
+
+
+class ReplicaIncomplete(RuntimeError):
+    """An engine answers but cannot load a version a route points at: it takes no traffic."""
 
 
 @dataclass
@@ -35,6 +45,7 @@ class Engine:
     last_error: str | None = None
     slow_probes: int = 0  # consecutive health probes that timed out
     last_answer: float = 0.0  # time.monotonic() of the last completion it returned
+    adapters: frozenset[str] = frozenset()  # the adapter versions it served at its last probe
 
 
 @dataclass
@@ -84,17 +95,25 @@ KEEPALIVE_S = 4.0
 LIVE_TIMEOUT_S = 120.0
 BATCH_TIMEOUT_S = 900.0
 RETRIES_ON_DROPPED_CONNECTION = 1
+ADAPTER_LOAD_TIMEOUT_S = 60.0
 
 
 class EnginePool:
+    """`routed_adapters`: the adapter versions (name -> path) that routes point at for this kind
+    of engine. Each probe checks that an engine serves all of them and loads the missing ones
+    before the engine takes traffic: an engine restarted by whoever supervises it comes back with
+    no adapters, and a request routed to a version it lacks would fail (as ART's gateway checks
+    every replica before it commits a route)."""
+
     def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = LIVE_TIMEOUT_S,
-                 probe_timeout_s: float = 3.0):
+                 probe_timeout_s: float = 3.0, routed_adapters: Callable[[], dict[str, str]] | None = None):
         if not urls:
             raise ValueError(f"no {kind} engine URL")
         self.kind = kind
         self.engines = [Engine(u.rstrip("/")) for u in urls]
         self.template = template
         self.probe_timeout_s = probe_timeout_s
+        self.routed_adapters = routed_adapters or dict
         self._cycle = itertools.cycle(range(len(self.engines)))
         self.timeout = aiohttp.ClientTimeout(total=timeout_s, connect=2.0)
         self._session: aiohttp.ClientSession | None = None
@@ -110,7 +129,8 @@ class EnginePool:
         return self._session
 
     async def check(self) -> bool:
-        """Refresh every engine's health and served model name; True when at least one is up."""
+        """Refresh every engine's health, served model name and adapters (loading the routed
+        versions it lacks); True when at least one is up."""
         async def probe(engine: Engine) -> None:
             try:
                 async with self._client().get(f"{engine.url}/v1/models",
@@ -118,7 +138,14 @@ class EnginePool:
                     response.raise_for_status()
                     listed = await response.json(loads=msgspec.json.decode, content_type=None)
                     roots = [m["id"] for m in listed["data"] if not m.get("parent")]
-                engine.model, engine.healthy, engine.last_error, engine.slow_probes = roots[0], True, None, 0
+                    served = frozenset(m["id"] for m in listed["data"] if m.get("parent"))
+                missing = {v: path for v, path in self.routed_adapters().items() if v not in served}
+                if missing:
+                    served |= await self._load(engine, missing)
+                engine.model, engine.adapters, engine.slow_probes = roots[0], served, 0
+                engine.healthy, engine.last_error = True, None
+            except ReplicaIncomplete as error:
+                engine.healthy, engine.last_error = False, str(error)
             except TimeoutError:
                 if time.monotonic() - engine.last_answer < ANSWERING_WITHIN_S:
                     engine.last_error = "health probe timed out while the engine was returning completions"
@@ -132,13 +159,29 @@ class EnginePool:
         await asyncio.gather(*(probe(e) for e in self.engines))
         return any(e.healthy for e in self.engines)
 
-    def _pick(self) -> Engine:
+    async def _load(self, engine: Engine, versions: dict[str, str]) -> frozenset[str]:
+        """Load routed versions an engine lacks (vLLM's runtime LoRA API); ReplicaIncomplete if it refuses one."""
+        for version, path in versions.items():
+            try:
+                async with self._client().post(f"{engine.url}/v1/load_lora_adapter", json={"lora_name": version, "lora_path": path},
+                                               timeout=aiohttp.ClientTimeout(total=ADAPTER_LOAD_TIMEOUT_S)) as response:
+                    text = await response.text(errors="replace")
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise ReplicaIncomplete(f"lacks routed adapter {version}, and loading it failed: {type(error).__name__}: {error}") from None
+            if response.status != 200 and "already" not in text:  # another gateway loaded it first
+                raise ReplicaIncomplete(f"lacks routed adapter {version} and refused it: HTTP {response.status} {text[:200]}")
+        return frozenset(versions)
+
+    def _pick(self, skip: frozenset[str] = frozenset()) -> Engine:
         for _ in range(len(self.engines)):
             engine = self.engines[next(self._cycle)]
-            if engine.healthy:
+            if engine.healthy and engine.url not in skip:
                 return engine
         raise EngineUnavailable(f"no healthy {self.kind} engine: " + "; ".join(
             f"{e.url} ({e.last_error or 'not checked'})" for e in self.engines))
+
+    def _another(self, skip: frozenset[str]) -> bool:
+        return any(e.healthy and e.url not in skip for e in self.engines)
 
     def _body(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
               stream: bool) -> dict:
@@ -152,11 +195,12 @@ class EnginePool:
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def _failed(self, engine: Engine, error: Exception) -> EngineUnavailable:
+    def _failed(self, engine: Engine, error: Exception, failover: bool = False) -> EngineUnavailable:
         if isinstance(error, aiohttp.ClientConnectionError) and not isinstance(error, aiohttp.ServerTimeoutError):
             engine.healthy = False  # refused, reset or dropped: out of rotation until a probe finds it back
+            failover = True
         engine.last_error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}")
+        return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}", failover)
 
     @asynccontextmanager
     async def _completion(self, engine: Engine, body: dict) -> AsyncIterator[aiohttp.ClientResponse]:
@@ -173,11 +217,28 @@ class EnginePool:
         async with response:
             if response.status != 200:
                 text = await response.text(errors="replace")
-                raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"))
+                # 404 for an adapter: this replica lacks it (restarted, not yet re-verified by a probe)
+                lacks_adapter = response.status == 404 and body["model"] != engine.model
+                if lacks_adapter:
+                    engine.adapters -= {body["model"]}
+                raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"), failover=lacks_adapter)
             yield response
 
     async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
-        engine = self._pick()
+        """The answer of the next healthy engine; one that goes away (or lacks the adapter) before
+        answering hands the request to another."""
+        skip: frozenset[str] = frozenset()
+        while True:
+            engine = self._pick(skip)
+            try:
+                return await self._complete_on(engine, prompt, adapter, sampling, json_schema)
+            except EngineUnavailable as error:
+                skip |= {engine.url}
+                if not (error.failover and self._another(skip)):
+                    raise
+
+    async def _complete_on(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling,
+                           json_schema: dict | None) -> Completion:
         body = self._body(engine, prompt, adapter, sampling, json_schema, False)
         try:
             async with self._completion(engine, body) as response:
@@ -191,8 +252,25 @@ class EnginePool:
 
     async def stream(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
                      result: dict) -> AsyncIterator[str]:
-        """Yield text deltas; fill `result` with usage, finish reason and engine once done."""
-        engine = self._pick()
+        """Yield text deltas; fill `result` with usage, finish reason and engine once done. Until
+        the first delta, an engine that goes away hands the request to another, as `complete`."""
+        skip: frozenset[str] = frozenset()
+        while True:
+            engine = self._pick(skip)
+            yielded = False
+            try:
+                async for delta in self._stream_on(engine, prompt, adapter, sampling, json_schema, result):
+                    yielded = True
+                    yield delta
+                return
+            except EngineUnavailable as error:
+                skip |= {engine.url}
+                if yielded or not (error.failover and self._another(skip)):
+                    raise
+                result.clear()
+
+    async def _stream_on(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
+                         result: dict) -> AsyncIterator[str]:
         body = self._body(engine, prompt, adapter, sampling, json_schema, True)
         started = False
         try:

@@ -1,6 +1,8 @@
 """The routing table as a gateway sees it: task -> the adapter version its `active` alias (or a
 canary share) points at, kept in memory and refreshed by a background poll of one Redis
-counter, so a flip is seen within `poll_s` without a Redis round trip on every request."""
+counter, so a flip is seen within `poll_s` without a Redis round trip on every request. With
+the routes it keeps where each routed version's files are (`served`): the engine pools load a
+routed version into any engine that lacks it before it takes traffic."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +12,7 @@ import threading
 import redis
 
 from common.store import Store
+from common.tasks import TASK_ENGINE
 
 log = logging.getLogger(__name__)
 
@@ -20,13 +23,29 @@ class RouteTable:
         self.poll_s = poll_s
         self.version = -1
         self.routes: dict[str, dict] = {}
+        self.adapter_paths: dict[str, dict[str, str]] = {}  # engine kind -> routed version -> its files
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def refresh(self) -> None:
         version = self.store.routes_version()
         if version != self.version:
-            self.version, self.routes = self.store.routes()
+            version, routes = self.store.routes()
+            self.adapter_paths = self._paths(routes)
+            self.version, self.routes = version, routes
+
+    def _paths(self, routes: dict[str, dict]) -> dict[str, dict[str, str]]:
+        paths: dict[str, dict[str, str]] = {}
+        for task, route in routes.items():
+            for version in {route.get("active"), route.get("canary")} - {None}:
+                meta = self.store.adapter(version)
+                if meta is not None and task in TASK_ENGINE:
+                    paths.setdefault(TASK_ENGINE[task], {})[version] = meta.path
+        return paths
+
+    def served(self, kind: str) -> dict[str, str]:
+        """The versions routes point at that engines of `kind` must serve, with their files."""
+        return self.adapter_paths.get(kind, {})
 
     def start(self) -> RouteTable:
         try:

@@ -17,6 +17,7 @@ metrics (`StepMetrics`) with the round.
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 import time
 import warnings
@@ -192,7 +193,10 @@ def run(trainer, outcome: Outcome, budget: TimeBudget, metrics: StepMetrics) -> 
 
     trainer.remove_callback(PrinterCallback)  # metrics are kept with the round, not printed per step
     started = time.perf_counter()
-    trainer.train()
+    try:
+        trainer.train()
+    finally:  # nothing is saved there (save_strategy "no"), but TRL and transformers make the dir
+        shutil.rmtree(trainer.args.output_dir, ignore_errors=True)
     outcome.seconds = time.perf_counter() - started
     outcome.steps, outcome.epochs = trainer.state.global_step, float(trainer.state.epoch or 0.0)
     outcome.steps_log = metrics.steps

@@ -1,7 +1,8 @@
 """A learning round, end to end (PRODUCT §8):
 
 1. take the round lock (one round at a time across the fleet; renewed while the round runs,
-   expiring when its trainer dies);
+   expiring when its trainer dies); a second trainer waits for it (`round_lock_wait_s`), then
+   runs its own round on what is new by then;
 2. read the records new since the last round, and every task's labelled set;
 3. per task with something new to learn from: build its data, choose its methods, train a
    candidate (`candidate`), load it into every engine of its model under its own name;
@@ -219,8 +220,15 @@ def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, 
         raise RoundError(f"rounds train {', '.join(TASKS)}; not {', '.join(unknown)}")
     lock = store.round_lock(settings.round_lock_seconds)
     if not lock.acquire():
-        say("another round is running (the round lock is held); nothing to do")
-        return {"status": "locked"}
+        if settings.round_lock_wait_s <= 0:
+            say("another round is running (the round lock is held); nothing to do")
+            return {"status": "locked"}
+        say(f"another round is running (the round lock is held); waiting up to {settings.round_lock_wait_s:.0f} s for it to end")
+        waited = time.perf_counter()
+        if not lock.acquire(blocking=True, blocking_timeout=settings.round_lock_wait_s):
+            say(f"the other round still runs after {settings.round_lock_wait_s:.0f} s; nothing done")
+            return {"status": "locked"}
+        say(f"the round lock is free after {time.perf_counter() - waited:.1f} s")
     with _LockKeeper(lock, settings.round_lock_seconds):
         missing = sorted({TASK_ENGINE[t] for t in tasks if not fleet.urls(TASK_ENGINE[t])})
         if missing:

@@ -1,4 +1,7 @@
-"""Liveness, readiness (Redis and every engine reachable) and Prometheus metrics."""
+"""Liveness, readiness and Prometheus metrics. Ready: Redis answers and every kind of engine has
+at least one that serves (a fleet with one engine down still answers through the others, so it
+stays in its load balancer's rotation); the body names each engine's state, and `degraded` says
+that one is out."""
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +29,9 @@ async def readyz(state: State):
     await asyncio.gather(*(pool.check() for pool in state.pools.values()))
     engines = {kind: [{"url": e.url, "healthy": e.healthy, "model": e.model, "error": e.last_error} for e in pool.engines]
                for kind, pool in state.pools.items()}
-    ready = redis_ok and all(all(e["healthy"] for e in group) for group in engines.values())
-    body = {"ready": ready, "redis": redis_ok, "engines": engines, "routes_version": state.routes.version}
+    ready = redis_ok and all(any(e["healthy"] for e in group) for group in engines.values())
+    degraded = not all(e["healthy"] for group in engines.values() for e in group)
+    body = {"ready": ready, "degraded": degraded, "redis": redis_ok, "engines": engines, "routes_version": state.routes.version}
     return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": str(RETRY_AFTER_S)})
 
 

@@ -74,12 +74,14 @@ def make_state(settings, store_url, base_urls, think_url):
     from server.state import GatewayState
 
     store = Store(store_url, maxlen=settings.records_stream_maxlen)
+    routes = RouteTable(store, poll_s=0.2)
     pools = {
-        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path)),
-        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path)),
+        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path), routed_adapters=lambda: routes.served("base")),
+        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path),
+                            routed_adapters=lambda: routes.served("think")),
     }
     hotswap = fleet(store, settings, base_urls, think_url, drain_seconds=1.0, drain="background")
-    return GatewayState(settings, store, RouteTable(store, poll_s=0.2), pools, adapter_action=hotswap.act)
+    return GatewayState(settings, store, routes, pools, adapter_action=hotswap.act)
 
 
 class RunningServer:

@@ -186,7 +186,13 @@ def test_one_round_at_a_time(loop, gateway):
     lock = store.round_lock(settings.round_lock_seconds)
     assert lock.acquire()
     try:
-        assert run_round(settings, store, fleet_for(settings, store, gateway), say=lambda _: None) == {"status": "locked"}
+        impatient = settings.model_copy(update={"round_lock_wait_s": 0})
+        assert run_round(impatient, store, fleet_for(settings, store, gateway), say=lambda _: None) == {"status": "locked"}
+        waiting = settings.model_copy(update={"round_lock_wait_s": 1.0})
+        said: list[str] = []
+        started = time.perf_counter()
+        assert run_round(waiting, store, fleet_for(settings, store, gateway), say=said.append) == {"status": "locked"}
+        assert time.perf_counter() - started >= 1.0 and "waiting up to 1 s" in said[0]
     finally:
         lock.release()
 
