@@ -432,6 +432,28 @@ def bench_gateway(
     _report(settings, "gateway", results, bench.table(results))
 
 
+@bench_app.command("peers")
+def bench_peers(
+    concurrency: Annotated[list[int], typer.Option(help="Closed-loop concurrency levels (repeat the option).")] = [1, 8, 32, 128],  # noqa: B006
+    rate: Annotated[list[float], typer.Option(help="Open-loop request rates per second (repeat the option).")] = [100, 500, 1000],  # noqa: B006
+    requests: Annotated[int, typer.Option(min=16, help="Closed-loop requests per side per level.")] = 256,
+    seconds: Annotated[float, typer.Option(min=0.5, max=60, help="Seconds per open-loop pass.")] = 3.0,
+    passes: Annotated[int, typer.Option(min=2, max=20, help="Open-loop passes per side per rate (alternating order).")] = 4,
+    delay_ms: Annotated[list[float], typer.Option(help="Mock engine delays in ms (repeat the option).")] = [0, 20],  # noqa: B006
+) -> None:
+    """Our gateway against LiteLLM's proxy and vllm-router, side by side on a mock engine."""
+    from deploy.bench import peers as bench
+
+    settings = _built_settings()
+    if any(c < 1 or c > 1024 for c in concurrency) or any(r <= 0 or r > 20_000 for r in rate) or any(d < 0 or d > 10_000 for d in delay_ms):
+        raise _fail("--concurrency must be 1-1024, --rate above 0 and at most 20000, --delay-ms 0-10000", 2)
+    results = bench.run(settings, sorted(set(concurrency)), sorted(set(rate)), requests, seconds, passes, list(dict.fromkeys(delay_ms)),
+                        say=console.print)
+    settings.bench_dir.mkdir(parents=True, exist_ok=True)
+    bench.plot(results, settings.bench_dir / "peers.png")
+    _report(settings, "peers", results, bench.table(results) + "\n\n![added latency](peers.png)")
+
+
 @bench_app.command("train")
 def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A round id (default: the latest that trained).")] = None) -> None:
     """Wall time per phase and tokens per second of a finished training round."""

@@ -16,6 +16,7 @@ the client address when no key is configured) is rate-limited per minute: 429 wi
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ TaskPath = Annotated[str, Path(description="extraction, sql, push or insights", 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
+@functools.lru_cache(maxsize=64)  # a handful of keys, asked on every request
 def key_id(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 

@@ -28,7 +28,8 @@ GATEWAY_OVERHEAD = Histogram(
     "tucano_gateway_overhead_seconds", "Time an answered (non-streamed) request spent in the gateway outside its "
     "wait for the engine's answer: routing, validation, prompt, scoring, record write, response (an answer that "
     "waits for the event loop counts as engine time)", ["task"], registry=REGISTRY,
-    buckets=(0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+    buckets=(0.0001, 0.0002, 0.0003, 0.0004, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01,
+             0.025, 0.05, 0.1, 0.25, 1))
 
 
 def exposed() -> CollectorRegistry:
