@@ -39,6 +39,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -303,6 +304,16 @@ class Bench:
         return {"latencies": latencies, "failures": failures, "wall_s": wall, "cpu_s": self.sides[name].cpu_s() - cpu_before,
                 "redis_cpu_s": self.redis_side.cpu_s() - redis_before}
 
+    async def settle(self, name: str, idle_share: float = 0.05, most_s: float = 60.0) -> None:
+        """Wait until a side's processes are idle: a proxy that fell behind keeps working on
+        requests its clients gave up on, on the core the next side's pass gets."""
+        deadline = time.monotonic() + most_s
+        while time.monotonic() < deadline:
+            before = self.sides[name].cpu_s()
+            await asyncio.sleep(0.25)
+            if self.sides[name].cpu_s() - before < idle_share * 0.25:
+                return
+
     async def open_loop(self, workload: str, rates: list[float], seconds: float, passes: int, say) -> list[dict]:
         rows, held = [], set(self.live)
         for rate in rates:
@@ -311,6 +322,7 @@ class Bench:
             for index in range(passes):
                 for name in (sorted(held, key=SIDES.index) if index % 2 == 0 else sorted(held, key=SIDES.index)[::-1]):
                     runs[name].append(await self.open_run(name, workload, rate, seconds))
+                    await self.settle(name)
             own_after = await self.own_time()
             row = {"workload": workload, "rate": rate, "seconds": seconds, "passes": passes, "sides": {}}
             for name, side_runs in runs.items():
