@@ -187,9 +187,8 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         say(f"{task}: {entry['status']}")
         return entry
     active = store.routes()[1].get(task, {}).get("active")
-    since = methods.candidates_since(store.adapters(task), active)
-    start, start_why = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task), since)
-    entry["start"] = {"from": start.version if start else "base", "why": start_why}
+    start, start_why = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
+    entry["start"] = {"from": start, "why": start_why}
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
     try:

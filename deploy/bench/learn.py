@@ -165,7 +165,7 @@ def _sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team,
                    baseline: list[Score]) -> dict:
     """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows."""
     started = time.perf_counter()
-    meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", None)
+    meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
     return {"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),

@@ -380,25 +380,39 @@ def _profile(pid: int, seconds: float, out: Path, fmt: str) -> subprocess.Popen:
                              "--nonblocking", "--format", fmt, "--output", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _stacks(collapsed: str):
+    """(frames, samples) of each line of py-spy's collapsed stacks ("frame;frame;... count")."""
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack.split(";"), int(count)
+
+
 def hottest_frames(collapsed: str, top: int = 15) -> list[dict]:
-    """The frames (function and file) with most samples on the stack, from py-spy's collapsed
-    stacks ("frame;frame;... count" per line): inclusive share, and self share at the leaf."""
+    """The frames where the samples were taken (self share), with their share of samples on the
+    stack at all (inclusive: each frame once per stack), most self first."""
     inclusive: Counter = Counter()
     leaf: Counter = Counter()
     total = 0
-    for line in collapsed.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames, samples = stack.split(";"), int(count)
+    for frames, samples in _stacks(collapsed):
         total += samples
         for frame in set(frames):
             inclusive[frame] += samples
         leaf[frames[-1]] += samples
-    if not total:
-        return []
-    return [{"frame": frame, "inclusive": round(n / total, 3), "self": round(leaf[frame] / total, 3)}
-            for frame, n in inclusive.most_common() if not frame.startswith(("<module>", "run (", "_run_once", "run_forever", "run_until"))][:top]
+    return [{"frame": frame, "self": round(n / total, 3), "inclusive": round(inclusive[frame] / total, 3)}
+            for frame, n in leaf.most_common(top)] if total else []
+
+
+def by_package(collapsed: str) -> dict[str, float]:
+    """Self samples per package (the first part of the frame's file path: aiohttp, uvicorn,
+    redis...; ours are server, router, rewards, common), as shares, largest first."""
+    shares: Counter = Counter()
+    total = 0
+    for frames, samples in _stacks(collapsed):
+        total += samples
+        where = frames[-1].rpartition("(")[2].split(":")[0]
+        shares[where.split("/")[0] if "/" in where else (where or "?")] += samples
+    return {name: round(n / total, 3) for name, n in shares.most_common()} if total else {}
 
 
 def run(settings: Settings, levels: list[int], rates: list[float], requests_per_level: int, seconds: float, passes: int,
@@ -501,8 +515,9 @@ async def _profiled(bench: Bench, pid: int, bench_dir: Path, say, rate: float = 
         if profiler.returncode != 0 or not path.is_file():
             say(f"[red]py-spy failed ({profiler.returncode}): {output[-500:]}[/red]")
             return {"error": f"py-spy exited {profiler.returncode}: {output[-500:]}"}
-    frames = hottest_frames(outputs["raw"].read_text())
-    return {"rate": rate, "seconds": seconds, "flamegraph": outputs["flamegraph"].name, "stacks": outputs["raw"].name, "hottest": frames}
+    collapsed = outputs["raw"].read_text()
+    return {"rate": rate, "seconds": seconds, "flamegraph": outputs["flamegraph"].name, "stacks": outputs["raw"].name,
+            "hottest": hottest_frames(collapsed), "packages": by_package(collapsed)}
 
 
 def verdicts(results: dict) -> list[tuple[str, str, str]]:
@@ -559,9 +574,12 @@ def table(results: dict) -> str:
                 lines.append(f"| {row['rate']:.0f} | {name} | {e.get('p50_ms', '-')} | {e.get('p99_ms', '-')} | {e.get('p999_ms', '-')} | "
                              + " | ".join(added) + f" | {cpu} | {e['failed']} | {'yes' if e['holds'] else 'no'} |")
         if found.get("profile", {}).get("hottest"):
-            lines += ["", f"py-spy on our gateway at {found['profile']['rate']:.0f} req/s ({found['profile']['flamegraph']}): frames most "
-                          "often on the stack", "", "| frame | inclusive | self |", "|---|---:|---:|"]
-            lines += [f"| `{f['frame'][:110]}` | {f['inclusive']} | {f['self']} |" for f in found["profile"]["hottest"]]
+            profile = found["profile"]
+            lines += ["", f"py-spy on our gateway at {profile['rate']:.0f} req/s, samples holding the GIL ({profile['flamegraph']}); "
+                          "where they were taken, by package: " + ", ".join(f"{name} {share:.1%}" for name, share in
+                                                                           list(profile["packages"].items())[:14]),
+                      "", "| frame | self | inclusive |", "|---|---:|---:|"]
+            lines += [f"| `{f['frame'][:110]}` | {f['self']} | {f['inclusive']} |" for f in profile["hottest"]]
     lines += ["", "| target | measured | |", "|---|---|---|"] + [f"| {t} | {m} | {v} |" for t, m, v in verdicts(results)]
     cores = results["cores"]
     layout = "every process on shared cores" if cores == "shared" else (

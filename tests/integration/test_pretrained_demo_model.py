@@ -92,7 +92,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
                 data.sft.append({"prompt": render(build_messages("extraction", r["input"])),
                                  "completion": answer_text("extraction", r["reference"]), "source": r["id"]})
             split_validation(data, smol.seed)
-            meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", None)
+            meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", "base")
         asyncio.run(load_everywhere([server.url], meta.version, meta.path))  # loads, then checks it answers
         adapted = asyncio.run(answered(meta.version))
         assert json.loads(adapted.text).keys() >= {"sentiment", "summary"}

@@ -108,16 +108,17 @@ def test_added_latency_intervals_hold_a_constant_shift():
         assert read[key] == [3.0, 3.0], (key, read[key])
 
 
-def test_the_hottest_frames_count_each_frame_once_per_stack():
-    from deploy.bench.peers import hottest_frames
+def test_the_profile_summary_counts_each_frame_once_per_stack_and_self_time_by_package():
+    from deploy.bench.peers import by_package, hottest_frames
 
-    collapsed = "\n".join(["main (a.py:1);handle (b.py:2);score (c.py:3) 6", "main (a.py:1);handle (b.py:2) 2",
-                           "main (a.py:1);write (d.py:4);write (d.py:4) 2", "garbage line"])
-    frames = {f["frame"]: f for f in hottest_frames(collapsed)}
-    assert frames["main (a.py:1)"]["inclusive"] == 1.0 and frames["main (a.py:1)"]["self"] == 0.0
-    assert frames["handle (b.py:2)"] == {"frame": "handle (b.py:2)", "inclusive": 0.8, "self": 0.2}
-    assert frames["write (d.py:4)"]["inclusive"] == 0.2  # recursion counts once
-    assert hottest_frames("") == []
+    collapsed = "\n".join(["main (a.py:1);handle (server/b.py:2);score (rewards/c.py:3) 6", "main (a.py:1);handle (server/b.py:2) 2",
+                           "main (a.py:1);write (redis/d.py:4);write (redis/d.py:4) 2", "garbage line"])
+    frames = hottest_frames(collapsed)
+    assert [f["frame"] for f in frames] == ["score (rewards/c.py:3)", "handle (server/b.py:2)", "write (redis/d.py:4)"]
+    assert frames[1] == {"frame": "handle (server/b.py:2)", "self": 0.2, "inclusive": 0.8}
+    assert frames[2]["inclusive"] == 0.2  # recursion counts once
+    assert by_package(collapsed) == {"rewards": 0.6, "server": 0.2, "redis": 0.2}
+    assert hottest_frames("") == [] and by_package("") == {}
 
 
 def test_every_side_gets_the_same_review_and_ours_does_the_task():
