@@ -192,7 +192,8 @@ def test_one_round_at_a_time(loop, gateway):
         said: list[str] = []
         started = time.perf_counter()
         assert run_round(waiting, store, fleet_for(settings, store, gateway), say=said.append) == {"status": "locked"}
-        assert time.perf_counter() - started >= 1.0 and "waiting up to 1 s" in said[0]
+        # redis-py gives up once its next try (every 0.1 s) would fall past the timeout
+        assert time.perf_counter() - started >= 0.8 and "waiting up to 1 s" in said[0], said
     finally:
         lock.release()
 
