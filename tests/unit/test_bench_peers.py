@@ -150,3 +150,5 @@ def test_verdicts_compare_with_litellm_at_every_level_and_read_our_own_time_at_t
     assert list(read.values()) == ["met", "missed", "met", "missed"]
     results["delays"][0]["open"] = [{"rate": 500, "sides": {"tucano": {}}}]  # stopped holding before 1000 req/s
     assert verdicts(results)[0][2] == "missed"
+    results["rates"] = [100, 500]  # never asked for 1000 req/s: not a miss
+    assert verdicts(results)[0][1:] == ("not measured (--rate did not ask for 1000)", "not measured")
