@@ -49,7 +49,7 @@ from common.records import (
     encode,
     label_of,
 )
-from common.tasks import TASKS
+from common.tasks import TASK_ENGINE, TASKS
 
 RECORDS = "tucano:records"
 FAILURES = "tucano:failures"
@@ -332,6 +332,17 @@ class Store:
         pipe.hgetall(ROUTES)
         version, raw = pipe.execute()
         return int(version or 0), {task: json.loads(value) for task, value in raw.items()}
+
+    def routed_adapters(self, routes: dict[str, dict]) -> dict[str, dict[str, str]]:
+        """Engine kind -> every version `routes` point at (active and canary) -> its files: what
+        every engine of that kind must serve."""
+        paths: dict[str, dict[str, str]] = {}
+        for task, route in routes.items():
+            for version in {route.get("active"), route.get("canary")} - {None}:
+                meta = self.adapter(version)
+                if meta is not None and task in TASK_ENGINE:
+                    paths.setdefault(TASK_ENGINE[task], {})[version] = meta.path
+        return paths
 
     def routes_version(self) -> int:
         return int(self.redis.get(ROUTES_VERSION) or 0)

@@ -30,7 +30,6 @@ from redis.exceptions import LockError
 from common.processes import die_with_parent, has_gpu, usable_cores
 from common.settings import Settings, load_settings
 from common.store import Store
-from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, run_engines
@@ -55,18 +54,13 @@ def reload_active_adapters(store: Store, kind: str, urls: list[str], say=log.war
     """An engine that (re)starts has no adapters: load every active and canary version of the
     tasks its model serves into it. An engine that does not answer is left to the gateway, which
     loads what it lacks when it comes back, before it takes traffic (`EnginePool.check`)."""
-    _, routes = store.routes()
-    for task, route in routes.items():
-        if TASK_ENGINE.get(task) != kind:
-            continue
-        for version in {route.get("active"), route.get("canary")} - {None}:
-            meta = store.adapter(version)
-            for url in urls if meta else []:
-                try:
-                    asyncio.run(load_everywhere([url], version, meta.path))
-                except AdapterLoadError as error:
-                    say(f"{kind} engine {url} did not take {version} now ({error}); the gateway loads it before "
-                        "the engine takes traffic")
+    for version, path in store.routed_adapters(store.routes()[1]).get(kind, {}).items():
+        for url in urls:
+            try:
+                asyncio.run(load_everywhere([url], version, path))
+            except AdapterLoadError as error:
+                say(f"{kind} engine {url} did not take {version} now ({error}); the gateway loads it before "
+                    "the engine takes traffic")
 
 
 def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_url: str) -> GatewayState:

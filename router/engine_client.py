@@ -45,7 +45,6 @@ class Engine:
     last_error: str | None = None
     slow_probes: int = 0  # consecutive health probes that timed out
     last_answer: float = 0.0  # time.monotonic() of the last completion it returned
-    adapters: frozenset[str] = frozenset()  # the adapter versions it served at its last probe
 
 
 @dataclass
@@ -141,8 +140,8 @@ class EnginePool:
                     served = frozenset(m["id"] for m in listed["data"] if m.get("parent"))
                 missing = {v: path for v, path in self.routed_adapters().items() if v not in served}
                 if missing:
-                    served |= await self._load(engine, missing)
-                engine.model, engine.adapters, engine.slow_probes = roots[0], served, 0
+                    await self._load(engine, missing)
+                engine.model, engine.slow_probes = roots[0], 0
                 engine.healthy, engine.last_error = True, None
             except ReplicaIncomplete as error:
                 engine.healthy, engine.last_error = False, str(error)
@@ -159,7 +158,7 @@ class EnginePool:
         await asyncio.gather(*(probe(e) for e in self.engines))
         return any(e.healthy for e in self.engines)
 
-    async def _load(self, engine: Engine, versions: dict[str, str]) -> frozenset[str]:
+    async def _load(self, engine: Engine, versions: dict[str, str]) -> None:
         """Load routed versions an engine lacks (vLLM's runtime LoRA API); ReplicaIncomplete if it refuses one."""
         for version, path in versions.items():
             try:
@@ -170,7 +169,6 @@ class EnginePool:
                 raise ReplicaIncomplete(f"lacks routed adapter {version}, and loading it failed: {type(error).__name__}: {error}") from None
             if response.status != 200 and "already" not in text:  # another gateway loaded it first
                 raise ReplicaIncomplete(f"lacks routed adapter {version} and refused it: HTTP {response.status} {text[:200]}")
-        return frozenset(versions)
 
     def _pick(self, skip: frozenset[str] = frozenset()) -> Engine:
         for _ in range(len(self.engines)):
@@ -219,8 +217,6 @@ class EnginePool:
                 text = await response.text(errors="replace")
                 # 404 for an adapter: this replica lacks it (restarted, not yet re-verified by a probe)
                 lacks_adapter = response.status == 404 and body["model"] != engine.model
-                if lacks_adapter:
-                    engine.adapters -= {body["model"]}
                 raise self._failed(engine, RuntimeError(f"HTTP {response.status}: {text[:200]}"), failover=lacks_adapter)
             yield response
 

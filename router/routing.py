@@ -12,7 +12,6 @@ import threading
 import redis
 
 from common.store import Store
-from common.tasks import TASK_ENGINE
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +30,8 @@ class RouteTable:
         version = self.store.routes_version()
         if version != self.version:
             version, routes = self.store.routes()
-            self.adapter_paths = self._paths(routes)
+            self.adapter_paths = self.store.routed_adapters(routes)
             self.version, self.routes = version, routes
-
-    def _paths(self, routes: dict[str, dict]) -> dict[str, dict[str, str]]:
-        paths: dict[str, dict[str, str]] = {}
-        for task, route in routes.items():
-            for version in {route.get("active"), route.get("canary")} - {None}:
-                meta = self.store.adapter(version)
-                if meta is not None and task in TASK_ENGINE:
-                    paths.setdefault(TASK_ENGINE[task], {})[version] = meta.path
-        return paths
 
     def served(self, kind: str) -> dict[str, str]:
         """The versions routes point at that engines of `kind` must serve, with their files."""

@@ -257,13 +257,13 @@ class Bench:
                 failures[name] += run["failures"]
         own_after = await self.own_time()
         row = {"workload": workload, "concurrency": concurrency, "blocks": blocks, "block": block, "sides": {}}
+        direct = _stats([ms for run in latencies["direct"] for ms in run])
         for name in self.live:
             merged = [ms for run in latencies[name] for ms in run]
             entry = {"requests": len(merged), "failed": len(failures[name]), "first_failure": failures[name][0] if failures[name] else None,
                      **_stats(merged), "cpu_ms_per_request": round(1000 * cpu[name] / len(merged), 3) if name != "direct" else None}
             if name != "direct":
-                direct = [ms for run in latencies["direct"] for ms in run]
-                entry.update({f"added_{k}": round(entry[f"{k}_ms"] - _stats(direct)[f"{k}_ms"], 3) for k in ("p50", "p99", "p999")})
+                entry.update({f"added_{k}": round(entry[f"{k}_ms"] - direct[f"{k}_ms"], 3) for k in ("p50", "p99", "p999")})
                 entry.update(_added_intervals(latencies["direct"], latencies[name]))
             row["sides"][name] = entry
         if "tucano" in self.live:

@@ -107,7 +107,7 @@ def test_a_replica_lacking_a_routed_adapter_gets_it_before_it_takes_traffic(repl
     assert restarted.calls[0] == ("/v1/load_lora_adapter", "sql-v3")  # before its first completion
     assert restarted.completions() == ["sql-v3", "sql-v3"] and first.completions() == ["sql-v3", "sql-v3"]
     assert sorted(engines) == sorted([first.url, restarted.url] * 2)
-    assert all(e.healthy and e.adapters == {"sql-v3"} for e in pool.engines)
+    assert all(e.healthy for e in pool.engines) and first.adapters == restarted.adapters == {"sql-v3"}
     assert ("/v1/load_lora_adapter", "sql-v3") not in first.calls  # a replica that has it is left alone
 
 
