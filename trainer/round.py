@@ -234,13 +234,13 @@ def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, 
         if missing:
             raise RoundError(f"no {' or '.join(missing)} engine is registered: start `tucano serve` (or set its URLs)")
         round_id = time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()  # one instant: started + seconds is when the round ended
         orphans, stale = clean_orphans(settings), _abandon_stale_candidates(store)
         stored = store.read_new_records(CONSUMER, count=1_000_000)
         by_task: dict[str, list] = defaultdict(list)
         for entry in stored:
             by_task[entry.record.task if entry.record else ""].append((entry.entry_id, entry.record))
-        summary = {"round": round_id, "started": time.time(), "records": len(stored), "orphans_removed": orphans,
+        summary = {"round": round_id, "started": started_at, "records": len(stored), "orphans_removed": orphans,
                    "stale_candidates": stale, "settings": _recipe(settings), "tasks": {}}
         say(f"round {round_id}: {len(stored)} new records")
         for task in tasks:
