@@ -440,6 +440,8 @@ def bench_peers(
     seconds: Annotated[float, typer.Option(min=0.5, max=60, help="Seconds per open-loop pass.")] = 3.0,
     passes: Annotated[int, typer.Option(min=2, max=20, help="Open-loop passes per side per rate (alternating order).")] = 4,
     delay_ms: Annotated[list[float], typer.Option(help="Mock engine delays in ms (repeat the option).")] = [0, 20],  # noqa: B006
+    side: Annotated[list[str], typer.Option(help="Sides measured against the mock (repeat the option): tucano, python-hop, litellm, "
+                                                 "vllm-router. Fewer than all writes peers-<sides>.*, not peers.*")] = [],  # noqa: B006
 ) -> None:
     """Our gateway against LiteLLM's proxy and vllm-router, side by side on a mock engine."""
     from deploy.bench import peers as bench
@@ -447,11 +449,16 @@ def bench_peers(
     settings = _built_settings()
     if any(c < 1 or c > 1024 for c in concurrency) or any(r <= 0 or r > 20_000 for r in rate) or any(d < 0 or d > 10_000 for d in delay_ms):
         raise _fail("--concurrency must be 1-1024, --rate above 0 and at most 20000, --delay-ms 0-10000", 2)
+    unknown = sorted(set(side) - set(bench.SIDES[1:]))
+    if unknown:
+        raise _fail(f"--side takes {', '.join(bench.SIDES[1:])}; not {', '.join(unknown)}", 2)
+    peers = tuple(s for s in bench.SIDES[1:] if s in side) if side else bench.SIDES[1:]
+    name = "peers" if peers == bench.SIDES[1:] else "peers-" + "-".join(peers)
     results = bench.run(settings, sorted(set(concurrency)), sorted(set(rate)), requests, seconds, passes, list(dict.fromkeys(delay_ms)),
-                        say=console.print)
+                        say=console.print, peers=peers, name=name)
     settings.bench_dir.mkdir(parents=True, exist_ok=True)
-    bench.plot(results, settings.bench_dir / "peers.png")
-    _report(settings, "peers", results, bench.table(results) + "\n\n![added latency](peers.png)")
+    bench.plot(results, settings.bench_dir / f"{name}.png")
+    _report(settings, name, results, bench.table(results) + f"\n\n![added latency]({name}.png)")
 
 
 @bench_app.command("train")

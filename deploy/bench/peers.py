@@ -223,7 +223,7 @@ def _histogram_quantile(before: dict[str, float], after: dict[str, float], q: fl
 class Bench:
     def __init__(self, client, sides: dict[str, Side], requests: Requests, gateway_metrics: str, redis_side: Side):
         self.client, self.sides, self.requests = client, sides, requests
-        self.live = [name for name in SIDES if sides[name].error is None]
+        self.live = [name for name in SIDES if name in sides and sides[name].error is None]
         self.answered: Counter = Counter()
         self.senders = {name: _sender(client, sides[name], self.answered) for name in self.live}
         self.gateway_metrics, self.redis_side = gateway_metrics, redis_side
@@ -416,13 +416,15 @@ def by_package(collapsed: str) -> dict[str, float]:
 
 
 def run(settings: Settings, levels: list[int], rates: list[float], requests_per_level: int, seconds: float, passes: int,
-        delays_ms: list[float], say=print) -> dict:
+        delays_ms: list[float], say=print, peers: tuple[str, ...] = SIDES[1:], name: str = "peers") -> dict:
+    """Every side in `peers` (our gateway, the bare hop, LiteLLM, vllm-router) against the mock
+    straight (`direct`, always measured); result files under the bench dir are named `name`."""
     reviews = [row["input"]["review"] for row in load_split(settings.datasets_dir, "extraction", "eval")]
     requests = Requests(reviews)
     cores = sorted(os.sched_getaffinity(0))
     shared_core, proxy_core = ({cores[0]}, {cores[1]}) if len(cores) >= 2 else (None, None)
     results: dict = {"cores": {"proxies": sorted(proxy_core), "mock_redis_client": sorted(shared_core)} if proxy_core else "shared",
-                     "peers": {}, "delays": [], "target": TARGET, "rates": rates}
+                     "peers": {}, "delays": [], "target": TARGET, "rates": rates, "sides": ["direct", *peers], "name": name}
     bench_dir = settings.bench_dir
     bench_dir.mkdir(parents=True, exist_ok=True)
     peer_root = settings.root / "peers"
@@ -451,21 +453,25 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
             sides = {"direct": Side("direct", mock_url, "mock", [mock.pid]),
                      "tucano": Side("tucano", gateway_url, "this checkout", [gateway.pid]),
                      "python-hop": Side("python-hop", f"http://127.0.0.1:{hop_port}", "uvicorn + aiohttp", [hop.pid])}
-            for name in ("litellm", "vllm-router"):
+            for peer in ("litellm", "vllm-router"):
+                if peer not in peers:
+                    continue
                 try:
-                    sides[name] = _start_peer(stack, name, peer_python(peer_root, name, say), mock_url, scratch, proxy_core)
+                    sides[peer] = _start_peer(stack, peer, peer_python(peer_root, peer, say), mock_url, scratch, proxy_core)
                 except PeerUnavailable as error:
-                    sides[name] = Side(name, error=str(error))
-                    say(f"[red]{name} is not measured: {error}[/red]")
-                results["peers"][name] = {"package": PEER_PACKAGES[name], "version": sides[name].version, "error": sides[name].error}
+                    sides[peer] = Side(peer, error=str(error))
+                    say(f"[red]{peer} is not measured: {error}[/red]")
+                results["peers"][peer] = {"package": PEER_PACKAGES[peer], "version": sides[peer].version, "error": sides[peer].error}
+            sides = {side: sides[side] for side in ("direct", *peers)}  # our gateway runs in every case: it writes the records counted
             if shared_core:
                 os.sched_setaffinity(0, shared_core)
                 stack.callback(os.sched_setaffinity, 0, cores)
             redis_side = Side("valkey", pids=[redis_pid])
-            say(f"mock delay {delay} ms: sides {', '.join(n for n in SIDES if sides[n].error is None)}")
+            say(f"mock delay {delay} ms: sides {', '.join(n for n in sides if sides[n].error is None)}")
 
             plan = {"levels": levels, "rates": rates, "requests_per_level": requests_per_level, "seconds": seconds, "passes": passes}
-            found = asyncio.run(_measure(sides, requests, redis_side, gateway.pid, delay, plan, bench_dir if delay == delays_ms[0] else None, say))
+            found = asyncio.run(_measure(sides, requests, redis_side, (gateway.pid, gateway_url), delay, plan,
+                                         bench_dir / name if delay == delays_ms[0] and "tucano" in sides else None, say))
             found["records"]["in_redis"] = Store(redis_url).redis.xlen(RECORDS)
             if found["records"]["in_redis"] != found["records"]["answered"]:
                 say(f"[red]our gateway answered {found['records']['answered']} requests but Redis holds "
@@ -474,15 +480,16 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
     return results
 
 
-async def _measure(sides: dict[str, Side], requests: Requests, redis_side: Side, gateway_pid: int, delay: float, plan: dict,
-                   profile_dir: Path | None, say) -> dict:
+async def _measure(sides: dict[str, Side], requests: Requests, redis_side: Side, gateway: tuple[int, str], delay: float, plan: dict,
+                   profile_prefix: Path | None, say) -> dict:
     """Every measurement at one mock delay: the mock's own ceiling, the closed loop per workload
-    and concurrency, the open loop, and (with `profile_dir`) our gateway's profile."""
+    and concurrency, the open loop, and (with `profile_prefix`) our gateway's profile."""
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
-        bench = Bench(client, sides, requests, f"{sides['tucano'].url}/metrics", redis_side)
+        gateway_pid, gateway_url = gateway
+        bench = Bench(client, sides, requests, f"{gateway_url}/metrics", redis_side)
         for name in bench.live:  # every path warm
             await _drive(bench.senders[name], requests.bodies["extraction", name][:32], 8)
         ceiling_cpu = sides["direct"].cpu_s()
@@ -497,16 +504,16 @@ async def _measure(sides: dict[str, Side], requests: Requests, redis_side: Side,
                 found["closed"].append(await bench.closed(workload, level, plan["requests_per_level"]))
                 say(_describe_closed(found["closed"][-1]))
         found["open"] = await bench.open_loop("extraction", plan["rates"], plan["seconds"], plan["passes"], say)
-        if profile_dir is not None:
-            found["profile"] = await _profiled(bench, gateway_pid, profile_dir, say)
+        if profile_prefix is not None:
+            found["profile"] = await _profiled(bench, gateway_pid, profile_prefix, say)
         found["records"] = {"answered": bench.answered["tucano"]}
         return found
 
 
-async def _profiled(bench: Bench, pid: int, bench_dir: Path, say, rate: float = 500, seconds: float = 8) -> dict:
+async def _profiled(bench: Bench, pid: int, prefix: Path, say, rate: float = 500, seconds: float = 8) -> dict:
     """py-spy on our gateway while it answers `rate` requests a second: a flame graph and the
     collapsed stacks (from two runs at the same rate), and the hottest frames."""
-    outputs = {"flamegraph": bench_dir / "peers-flame.svg", "raw": bench_dir / "peers-stacks.txt"}
+    outputs = {"flamegraph": prefix.with_name(f"{prefix.name}-flame.svg"), "raw": prefix.with_name(f"{prefix.name}-stacks.txt")}
     for fmt, path in outputs.items():
         profiler = _profile(pid, seconds, path, fmt)
         await asyncio.sleep(0.5)
@@ -524,6 +531,8 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
     """(target, measured, met/missed) from the first delay's figures."""
     found = results["delays"][0]
     out = []
+    if "tucano" not in results.get("sides", SIDES):
+        return out
     at_rate = next((row for row in found["open"] if row["rate"] == TARGET["rate"]), None)
     tucano = (at_rate or {}).get("sides", {}).get("tucano")
     if tucano:
