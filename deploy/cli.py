@@ -461,6 +461,22 @@ def bench_peers(
     _report(settings, name, results, bench.table(results) + f"\n\n![added latency]({name}.png)")
 
 
+@bench_app.command("parts")
+def bench_parts(
+    concurrency: Annotated[list[int], typer.Option(help="Closed-loop concurrency levels (repeat the option).")] = [1, 16],  # noqa: B006
+    rounds: Annotated[int, typer.Option(min=4, max=100, help="Rounds of blocks per level (each variant once per round).")] = 10,
+    block: Annotated[int, typer.Option(min=50, max=10_000, help="Requests per block.")] = 300,
+) -> None:
+    """Where our gateway's CPU per request goes: the gateway with parts taken away, side by side."""
+    from deploy.bench import parts as bench
+
+    settings = _built_settings()
+    if any(c < 1 or c > 1024 for c in concurrency):
+        raise _fail("--concurrency must be 1-1024", 2)
+    results = bench.run(settings, sorted(set(concurrency)), rounds, block, say=console.print)
+    _report(settings, "parts", results, bench.table(results))
+
+
 @bench_app.command("train")
 def bench_train(round_id: Annotated[str | None, typer.Option("--round", help="A round id (default: the latest that trained).")] = None) -> None:
     """Wall time per phase and tokens per second of a finished training round."""
