@@ -9,6 +9,9 @@ several times on the proxies' core, each with one part of the request path repla
 - `no record write`: `Store.add_record` returns at once;
 - `no engine call`: the engine pool answers in-process with the mock's completion;
 - `neither`: both taken away (what is left: HTTP server, FastAPI, prompt, scoring, metrics);
+- `served, no FastAPI`: as served, but the task route's request goes from uvicorn straight to
+  the route's function (a plain ASGI shim, a prototype for the benchmark: no key check, no
+  error handling, the same body and answer models), which prices taking FastAPI off the path;
 - `uvicorn floor`: a bare ASGI app on the same uvicorn (uvloop, httptools) that reads the body
   and answers a fixed JSON: the least any Python gateway on this server pays;
 - `python hop`: uvicorn plus the aiohttp client forwarding to the mock (`bench gateway`'s hop).
@@ -39,26 +42,29 @@ from deploy.bench.peers import RESAMPLES, Requests, Side, _pin, _sender
 from deploy.bench.stack import serve_gateway, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
-GATEWAY_VARIANTS = {"served": "", "no record write": "record", "no engine call": "engine", "neither": "record,engine"}
+GATEWAY_VARIANTS = {"served": "", "no record write": "record", "no engine call": "engine", "neither": "record,engine",
+                    "served, no FastAPI": "fastapi"}
 VARIANTS = (*GATEWAY_VARIANTS, "uvicorn floor", "python hop")
-WRITES_RECORDS = ("served", "no engine call")
+WRITES_RECORDS = ("served", "no engine call", "served, no FastAPI")
 # what each part costs: (name, variant with it, variant without it)
 PARTS = (("engine call (aiohttp, to the mock and back)", "served", "no engine call"),
          ("record write (one Lua call to Valkey)", "served", "no record write"),
          ("the app without I/O (FastAPI, prompt, scoring, metrics)", "neither", "uvicorn floor"),
+         ("FastAPI and Starlette on the task route", "served", "served, no FastAPI"),
          ("uvicorn itself (the floor)", "uvicorn floor", None))
 
 
 def serve_gateway_without(parts: str, *args: str) -> None:
-    """`stack.serve_gateway`, with the named parts (`record`, `engine`, comma-separated) replaced
-    by nothing in this process before it serves (one worker: uvicorn serves in this process)."""
+    """`stack.serve_gateway`, with the named parts (`record`, `engine`, `fastapi`, comma-separated)
+    replaced in this process before it serves (one worker: uvicorn serves in this process)."""
     from common.store import Store as PatchedStore
+    from deploy import serve
     from deploy.bench.mock_engine import COMPLETION
     from router.engine_client import Completion, EnginePool
 
     taken = set(filter(None, parts.split(",")))
-    if taken - {"record", "engine"}:
-        raise SystemExit(f"unknown parts {sorted(taken - {'record', 'engine'})}")
+    if taken - {"record", "engine", "fastapi"}:
+        raise SystemExit(f"unknown parts {sorted(taken - {'record', 'engine', 'fastapi'})}")
 
     async def no_record_write(self, record, label=None) -> str:
         return "0-0"
@@ -70,7 +76,37 @@ def serve_gateway_without(parts: str, *args: str) -> None:
         PatchedStore.add_record = no_record_write
     if "engine" in taken:
         EnginePool.complete = in_process_completion
+    if "fastapi" in taken:  # uvicorn imports `deploy.serve:gateway_app` by name: it finds this one
+        gateway_app = serve.gateway_app
+        serve.gateway_app = lambda: without_fastapi(gateway_app())
     serve_gateway(*args)
+
+
+def without_fastapi(app):
+    """An ASGI app that hands `POST /v1/tasks/{task}` from uvicorn straight to the route's
+    function (body and answer through the same pydantic models); everything else, lifespan
+    included, goes to `app`."""
+    from server.deps import Caller
+    from server.routes.tasks import run_task
+    from server.schemas import TaskRequest
+
+    caller = Caller(app.state.gateway, None, False, "bench")
+
+    async def shim(scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/v1/tasks/"):
+            return await app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        answer = await run_task(scope["path"].rsplit("/", 1)[1], TaskRequest.model_validate_json(b"".join(chunks)), caller)
+        body = answer.model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return shim
 
 
 def serve_floor(port: str) -> None:

@@ -63,6 +63,8 @@ def test_unknown_parts_are_refused_before_anything_serves(monkeypatch):
     monkeypatch.setattr(parts, "serve_gateway", lambda *args: pytest.fail("served"))
     with pytest.raises(SystemExit, match="unknown parts"):
         parts.serve_gateway_without("record,scoring")
+    with pytest.raises(SystemExit, match="scoring"):
+        parts.serve_gateway_without("fastapi,scoring")
 
 
 def test_the_uvicorn_floor_reads_the_body_and_answers_json():
@@ -108,3 +110,49 @@ def test_the_table_names_every_variant_and_part_at_every_level():
     for part, _, _ in PARTS:
         assert f"| {part} | 0.100 [0.050, 0.150] | 0.100 [0.050, 0.150] |" in written
     assert "answered 10; Valkey holds 10" in written
+
+
+def test_the_fastapi_free_shim_hands_task_posts_to_the_route_function_and_the_rest_to_the_app(monkeypatch):
+    import asyncio
+    import json
+    from types import SimpleNamespace
+
+    from deploy.bench import parts
+    from server.routes import tasks
+    from server.schemas import Route, Scores, TaskResponse, Usage
+
+    calls, passed = [], []
+
+    async def run_task(task, body, caller):
+        calls.append((task, body.input, caller.client))
+        return TaskResponse(id="1" * 32, task=task, output={"message": "oi"}, raw="oi", valid=True,
+                            route=Route(model="base", adapter=None, version="base"),
+                            scores=Scores(total=0.5, components={}, reference_used=False),
+                            usage=Usage(prompt_tokens=1, completion_tokens=1), latency_ms=1.0)
+
+    async def app(scope, receive, send):
+        passed.append((scope["type"], scope.get("path")))
+
+    monkeypatch.setattr(tasks, "run_task", run_task)
+    app.state = SimpleNamespace(gateway="state")
+    shim = parts.without_fastapi(app)
+
+    async def call(scope, chunks):
+        messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+        sent = []
+
+        async def receive():
+            return messages.pop(0)
+
+        async def send(message):
+            sent.append(message)
+        await shim(scope, receive, send)
+        return sent
+
+    sent = asyncio.run(call({"type": "http", "method": "POST", "path": "/v1/tasks/push"}, [b'{"input": {"camp', b'aign": "natal"}}']))
+    assert calls == [("push", {"campaign": "natal"}, "bench")]
+    assert sent[0]["status"] == 200 and json.loads(sent[1]["body"])["output"] == {"message": "oi"}
+    asyncio.run(call({"type": "lifespan"}, []))
+    asyncio.run(call({"type": "http", "method": "GET", "path": "/readyz"}, []))
+    asyncio.run(call({"type": "http", "method": "POST", "path": "/v1/feedback"}, []))
+    assert passed == [("lifespan", None), ("http", "/readyz"), ("http", "/v1/feedback")] and len(calls) == 1
