@@ -29,7 +29,6 @@ import os
 import random
 import statistics
 import tempfile
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -42,7 +41,7 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import Store
-from deploy.bench.stack import start, wait_ready
+from deploy.bench.stack import drive, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 TASK = "extraction"
@@ -104,25 +103,6 @@ def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
-
-async def _drive(send, payloads: list, concurrency: int) -> dict:
-    """Send every payload with at most `concurrency` in flight; latencies in ms (in payload
-    order) and throughput."""
-    gate = asyncio.Semaphore(concurrency)
-    latencies: list[float] = [0.0] * len(payloads)
-    failures: list[str] = []
-
-    async def one(index: int, payload) -> None:
-        async with gate:
-            started = time.perf_counter()
-            status, text = await send(payload)
-            latencies[index] = (time.perf_counter() - started) * 1000
-            if status != 200:
-                failures.append(f"HTTP {status}: {text[:300]}")
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one(i, p) for i, p in enumerate(payloads)))
-    return {"latencies": latencies, "failures": failures, "wall_s": time.perf_counter() - started}
 
 
 def _overhead_counts(text: str) -> dict[str, float]:
@@ -249,7 +229,7 @@ class _Sides:
         return send
 
     async def drive(self, side: str, reviews: list[str], concurrency: int) -> dict:
-        return await _drive(self.sender(side), [self.body(side, r) for r in reviews], concurrency)
+        return await drive(self.sender(side), [self.body(side, r) for r in reviews], concurrency)
 
     async def overhead_counts(self) -> dict[str, float]:
         async with self.client.get(self.metrics_url) as response:

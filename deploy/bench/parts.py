@@ -37,9 +37,8 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import RECORDS, Store
-from deploy.bench.gateway import _drive
-from deploy.bench.peers import RESAMPLES, Requests, Side, _pin, _sender
-from deploy.bench.stack import serve_gateway, start, wait_ready
+from deploy.bench.peers import RESAMPLES, Requests, sender
+from deploy.bench.stack import Side, drive, pin, serve_gateway, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 GATEWAY_VARIANTS = {"served": "", "no record write": "record", "no engine call": "engine", "neither": "record,engine",
@@ -156,7 +155,7 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
         mock_url = f"http://127.0.0.1:{mock_port}"
         wait_ready(mock, "mock engine", f"{mock_url}/health", scratch / "mock.log")
         redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-        _pin(json.loads((scratch / "redis" / "server.json").read_text())["pid"], shared_core)
+        pin(json.loads((scratch / "redis" / "server.json").read_text())["pid"], shared_core)
         env = dict(os.environ, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false")
         env.pop("TUCANO_USER_API_KEY", None)
         env.pop("TUCANO_ADMIN_API_KEY", None)
@@ -174,7 +173,7 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
             else:
                 process = start(stack, "deploy.bench.gateway:_serve_proxy", log, mock_url, str(port))
                 wait_ready(process, name, url, log)
-            _pin(process.pid, proxy_core)
+            pin(process.pid, proxy_core)
             sides[name] = Side("tucano" if name in GATEWAY_VARIANTS else name, url, name, [process.pid])
         if shared_core:
             os.sched_setaffinity(0, shared_core)
@@ -198,21 +197,21 @@ async def _measure(sides: dict[str, Side], bodies: dict, levels: list[int], roun
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
         counts: dict[str, Counter] = {name: Counter() for name in sides}
-        senders = {name: _sender(client, side, counts[name]) for name, side in sides.items()}
+        senders = {name: sender(client, side, counts[name]) for name, side in sides.items()}
 
         def payloads(name: str) -> list:
             pool = bodies["extraction", "python-hop" if name == "python hop" else "tucano"]  # the hop gets what the gateway sends on
             return [pool[i % len(pool)] for i in range(block)]
 
         for name in sides:  # every path warm
-            await _drive(senders[name], payloads(name)[:64], 8)
+            await drive(senders[name], payloads(name)[:64], 8)
         for level in levels:
             cpu_ms: dict[str, list[float]] = {name: [] for name in sides}
             failures: Counter = Counter()
             for index in range(rounds):
                 for name in (list(sides) if index % 2 == 0 else list(sides)[::-1]):
                     before = sides[name].cpu_s()
-                    run = await _drive(senders[name], payloads(name), level)
+                    run = await drive(senders[name], payloads(name), level)
                     cpu_ms[name].append(1000 * (sides[name].cpu_s() - before) / block)
                     failures[name] += len(run["failures"])
             row = {"concurrency": level, "variants": {name: {**differences(cpu_ms[name], None), "failed": failures[name]}

@@ -42,17 +42,14 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import psutil
 
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import RECORDS, Store
-from deploy.bench.gateway import _drive, _overhead_counts, _percentile
-from deploy.bench.stack import start, wait_ready
+from deploy.bench.gateway import _overhead_counts, _percentile
+from deploy.bench.stack import Side, drive, pin, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 PEER_PACKAGES = {"litellm": "litellm[proxy]==1.108.7", "vllm-router": "vllm-router==0.1.17"}
@@ -85,29 +82,6 @@ def peer_python(root: Path, name: str, say) -> Path:
     return venv / "bin"
 
 
-@dataclass
-class Side:
-    name: str
-    url: str = ""
-    version: str = ""
-    pids: list[int] = field(default_factory=list)  # whose CPU time counts
-    error: str | None = None
-
-    def cpu_s(self) -> float:
-        total = 0.0
-        for pid in self.pids:
-            try:
-                process = psutil.Process(pid)
-                total += sum(process.cpu_times()[:2]) + sum(sum(c.cpu_times()[:2]) for c in process.children(recursive=True))
-            except psutil.NoSuchProcess:
-                continue
-        return total
-
-
-def _pin(pid: int, cores: set[int] | None) -> None:
-    if cores:
-        for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
-            process.cpu_affinity(sorted(cores))
 
 
 def _start_peer(stack: ExitStack, name: str, bin_dir: Path, mock_url: str, scratch: Path, cores: set[int] | None) -> Side:
@@ -135,7 +109,7 @@ def _start_peer(stack: ExitStack, name: str, bin_dir: Path, mock_url: str, scrat
         wait_ready(process, name, ready, log_path, timeout_s=180)
     except RuntimeError as error:
         raise PeerUnavailable(str(error)) from None
-    _pin(process.pid, cores)
+    pin(process.pid, cores)
     version = subprocess.run([str(bin_dir / "pip"), "show", version_of], capture_output=True, text=True).stdout
     version = next((line.split(":", 1)[1].strip() for line in version.splitlines() if line.startswith("Version:")), "?")
     return Side(name, f"http://127.0.0.1:{port}", version, [process.pid])
@@ -167,7 +141,7 @@ class Requests:
                 self.bodies[workload, side] = made
 
 
-def _sender(client, side: Side, answered: Counter):
+def sender(client, side: Side, answered: Counter):
     """Sends one encoded request to a side; counts its 200s in `answered` (ours must have as
     many records in Redis)."""
     headers = {"content-type": "application/json"}
@@ -225,7 +199,7 @@ class Bench:
         self.client, self.sides, self.requests = client, sides, requests
         self.live = [name for name in SIDES if name in sides and sides[name].error is None]
         self.answered: Counter = Counter()
-        self.senders = {name: _sender(client, sides[name], self.answered) for name in self.live}
+        self.senders = {name: sender(client, sides[name], self.answered) for name in self.live}
         self.gateway_metrics, self.redis_side = gateway_metrics, redis_side
 
     async def own_time(self) -> dict[str, float]:
@@ -249,7 +223,7 @@ class Bench:
                 bodies = pool[workload, name]
                 chosen = [bodies[(start + i) % len(bodies)] for i in range(block)]
                 cpu_before, redis_before = self.sides[name].cpu_s(), self.redis_side.cpu_s()
-                run = await _drive(self.senders[name], chosen, concurrency)
+                run = await drive(self.senders[name], chosen, concurrency)
                 cpu[name] += self.sides[name].cpu_s() - cpu_before
                 if name == "tucano":
                     redis_cpu += self.redis_side.cpu_s() - redis_before
@@ -438,18 +412,18 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
             wait_ready(mock, "mock engine", f"{mock_url}/health", scratch / "mock.log")
             redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
             redis_pid = json.loads((scratch / "redis" / "server.json").read_text())["pid"]
-            _pin(redis_pid, shared_core)
+            pin(redis_pid, shared_core)
             gateway_port = free_port()
             env = dict(os.environ, TUCANO_USER_API_KEY=KEY, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false")
             gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(settings.root), redis_url, mock_url,
                             mock_url, str(gateway_port), "1", str(scratch / "metrics"), "off", env=env)
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log")
-            _pin(gateway.pid, proxy_core)
+            pin(gateway.pid, proxy_core)
             hop_port = free_port()
             hop = start(stack, "deploy.bench.gateway:_serve_proxy", scratch / "python-hop.log", mock_url, str(hop_port))
             wait_ready(hop, "python hop", f"http://127.0.0.1:{hop_port}", scratch / "python-hop.log")
-            _pin(hop.pid, proxy_core)
+            pin(hop.pid, proxy_core)
             sides = {"direct": Side("direct", mock_url, "mock", [mock.pid]),
                      "tucano": Side("tucano", gateway_url, "this checkout", [gateway.pid]),
                      "python-hop": Side("python-hop", f"http://127.0.0.1:{hop_port}", "uvicorn + aiohttp", [hop.pid])}
@@ -491,9 +465,9 @@ async def _measure(sides: dict[str, Side], requests: Requests, redis_side: Side,
         gateway_pid, gateway_url = gateway
         bench = Bench(client, sides, requests, f"{gateway_url}/metrics", redis_side)
         for name in bench.live:  # every path warm
-            await _drive(bench.senders[name], requests.bodies["extraction", name][:32], 8)
+            await drive(bench.senders[name], requests.bodies["extraction", name][:32], 8)
         ceiling_cpu = sides["direct"].cpu_s()
-        ceiling = await _drive(bench.senders["direct"], requests.bodies["chat", "direct"] * 8, 64)
+        ceiling = await drive(bench.senders["direct"], requests.bodies["chat", "direct"] * 8, 64)
         mock_cpu_ms = 1000 * (sides["direct"].cpu_s() - ceiling_cpu) / len(ceiling["latencies"])
         found: dict = {"delay_ms": delay, "mock": {
             "cpu_ms_per_request": round(mock_cpu_ms, 4), "ceiling_rps_one_core": round(1000 / mock_cpu_ms) if mock_cpu_ms else None,

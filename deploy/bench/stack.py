@@ -1,16 +1,20 @@
 """The throwaway pieces benchmarks run beside the stack under test: a server in its own
 interpreter (stopped when the benchmark ends, its output in a log whose tail a start-up failure
-quotes), a readiness wait, and the gateway process as `tucano serve` runs it."""
+quotes), a readiness wait, the gateway process as `tucano serve` runs it, a closed-loop load
+driver, and a measured side's CPU time and core pinning."""
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 
 def serve_gateway(data_dir: str, redis_url: str, base_url: str, think_url: str, port: str, workers: str, metrics_dir: str,
@@ -49,3 +53,51 @@ def wait_ready(process: subprocess.Popen, name: str, url: str, log_path: Path, t
         if failure:  # the log lives in the benchmark's scratch directory, which goes when it stops
             raise RuntimeError(f"the benchmark {name} {failure}; log tail:\n" + log_path.read_text(errors="replace")[-2000:])
         time.sleep(0.2)
+
+
+async def drive(send, payloads: list, concurrency: int) -> dict:
+    """Send every payload with at most `concurrency` in flight; latencies in ms (in payload
+    order) and throughput."""
+    gate = asyncio.Semaphore(concurrency)
+    latencies: list[float] = [0.0] * len(payloads)
+    failures: list[str] = []
+
+    async def one(index: int, payload) -> None:
+        async with gate:
+            started = time.perf_counter()
+            status, text = await send(payload)
+            latencies[index] = (time.perf_counter() - started) * 1000
+            if status != 200:
+                failures.append(f"HTTP {status}: {text[:300]}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(payloads)))
+    return {"latencies": latencies, "failures": failures, "wall_s": time.perf_counter() - started}
+
+
+@dataclass
+class Side:
+    """One thing a benchmark sends requests to, and the processes whose CPU time it costs."""
+    name: str
+    url: str = ""
+    version: str = ""
+    pids: list[int] = field(default_factory=list)  # whose CPU time counts
+    error: str | None = None
+
+    def cpu_s(self) -> float:
+        total = 0.0
+        for pid in self.pids:
+            try:
+                process = psutil.Process(pid)
+                total += sum(process.cpu_times()[:2]) + sum(sum(c.cpu_times()[:2]) for c in process.children(recursive=True))
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+
+def pin(pid: int, cores: set[int] | None) -> None:
+    """Keep a process and its children on `cores` (none given: leave them where they are)."""
+    if cores:
+        for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+            process.cpu_affinity(sorted(cores))
+
