@@ -35,13 +35,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
-import psutil
 
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import Store
-from deploy.bench.stack import drive, start, wait_ready
+from deploy.bench.stack import Side, drive, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 TASK = "extraction"
@@ -102,7 +101,6 @@ def _idle_priority() -> None:
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
 
 
 def _overhead_counts(text: str) -> dict[str, float]:
@@ -342,11 +340,7 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
         wait_ready(gateway, "gateway", f"{gateway_url}/readyz", gateway_log)
         wait_ready(proxy, "proxy", proxy_url, proxy_log)
-        # the gateway and, with several workers, its worker processes
-        gateway_processes = [psutil.Process(gateway.pid), *psutil.Process(gateway.pid).children(recursive=True)]
-
-        def gateway_cpu_s() -> float:
-            return sum(sum(process.cpu_times()[:2]) for process in gateway_processes)
+        gateway_cpu_s = Side("gateway", pids=[gateway.pid]).cpu_s  # with several workers, theirs too
 
         # The idle-class client (why: the module docstring) only where the engine has cores of
         # its own: on shared cores the engine keeps every core busy, and such a client would

@@ -37,6 +37,7 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import RECORDS, Store
+from deploy.bench.mock_engine import COMPLETION
 from deploy.bench.peers import RESAMPLES, Requests, sender
 from deploy.bench.stack import Side, drive, pin, serve_gateway, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
@@ -56,9 +57,7 @@ PARTS = (("engine call (aiohttp, to the mock and back)", "served", "no engine ca
 def serve_gateway_without(parts: str, *args: str) -> None:
     """`stack.serve_gateway`, with the named parts (`record`, `engine`, `fastapi`, comma-separated)
     replaced in this process before it serves (one worker: uvicorn serves in this process)."""
-    from common.store import Store as PatchedStore
     from deploy import serve
-    from deploy.bench.mock_engine import COMPLETION
     from router.engine_client import Completion, EnginePool
 
     taken = set(filter(None, parts.split(",")))
@@ -72,7 +71,7 @@ def serve_gateway_without(parts: str, *args: str) -> None:
         return Completion(COMPLETION, len(prompt) // 4, len(COMPLETION) // 4, "stop", "in-process", adapter or "base")
 
     if "record" in taken:
-        PatchedStore.add_record = no_record_write
+        Store.add_record = no_record_write
     if "engine" in taken:
         EnginePool.complete = in_process_completion
     if "fastapi" in taken:  # uvicorn imports `deploy.serve:gateway_app` by name: it finds this one
@@ -112,7 +111,7 @@ def serve_floor(port: str) -> None:
     """The bare ASGI app on uvicorn with the gateway's server settings."""
     import uvicorn
 
-    answer = json.dumps({"id": "0" * 32, "output": json.loads(_completion())}).encode()
+    answer = json.dumps({"id": "0" * 32, "output": json.loads(COMPLETION)}).encode()
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
@@ -126,11 +125,6 @@ def serve_floor(port: str) -> None:
         await send({"type": "http.response.body", "body": answer})
 
     uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning", access_log=False)
-
-
-def _completion() -> str:
-    from deploy.bench.mock_engine import COMPLETION
-    return COMPLETION
 
 
 def differences(with_part: list[float], without_part: list[float] | None, seed: int = 0) -> dict:
@@ -154,8 +148,9 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
                      str(cores[0]) if shared_core else "")
         mock_url = f"http://127.0.0.1:{mock_port}"
         wait_ready(mock, "mock engine", f"{mock_url}/health", scratch / "mock.log")
-        redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-        pin(json.loads((scratch / "redis" / "server.json").read_text())["pid"], shared_core)
+        embedded = EmbeddedRedis(scratch / "redis")  # a fresh dir: it starts its own server
+        redis_url = stack.enter_context(embedded)
+        pin(embedded.process.pid, shared_core)
         env = dict(os.environ, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false")
         env.pop("TUCANO_USER_API_KEY", None)
         env.pop("TUCANO_ADMIN_API_KEY", None)

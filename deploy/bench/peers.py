@@ -410,8 +410,9 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
                          str(cores[0]) if shared_core else "")
             mock_url = f"http://127.0.0.1:{mock_port}"
             wait_ready(mock, "mock engine", f"{mock_url}/health", scratch / "mock.log")
-            redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-            redis_pid = json.loads((scratch / "redis" / "server.json").read_text())["pid"]
+            embedded = EmbeddedRedis(scratch / "redis")  # a fresh dir: it starts its own server
+            redis_url = stack.enter_context(embedded)
+            redis_pid = embedded.process.pid
             pin(redis_pid, shared_core)
             gateway_port = free_port()
             env = dict(os.environ, TUCANO_USER_API_KEY=KEY, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false")

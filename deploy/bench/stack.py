@@ -100,4 +100,3 @@ def pin(pid: int, cores: set[int] | None) -> None:
     if cores:
         for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
             process.cpu_affinity(sorted(cores))
-
