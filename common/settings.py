@@ -113,6 +113,8 @@ class Settings(BaseSettings):
     # The promotion gate, shadow replay and canary
     gate_max_rows: int = Field(64, ge=8, description="Most eval rows per task a gate decision scores (a rotating sample beyond).")
     gate_min_rows: int = Field(16, ge=4, description="Fewest eval rows a decision needs; with fewer the candidate is rejected.")
+    gate_look_rows: int = Field(32, ge=0, description="The gate scores its sample in blocks of this many rows and stops after a "
+                                "block once the outcome is plain (trainer/gate.py); 0: one look at every row.")
     promote_margin: float = Field(0.0, ge=-1, le=1, description="The paired difference's 95% lower bound must exceed this.")
     component_tolerance: float = Field(0.05, ge=0, le=1, description="A component (each extraction field too) is significantly "
                                        "worse when its whole 95% interval lies below minus this.")

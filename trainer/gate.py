@@ -4,11 +4,19 @@ same `rewards/`; the decision reads the per-row paired differences.
 
 - The rows: the team's eval set (the share of its labelled inputs held out by hash), the rows a
   team loaded (`tucano eval-set add`), and the demo's bootstrap eval split, de-duplicated by
-  input; beyond `gate_max_rows`, a sample drawn anew each round (never the same fixed head).
+  input; beyond `gate_max_rows`, a sample drawn anew each round (never the same fixed head), and
+  in an order drawn anew each round, so that every look sees a random part of them.
 - Promote only when the 95% interval of the mean paired difference (percentile bootstrap over
   rows) lies above `promote_margin`, and no component (each extraction field on its own) is
   significantly worse: its whole interval below `-component_tolerance`. Fewer than
   `gate_min_rows` rows decide nothing: the candidate is rejected.
+- Sequential: the sampled rows are scored in blocks of `gate_look_rows`, and the gate stops
+  after a block once the outcome is plain. An early win needs the 99.73% interval (z = 3, the
+  Haybittle-Peto boundary, so the last look keeps its 95% almost whole) above the margin, every
+  95% check passed, and no component's mean difference below `-component_tolerance`. An early
+  loss is a mean difference at or below the margin; it never adds a false promotion (it only
+  rejects) and it costs the power of a candidate that would have just cleared at the end. On two
+  cores the candidate's answers are most of a round's time after its training.
 
 A candidate that is the incumbent's own weights under a new name answers every row as the
 incumbent does, so its interval is [0, 0] and it is never promoted.
@@ -30,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from common.datasets import input_key, load_split
 from common.records import Sampling
@@ -41,6 +50,8 @@ from router.registry import REGISTRY
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 RESAMPLES = 2000
+EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
+EARLY_WIN_RESAMPLES = 20_000  # its 0.135% tail is the 27th of them, not the 3rd of 2000
 SOURCES = ("team", "file", "bootstrap")
 
 
@@ -78,7 +89,9 @@ def held_out_inputs(settings: Settings, store, task: str) -> frozenset[str]:
 
 
 def sample_rows(rows: list[EvalRow], most: int, seed: int) -> list[EvalRow]:
-    return list(rows) if len(rows) <= most else random.Random(seed).sample(rows, most)
+    """At most `most` of the rows in a random order: a look that stops the gate early must not
+    have seen only the team's rows, which come first."""
+    return random.Random(seed).sample(rows, min(most, len(rows)))
 
 
 def row_seed(seed: int, row_id: str) -> int:
@@ -129,13 +142,14 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     return [score(task, text, row.reference, settings.reward_context(row.input)) for text, row in zip(texts, rows)]
 
 
-def mean_interval(diffs: list[float], resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """The mean and its 95% percentile-bootstrap interval."""
+def mean_interval(diffs: list[float], resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """The mean and its percentile-bootstrap interval at `level` (95% unless told)."""
     if not diffs:
         return 0.0, 0.0, 0.0
-    rng, n = random.Random(seed), len(diffs)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return statistics.fmean(diffs), means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
+    values, tail = np.asarray(diffs, dtype=float), (1 - level) / 2
+    draws = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
+    means = np.sort(values[draws].mean(axis=1))
+    return float(values.mean()), float(means[int(tail * resamples)]), float(means[min(resamples - 1, int((1 - tail) * resamples))])
 
 
 def _parts(s: Score) -> dict[str, float]:
@@ -155,12 +169,15 @@ class Decision:
     interval: tuple[float, float]
     components: dict[str, dict] = field(default_factory=dict)  # name -> {difference, interval, worse}
     seconds: float = 0.0
+    planned: int = 0  # rows sampled; n < planned when a look stopped the gate early
+    looks: int = 1
 
     def as_dict(self) -> dict:
         return {"promote": self.promote, "reason": self.reason, "n": self.n, "rows": self.rows,
                 "candidate_mean": round(self.candidate_mean, 4), "incumbent_mean": round(self.incumbent_mean, 4),
                 "difference": round(self.difference, 4), "interval": [round(v, 4) for v in self.interval],
-                "components": self.components, "seconds": round(self.seconds, 2)}
+                "components": self.components, "seconds": round(self.seconds, 2), "planned": self.planned or self.n,
+                "looks": self.looks}
 
 
 def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], settings: Settings, seed: int = 0) -> Decision:
@@ -190,17 +207,75 @@ def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], 
     return decision
 
 
+def look_ends(planned: int, look_rows: int) -> list[int]:
+    """How many rows the gate has scored at each look: a block of `look_rows` at a time, the last
+    look at every planned row (0, or a block as large as the sample: one look)."""
+    if look_rows <= 0 or look_rows >= planned:
+        return [planned]
+    return [*range(look_rows, planned, look_rows), planned]
+
+
+def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], planned: int, settings: Settings,
+          seed: int = 0) -> Decision | None:
+    """The decision after a look at the first `len(rows)` of `planned` rows: at the last look the
+    fixed-sample decision (`decide`); before it, a decision only when the outcome is already plain
+    (module docstring), None to score the next block."""
+    decision = decide(candidate, incumbent, rows, settings, seed)
+    decision.planned = planned
+    if len(rows) >= planned:
+        return decision
+    if decision.n < settings.gate_min_rows:
+        return None
+    early = f"stopped after {decision.n} of {planned} rows"
+    margin = settings.promote_margin
+    if decision.difference <= margin:
+        decision.promote = False
+        decision.reason = (f"{early}: paired difference {decision.difference:+.4f} is not above the margin {margin} "
+                           f"(95% interval [{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}])")
+        return decision
+    drifting = [name for name, c in decision.components.items() if c["difference"] < -settings.component_tolerance]
+    if not decision.promote or drifting:
+        return None
+    diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
+    _, low, high = mean_interval(diffs, EARLY_WIN_RESAMPLES, seed, EARLY_WIN_LEVEL)
+    if low <= margin:
+        return None
+    decision.reason = (f"{early}: paired difference {decision.difference:+.4f}, 99.73% interval [{low:+.4f}, {high:+.4f}] "
+                       f"> {margin} (95%: [{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}])")
+    return decision
+
+
+async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed: int) -> Decision:
+    """Scores `rows` block by block (`score_block(rows) -> (candidate scores, incumbent scores)`)
+    until `judge` decides; the decision says after how many rows and looks."""
+    candidate: list[Score] = []
+    incumbent: list[Score] = []
+    ends = look_ends(len(rows), settings.gate_look_rows)
+    for look, end in enumerate(ends, start=1):
+        scored_candidate, scored_incumbent = await score_block(rows[len(candidate):end])
+        candidate += scored_candidate
+        incumbent += scored_incumbent
+        decision = judge(candidate, incumbent, rows[:end], len(rows), settings, seed)
+        if decision is not None:
+            decision.looks = look
+            return decision
+    raise AssertionError("the last look always decides")
+
+
 async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candidate: str, incumbent: str | None,
                    round_seed: int) -> Decision:
-    """The decision on a sample of the eval rows drawn with the round's seed; each row is answered
-    with its own seed (the same in every round), the incumbent's answers read back where it gave
-    them in an earlier round."""
+    """The decision on a sample of the eval rows drawn with the round's seed, scored look by look
+    (`sequential`); each row is answered with its own seed (the same in every round), the
+    incumbent's answers read back where it gave them in an earlier round."""
     started = time.perf_counter()
     rows = sample_rows(eval_rows(settings, store, task), settings.gate_max_rows, round_seed)
-    # both versions at once: the engine batches their requests together
-    candidate_scores, incumbent_scores = await asyncio.gather(answer(pool, settings, task, candidate, rows, settings.seed, store),
-                                                              answer(pool, settings, task, incumbent, rows, settings.seed, store))
-    decision = decide(candidate_scores, incumbent_scores, rows, settings, seed=round_seed)
+
+    async def score_block(block: list[EvalRow]) -> tuple[list[Score], list[Score]]:
+        # both versions at once: the engine batches their requests together
+        return await asyncio.gather(answer(pool, settings, task, candidate, block, settings.seed, store),
+                                    answer(pool, settings, task, incumbent, block, settings.seed, store))
+
+    decision = await sequential(score_block, rows, settings, round_seed)
     decision.seconds = time.perf_counter() - started
     return decision
 

@@ -335,8 +335,10 @@ def table(results: dict) -> str:
         for t, e in entry["tasks"].items():
             seconds, decision = e.get("seconds") or {}, e.get("decision") or {}
             plan = "+".join(step["method"] for step in e.get("plan") or []) or "-"
-            diff = (f"{decision['difference']:+.3f} [{decision['interval'][0]:+.3f}, {decision['interval'][1]:+.3f}] n={decision['n']}"
-                    if decision else "-")
+            diff = "-"
+            if decision:
+                early = f" of {decision['planned']}" if decision.get("planned", decision["n"]) > decision["n"] else ""  # a look stopped it
+                diff = f"{decision['difference']:+.3f} [{decision['interval'][0]:+.3f}, {decision['interval'][1]:+.3f}] n={decision['n']}{early}"
             traffic = e["traffic"]
             lines.append(f"| {entry['round']} | {t} | {traffic['requests']} ({traffic['corrected']}, {traffic['rated']}) | {plan} | "
                          f"{(e.get('status') or '-').split(':')[0]} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "

@@ -66,6 +66,27 @@ def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
     assert components_table(results) in table(results)
 
 
+def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
+    from deploy.bench.learn import table
+
+    traffic = {"requests": 10, "corrected": 2, "rated": 3}
+    early = {"difference": 0.3, "interval": [0.2, 0.4], "n": 32, "planned": 64}
+    full = {"difference": 0.01, "interval": [-0.02, 0.04], "n": 64, "planned": 64}
+    before_looks = {"difference": 0.01, "interval": [-0.02, 0.04], "n": 24}  # a decision stored before `planned` existed
+    results = {
+        "settings": {"rounds": 1, "requests": 10, "correction_rate": 0.2, "rating_rate": 0.3, "measure_rows": {}},
+        "tasks": {},
+        "rounds": [{"round": 1, "seconds": 60.0, "tasks": {
+            "sql": {"traffic": traffic, "status": "promoted", "seconds": {"gate": 9.0}, "decision": early},
+            "push": {"traffic": traffic, "status": "rejected", "seconds": {"gate": 20.0}, "decision": full},
+            "insights": {"traffic": traffic, "status": "rejected", "decision": before_looks},
+            "extraction": {"traffic": traffic, "status": "not trained: nothing new"}}}],
+    }
+    rows = {line.split(" | ")[1]: line for line in table(results).splitlines() if line.startswith("| 1 | ")}
+    assert rows["sql"].endswith("+0.300 [+0.200, +0.400] n=32 of 64 |")
+    assert rows["push"].endswith("n=64 |") and rows["insights"].endswith("n=24 |") and rows["extraction"].endswith("| - |")
+
+
 def test_the_label_curve_takes_each_input_once_in_the_order_it_was_first_sent():
     from deploy.bench.learn import distinct
 

@@ -1,9 +1,11 @@
 """The promotion decisions as pure functions: the gate's paired interval (a candidate that is the
 incumbent's own weights is never promoted; a clearly better one is; one with a significantly
-worse field is not), the canary's verdict on live records, the stop conditions, KTO's class
-weights."""
+worse field is not), its looks (a plain outcome stops early; the false promotions and the power
+of the fixed sample are kept), the canary's verdict on live records, the stop conditions, KTO's
+class weights."""
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -14,7 +16,7 @@ from rewards import Score
 from tests.unit.test_shapes_and_routing import make_record
 from trainer import canary
 from trainer.diagnostics import stop_conditions
-from trainer.gate import EvalRow, decide, mean_interval, row_seed, sample_rows
+from trainer.gate import EvalRow, decide, look_ends, mean_interval, row_seed, sample_rows, sequential
 from trainer.kto import class_weights
 
 SETTINGS = load_settings(gate_min_rows=16, promote_margin=0.0, component_tolerance=0.01)
@@ -81,10 +83,84 @@ def test_rows_rotate_between_rounds_and_seeds_are_shared_by_the_versions_compare
     many = rows(500)
     first, second = sample_rows(many, 100, seed=1), sample_rows(many, 100, seed=2)
     assert len(first) == len(second) == 100 and first != second and first[:10] != many[:10]
-    assert sample_rows(rows(50), 100, seed=1) == rows(50)
+    reordered = sample_rows(rows(50), 100, seed=1)
+    assert reordered != rows(50) and sorted(reordered, key=lambda r: int(r.id[4:])) == rows(50)
+    assert reordered[:25] != [r for r in rows(50) if r.source == "team"]  # a first look sees both sources
     assert row_seed(1, "row-1") == row_seed(1, "row-1") != row_seed(2, "row-1")
     mean, low, high = mean_interval([0.1] * 30)
     assert mean == pytest.approx(0.1) and low == pytest.approx(0.1) and high == pytest.approx(0.1)
+
+
+def run_looks(candidate: list[Score], incumbent: list[Score], settings=SETTINGS, seed: int = 0):
+    """The gate's sequential loop over scores known in advance; returns its decision and the rows
+    it asked to have scored."""
+    asked: list[int] = []
+
+    async def score_block(block):
+        start = sum(asked)
+        asked.append(len(block))
+        return candidate[start:start + len(block)], incumbent[start:start + len(block)]
+    decision = asyncio.run(sequential(score_block, rows(len(candidate)), settings, seed))
+    return decision, asked
+
+
+def test_looks_are_blocks_of_the_sample_and_one_look_when_the_block_is_the_sample():
+    assert look_ends(64, 32) == [32, 64] and look_ends(70, 32) == [32, 64, 70] and look_ends(100, 16)[-1] == 100
+    assert look_ends(24, 32) == [24] and look_ends(64, 0) == [64] and look_ends(64, 64) == [64]
+
+
+def test_a_plain_win_and_a_plain_loss_stop_at_the_first_look():
+    rng = random.Random(11)
+    incumbent = answers(rng, 64)
+    better = [scored(min(1.0, i.total + 0.3), sentiment=1.0) for i in incumbent]
+    won, asked = run_looks(better, incumbent)
+    assert won.promote and asked == [32] and won.n == 32 and won.planned == 64 and won.looks == 1
+    assert "stopped after 32 of 64 rows" in won.reason and "99.73%" in won.reason
+    assert won.as_dict()["planned"] == 64 and won.as_dict()["n"] == 32
+    worse = [scored(max(0.0, i.total - 0.1), sentiment=1.0) for i in incumbent]
+    lost, asked = run_looks(worse, incumbent)
+    assert not lost.promote and asked == [32] and "not above the margin" in lost.reason
+
+
+def test_a_close_call_goes_to_the_last_look_and_is_decided_there_as_a_fixed_sample_would_be():
+    rng = random.Random(14)
+    incumbent = answers(rng, 64)
+    # +0.06 on average, noisy: clear at 64 rows, not at z = 3 after 32
+    candidate = [scored(min(1.0, max(0.0, i.total + 0.06 + rng.uniform(-0.3, 0.3))), sentiment=1.0) for i in incumbent]
+    decision, asked = run_looks(candidate, incumbent)
+    fixed = decide(candidate, incumbent, rows(64), SETTINGS)
+    assert asked == [32, 32] and decision.looks == 2 and decision.n == 64
+    assert decision.promote and (decision.reason, decision.interval) == (fixed.reason, fixed.interval)
+
+
+def test_a_field_drifting_worse_keeps_an_early_win_from_stopping_the_gate():
+    rng = random.Random(13)
+    incumbent = answers(rng, 64)
+    drifting = [Score(min(1.0, i.total + 0.3), i.components, True, True, fields={"sentiment": 0.9 if k % 3 else 1.0})
+                for k, i in enumerate(incumbent)]  # sentiment 0.07 worse on average: beyond the tolerance 0.01
+    decision, asked = run_looks(drifting, incumbent)
+    assert asked == [32, 32] and decision.n == 64
+
+
+def test_looking_early_keeps_false_promotions_and_power_of_the_fixed_sample():
+    """200 gates on noise alone and 200 on a modest true gain (+0.05), each decided with looks and
+    on the fixed 64 rows: the looks promote noise no more often, lose little power, and stop most
+    of the gates on noise at the first look."""
+    looked = {"noise": 0, "gain": 0}
+    fixed = {"noise": 0, "gain": 0}
+    stopped_early = 0
+    for repetition in range(200):
+        rng = random.Random(5000 + repetition)
+        incumbent = answers(rng, 64)
+        for kind, shift in (("noise", 0.0), ("gain", 0.05)):
+            candidate = answers(rng, 64, shift)
+            decision, asked = run_looks(candidate, incumbent, seed=repetition)
+            looked[kind] += decision.promote
+            fixed[kind] += decide(candidate, incumbent, rows(64), SETTINGS, seed=repetition).promote
+            stopped_early += kind == "noise" and asked == [32]
+    assert looked["noise"] <= fixed["noise"] + 1 and looked["noise"] <= 10  # 5% of 200 would be 10
+    assert fixed["gain"] >= 40 and looked["gain"] >= fixed["gain"] - 0.1 * 200
+    assert stopped_early >= 80
 
 
 def live(arm: str, adapter: str | None, total: float, rating: int | None = None):
