@@ -169,14 +169,14 @@ class Decision:
     interval: tuple[float, float]
     components: dict[str, dict] = field(default_factory=dict)  # name -> {difference, interval, worse}
     seconds: float = 0.0
-    planned: int = 0  # rows sampled; n < planned when a look stopped the gate early
+    planned: int = 0  # rows sampled (`decide`: n); n < planned when a look stopped the gate early
     looks: int = 1
 
     def as_dict(self) -> dict:
         return {"promote": self.promote, "reason": self.reason, "n": self.n, "rows": self.rows,
                 "candidate_mean": round(self.candidate_mean, 4), "incumbent_mean": round(self.incumbent_mean, 4),
                 "difference": round(self.difference, 4), "interval": [round(v, 4) for v in self.interval],
-                "components": self.components, "seconds": round(self.seconds, 2), "planned": self.planned or self.n,
+                "components": self.components, "seconds": round(self.seconds, 2), "planned": self.planned,
                 "looks": self.looks}
 
 
@@ -192,7 +192,7 @@ def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], 
         components[name] = {"difference": round(d, 4), "interval": [round(lo, 4), round(hi, 4)],
                             "worse": hi < -settings.component_tolerance}
     decision = Decision(False, "", n, by_source, statistics.fmean(c.total for c in candidate) if n else 0.0,
-                        statistics.fmean(i.total for i in incumbent) if n else 0.0, mean, (low, high), components)
+                        statistics.fmean(i.total for i in incumbent) if n else 0.0, mean, (low, high), components, planned=n)
     worse = [name for name, c in components.items() if c["worse"]]
     if n < settings.gate_min_rows:
         decision.reason = f"{n} eval rows, fewer than the {settings.gate_min_rows} a decision needs"

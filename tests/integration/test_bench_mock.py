@@ -34,7 +34,6 @@ def test_bench_parts_takes_each_part_away_and_counts_every_record(built):
         # the process CPU clock ticks every 10 ms: the bare floor's ~0.04 ms a request, over 4 x 50
         # requests, can read as 0 (CI, concurrency 4); everything that runs the app is many ticks
         assert all(v["ms"] > 0 for name, v in row["variants"].items() if name != "uvicorn floor")
-        assert row["variants"]["uvicorn floor"]["ms"] >= 0
         # taking work away never costs more than the whole, beyond one tick per block
         tick = 1000 * 0.01 / 50
         served = row["variants"]["served"]["ms"]
