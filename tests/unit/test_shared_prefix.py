@@ -1,6 +1,7 @@
 """Shared-prefix training runs a batch's common prompt prefix once and gives the loss and the
 gradients of the plain forward: for a LoRA model with TRL's fused head, and through the round's
-SFT end to end (the same losses and the same trained weights with it and without it)."""
+SFT end to end (the same losses and the same trained weights with it and without it). The round's
+SFT also validates only once its minimum steps are done, when an evaluation can stop it or keep its weights."""
 from __future__ import annotations
 
 import pytest
@@ -125,3 +126,16 @@ def test_the_rounds_sft_trains_the_same_weights_with_it_and_without_it(tokenizer
     for name, value in plain_weights.items():
         assert torch.allclose(value, shared_weights[name], atol=1e-4), name
     assert shared_prefix.MIN_SHARED_TOKENS <= 24
+
+
+def test_the_rounds_sft_validates_only_from_the_first_epoch_that_has_its_minimum_steps(tokenizer):
+    """Before `sft_min_steps` an evaluation can neither stop training nor keep weights, so none runs."""
+    system = " ".join(f"w{3 + i % 50}" for i in range(24))
+    examples = [{"prompt": f"{system} w{10 + i}", "completion": f"w{30 + i} w{40 + i}"} for i in range(10)]
+    validation = [{"prompt": f"{system} w{20 + i}", "completion": f"w{35 + i} w{45 + i}"} for i in range(4)]
+    settings = Settings(sft_batch_size=4, sft_min_steps=7, sft_max_epochs=5.0, train_learning_rate=1e-2, train_cpu_precision="fp32")
+    assert sft.first_useful_evaluation(7, 4, 10) == 3  # 3 steps per epoch: epoch 2 ends at step 6, epoch 3 at step 9
+    outcome = sft.train(settings, lora_model(), tokenizer, examples, validation, 600.0, "test")
+    evaluated_at = [s["step"] for s in outcome.steps_log if "eval_loss" in s]
+    assert outcome.steps == 15
+    assert evaluated_at == [9, 12, 15]
