@@ -32,7 +32,7 @@ from common.settings import Settings, load_settings
 from common.store import Store
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
-from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, run_engines
+from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
 from router.engine_client import ChatTemplate, EnginePool
 from router.routing import RouteTable
 from server.app import create_app
@@ -223,12 +223,9 @@ def serve(settings: Settings, say=print) -> None:
         servers: list[VllmServer] = []
         device = engine_device(settings)
         if not settings.base_engine_urls:
-            # the base engine answers most traffic and every gate: it may use every core (at nice
-            # 10, below the gateway); the think engine, one
-            servers.append(VllmServer("base", settings.base_model_path, lora=True, device=device, log_dir=settings.root / "logs",
-                                      threads=usable_cores()))
+            servers.append(local_engine("base", settings.base_model_path, device, settings.root / "logs"))
         if not settings.think_engine_url:
-            servers.append(VllmServer("think", settings.think_model_path, lora=True, device=device, log_dir=settings.root / "logs"))
+            servers.append(local_engine("think", settings.think_model_path, device, settings.root / "logs"))
         run_engines(stack, servers, say)
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")

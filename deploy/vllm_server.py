@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from common.processes import die_with_parent, free_port, stop_process
+from common.processes import die_with_parent, free_port, stop_process, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,11 @@ def vllm_command(model: str, served_name: str, port: int, lora: bool, device: st
     return command
 
 
-def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None, threads: int | None = None) -> dict[str, str]:
-    """`threads`: the engine's OpenMP threads on a CPU; unset, one per core in `cpus`, else one."""
+def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None, threads: int | None = None,
+             passive_wait: bool = False) -> dict[str, str]:
+    """`threads`: the engine's OpenMP threads on a CPU; unset, one per core in `cpus`, else one.
+    `passive_wait`: its threads sleep between parallel regions instead of spinning (libgomp's
+    OMP_WAIT_POLICY), so they leave cores they share with another busy engine (`local_engine`)."""
     env = dict(os.environ)
     # the gateway workers' metrics files (set by `serve` for them, and seen by an engine it
     # restarts): vLLM would write its own there, and the gateway's /metrics would sum them
@@ -62,6 +65,8 @@ def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None, thread
         # process is where OpenMP runs (it still runs in its own process, apart from the API server)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env["OMP_NUM_THREADS"] = str(threads or (len(cpus) if cpus else 1))
+        if passive_wait:
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 
 
@@ -83,8 +88,9 @@ def _child_setup(cpus: frozenset[int] | None) -> None:
 
 class VllmServer:
     def __init__(self, name: str, model: str, lora: bool, device: str, log_dir: Path, port: int | None = None,
-                 cpus: frozenset[int] | None = None, threads: int | None = None):
+                 cpus: frozenset[int] | None = None, threads: int | None = None, passive_wait: bool = False):
         self.name, self.model, self.lora, self.device, self.cpus, self.threads = name, model, lora, device, cpus, threads
+        self.passive_wait = passive_wait
         self.port = port or free_port()
         self.log_path = Path(log_dir) / f"vllm-{name}.log"
         self.process: subprocess.Popen | None = None
@@ -99,7 +105,7 @@ class VllmServer:
         log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
             vllm_command(self.model, self.name, self.port, self.lora, self.device),
-            env=vllm_env(self.device, self.lora, self.cpus, self.threads), stdout=log_file, stderr=subprocess.STDOUT,
+            env=vllm_env(self.device, self.lora, self.cpus, self.threads, self.passive_wait), stdout=log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, preexec_fn=functools.partial(_child_setup, self.cpus),
             # its own process group, to signal its engine-core children with it, but not its own
             # session: niceness only weighs against processes of the same session (autogroups)
@@ -140,6 +146,19 @@ class VllmServer:
         stop_process(self.process, timeout_s)
         self._kill_group(signal.SIGKILL)  # whatever of the group outlived the API server
         self.process = None
+
+
+def local_engine(kind: str, model: str, device: str, log_dir: Path) -> VllmServer:
+    """The base or think engine that `serve` and `bench learn` start on their own machine, with
+    LoRA. On a CPU both get every core: the base engine, which answers most traffic and three of
+    the four gates, spins its threads between kernels (libgomp's default: with them sleeping it
+    took 55-61 s instead of 45-49 s for 64 extraction requests on two cores); the think engine's
+    threads sleep, so they leave the cores to the base engine whenever it is busy. Measured here
+    (24 insights and 64 extraction requests, both engines up): the think engine alone took 19-22 s
+    with two sleeping threads, 26-27 s with one and 16-18 s with two spinning ones; both engines
+    busy at once took 73-81 s, 72-78 s and 137-159 s."""
+    return VllmServer(kind, model, lora=True, device=device, log_dir=log_dir, threads=usable_cores(),
+                      passive_wait=kind == "think")
 
 
 def run_engines(stack, servers: list[VllmServer], say) -> None:

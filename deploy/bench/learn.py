@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 
 from common.datasets import load_split
-from common.processes import free_port, usable_cores
+from common.processes import free_port
 from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
@@ -308,10 +308,10 @@ def _env(settings: Settings) -> dict[str, str]:
 def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, list[str]]:
     if settings.base_engine_urls and settings.think_engine_url:
         return {"base": settings.base_engine_urls, "think": [settings.think_engine_url]}
-    from deploy.vllm_server import VllmServer, run_engines
+    from deploy.vllm_server import local_engine, run_engines
 
-    servers = [VllmServer("base", settings.base_model_path, lora=True, device="cpu", log_dir=scratch, threads=usable_cores()),
-               VllmServer("think", settings.think_model_path, lora=True, device="cpu", log_dir=scratch)]
+    servers = [local_engine("base", settings.base_model_path, "cpu", scratch),
+               local_engine("think", settings.think_model_path, "cpu", scratch)]
     run_engines(stack, servers, say)
     return {server.name: [server.url] for server in servers}
 

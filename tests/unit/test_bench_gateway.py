@@ -120,3 +120,14 @@ def test_a_cpu_engine_runs_its_model_in_the_engine_core_process_with_the_threads
     assert vllm_env("cpu", False)["OMP_NUM_THREADS"] == "1"
     assert "--distributed-executor-backend" not in vllm_command("/models/base", "base", 8000, lora=True, device="cuda")
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in vllm_env("cuda", True)
+
+
+def test_both_local_engines_get_every_core_and_the_think_engines_threads_sleep_between_kernels(tmp_path):
+    from common.processes import usable_cores
+    from deploy.vllm_server import local_engine, vllm_env
+
+    base, think = (local_engine(kind, f"/models/{kind}", "cpu", tmp_path) for kind in ("base", "think"))
+    assert base.threads == think.threads == usable_cores() and base.lora and think.lora
+    assert not base.passive_wait and think.passive_wait
+    assert "OMP_WAIT_POLICY" not in vllm_env("cpu", True, threads=2)
+    assert vllm_env("cpu", True, threads=2, passive_wait=True)["OMP_WAIT_POLICY"] == "PASSIVE"
