@@ -37,12 +37,13 @@ from demo import commerce_db, datasets, pretrained
 from demo.finetune import finetune
 from demo.templates import END_OF_TURN, TEMPLATES
 from demo.tiny_models import build_tiny_model
-from router.prompts import build_messages
+from router.prompts import SYSTEM_PROMPTS, build_messages
 
 STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
 TRAINING_SPLIT = "bootstrap"  # the only split a model step reads
 DEFAULT_SFT_STEPS = {"tiny": 120, "smollm2": 80, "gemma3": 80}
 FINETUNE_LR = 1e-3
+DATASETS_VERSION = "datasets-v4"  # v4: extraction references in the field order the model writes them
 
 
 # Seconds each step takes on two CPU cores (measured here), so a progress display can say how
@@ -166,14 +167,16 @@ def _build_db(settings: Settings, manifest: _Manifest, progress: Progress) -> No
 
 
 def _training_fingerprint(settings: Settings) -> str:
-    """What the model steps depend on: the content of the split they read, and nothing else (a
-    change to the other splits does not make a model stale)."""
-    return _fingerprint(*(commerce_db.file_sha256(settings.datasets_dir / t / f"{TRAINING_SPLIT}.jsonl") for t in TASKS))
+    """What the model steps depend on: the content of the split they read and the system prompts
+    they are rendered with, and nothing else (a change to the other splits does not make a model
+    stale; a change to a prompt's wording or field order does)."""
+    return _fingerprint(*(commerce_db.file_sha256(settings.datasets_dir / t / f"{TRAINING_SPLIT}.jsonl") for t in TASKS),
+                        *(SYSTEM_PROMPTS[t] for t in TASKS))
 
 
 def _build_datasets(settings: Settings, manifest: _Manifest) -> str:
     """The datasets; returns the fingerprint of what the model steps read."""
-    fingerprint = _fingerprint("datasets-v3", settings.seed, manifest.steps["commerce_db"]["sha256"])
+    fingerprint = _fingerprint(DATASETS_VERSION, settings.seed, manifest.steps["commerce_db"]["sha256"])
     if manifest.done("datasets", fingerprint, settings.datasets_dir):
         return _training_fingerprint(settings)
     started = time.perf_counter()
