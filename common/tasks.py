@@ -23,8 +23,9 @@ COMPLAINT_CATEGORIES = (
 URGENCIES = ("low", "medium", "high")
 # The order the model writes the fields in (the JSON schema's, which vLLM's constrained decoding
 # follows): first what it reads off the review (its key phrases, the product it names), then what
-# it judges from them (category, sentiment, ...), the summary last. A small model decides the
-# category far better right after the phrase that shows it than from the review alone.
+# it judges from them (category, sentiment, ...), the summary last, so that each judgement comes
+# right after its evidence. Measured on the demo model: 120 s of SFT on 90 team references gained
+# +0.136 on held-out reviews in this order against +0.030 in the old one (README, learn run 8).
 EXTRACTION_FIELDS = (
     "key_phrases", "product_mentioned", "complaint_category", "sentiment", "sentiment_score", "delivery_issue",
     "would_recommend", "urgency", "requires_response", "summary",
