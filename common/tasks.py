@@ -21,14 +21,9 @@ COMPLAINT_CATEGORIES = (
     "customer_service", "price", "packaging", "other", "none",
 )
 URGENCIES = ("low", "medium", "high")
-# The order the model writes the fields in (the JSON schema's, which vLLM's constrained decoding
-# follows): first what it reads off the review (its key phrases, the product it names), then what
-# it judges from them (category, sentiment, ...), the summary last, so that each judgement comes
-# right after its evidence. Measured on the demo model: 120 s of SFT on 90 team references gained
-# +0.136 on held-out reviews in this order against +0.030 in the old one (README, learn run 8).
 EXTRACTION_FIELDS = (
-    "key_phrases", "product_mentioned", "complaint_category", "sentiment", "sentiment_score", "delivery_issue",
-    "would_recommend", "urgency", "requires_response", "summary",
+    "sentiment", "sentiment_score", "complaint_category", "product_mentioned", "delivery_issue",
+    "would_recommend", "urgency", "key_phrases", "summary", "requires_response",
 )
 SENTIMENT_SCORE_RANGE = (1.0, 5.0)
 MAX_KEY_PHRASES = 5
@@ -53,16 +48,16 @@ PUSH_CAMPAIGNS = (
 class ExtractionOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    key_phrases: list[str] = Field(max_length=MAX_KEY_PHRASES)
-    product_mentioned: str | None
-    complaint_category: Literal[COMPLAINT_CATEGORIES]
     sentiment: Literal[SENTIMENTS]
     sentiment_score: float = Field(ge=SENTIMENT_SCORE_RANGE[0], le=SENTIMENT_SCORE_RANGE[1])
+    complaint_category: Literal[COMPLAINT_CATEGORIES]
+    product_mentioned: str | None
     delivery_issue: bool
     would_recommend: bool | None
     urgency: Literal[URGENCIES]
-    requires_response: bool
+    key_phrases: list[str] = Field(max_length=MAX_KEY_PHRASES)
     summary: str = Field(max_length=MAX_SUMMARY_CHARS)
+    requires_response: bool
 
 
 class PushOutput(BaseModel):
@@ -74,13 +69,6 @@ class PushOutput(BaseModel):
 
 assert tuple(ExtractionOutput.model_fields) == EXTRACTION_FIELDS
 OUTPUT_MODELS: dict[str, type[BaseModel]] = {"extraction": ExtractionOutput, "push": PushOutput}
-
-
-def in_field_order(extraction: dict) -> dict:
-    """An extraction answer with its fields in the order the model writes them (unknown keys last):
-    what a round trains on, whatever order a correction came in."""
-    return {**{name: extraction[name] for name in EXTRACTION_FIELDS if name in extraction},
-            **{name: value for name, value in extraction.items() if name not in EXTRACTION_FIELDS}}
 
 
 def output_json_schema(task: str) -> dict | None:

@@ -11,8 +11,6 @@ import random
 import unicodedata
 from dataclasses import dataclass
 
-from common.tasks import in_field_order
-
 # (noun, definite article): fragments say "{ap}" for "o fone de ouvido" / "a cadeira".
 # GENERAL_PRODUCTS are what the demo model's bootstrap SFT reads about; TEAM_PRODUCTS are the
 # demo store's own catalogue (the reviews in its commerce DB, its push campaigns), which the
@@ -170,7 +168,7 @@ def make_review(rng: random.Random, scenario: Scenario | None = None, products: 
     score = rng.choice(scenario.scores)
     summary = rng.choice(scenario.summaries).replace("{op}", f"{article} {product}" if mentioned else "o produto")
     summary = summary.replace(" de o ", " do ").replace(" de a ", " da ")
-    reference = in_field_order({
+    reference = {
         "sentiment": scenario.sentiment,
         "sentiment_score": score,
         "complaint_category": scenario.category,
@@ -181,5 +179,5 @@ def make_review(rng: random.Random, scenario: Scenario | None = None, products: 
         "key_phrases": phrases[:5],
         "summary": summary[:200],
         "requires_response": scenario.requires_response,
-    })
+    }
     return text, reference, max(1, min(5, round(score)))

@@ -11,7 +11,6 @@ import json
 from common.commerce import SCHEMA_COLUMNS
 from common.tasks import (
     COMPLAINT_CATEGORIES,
-    EXTRACTION_FIELDS,
     MAX_KEY_PHRASES,
     MAX_SUMMARY_CHARS,
     PUSH_BODY_MAX,
@@ -22,21 +21,16 @@ from common.tasks import (
     URGENCIES,
 )
 
-EXTRACTION_FIELD_HINTS = {
-    "key_phrases": f"até {MAX_KEY_PHRASES} trechos da avaliação", "product_mentioned": "texto ou null",
-    "complaint_category": "|".join(COMPLAINT_CATEGORIES), "sentiment": "|".join(SENTIMENTS),
-    "sentiment_score": f"{SENTIMENT_SCORE_RANGE[0]} a {SENTIMENT_SCORE_RANGE[1]}", "delivery_issue": "true|false",
-    "would_recommend": "true|false|null", "urgency": "|".join(URGENCIES), "requires_response": "true|false",
-    "summary": f"até {MAX_SUMMARY_CHARS} caracteres",
-}
-assert set(EXTRACTION_FIELD_HINTS) == set(EXTRACTION_FIELDS)
-
 SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in SCHEMA_COLUMNS.items())
 
 SYSTEM_PROMPTS = {
     "extraction": (
         "Você extrai dados de avaliações de clientes de e-commerce. Responda só com um objeto JSON com os campos: "
-        + ", ".join(f"{name} ({EXTRACTION_FIELD_HINTS[name]})" for name in EXTRACTION_FIELDS) + "."
+        f"sentiment ({'|'.join(SENTIMENTS)}), sentiment_score ({SENTIMENT_SCORE_RANGE[0]} a {SENTIMENT_SCORE_RANGE[1]}), "
+        f"complaint_category ({'|'.join(COMPLAINT_CATEGORIES)}), "
+        "product_mentioned (texto ou null), delivery_issue (true|false), would_recommend (true|false|null), "
+        f"urgency ({'|'.join(URGENCIES)}), key_phrases (até {MAX_KEY_PHRASES} trechos da avaliação), "
+        f"summary (até {MAX_SUMMARY_CHARS} caracteres), requires_response (true|false)."
     ),
     "sql": (
         "Você escreve uma única consulta SQLite SELECT, somente leitura, que responde à pergunta sobre a loja. "

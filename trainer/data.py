@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from common.datasets import input_key
 from common.records import Label, Record
-from common.tasks import in_field_order
 from rewards import score
 from router.prompts import build_messages
 
@@ -63,8 +62,6 @@ def answer_text(task: str, answer) -> str:
     if task == "insights":  # the Think template has opened <think> already
         text = str(answer)
         return text.removeprefix("<think>").lstrip("\n") if "</think>" in text else "</think>\n\n" + text
-    if task == "extraction" and isinstance(answer, dict):
-        answer = in_field_order(answer)
     return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 
 

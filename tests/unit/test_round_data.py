@@ -9,11 +9,10 @@ import json
 from common.datasets import input_hash, input_key
 from common.records import AdapterMeta, Label
 from common.settings import load_settings
-from common.tasks import EXTRACTION_FIELDS
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
 from trainer import methods
-from trainer.data import answer_text, build
+from trainer.data import build
 
 GOOD = "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'"
 BAD = "SELECT 1"
@@ -129,14 +128,3 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
     where, why = methods.start(settings, active, "/another/model")
     assert where == "base" and "another base model" in why
     assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
-
-
-def test_an_extraction_correction_is_trained_on_in_the_order_the_model_writes():
-    """A team's correction may list the fields in any order (a JSON object has none); the model is
-    trained on them in the order its constrained decoding writes them, unknown keys last."""
-    correction = {"summary": "Cliente elogia o fone.", "requires_response": False, "urgency": "low", "would_recommend": True,
-                  "delivery_issue": False, "sentiment_score": 5.0, "sentiment": "positive", "complaint_category": "none",
-                  "product_mentioned": "fone", "key_phrases": ["amei o fone"], "note": "x"}
-    written = json.loads(answer_text("extraction", correction))
-    assert tuple(written) == (*EXTRACTION_FIELDS, "note")
-    assert written == correction
