@@ -37,7 +37,7 @@ from demo import commerce_db, datasets, pretrained
 from demo.finetune import finetune
 from demo.templates import END_OF_TURN, TEMPLATES
 from demo.tiny_models import build_tiny_model
-from router.prompts import SYSTEM_PROMPTS, build_messages
+from router.prompts import build_messages
 
 STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
 TRAINING_SPLIT = "bootstrap"  # the only split a model step reads
@@ -167,11 +167,12 @@ def _build_db(settings: Settings, manifest: _Manifest, progress: Progress) -> No
 
 
 def _training_fingerprint(settings: Settings) -> str:
-    """What the model steps depend on: the content of the split they read and the system prompts
-    they are rendered with, and nothing else (a change to the other splits does not make a model
-    stale; a change to a prompt's wording or field order does)."""
+    """What the model steps depend on: the content of the split they read and the messages each of
+    its rows is rendered into (system prompt and user-message template), and nothing else (a change
+    to the other splits does not make a model stale; a change to a prompt's wording does)."""
+    rows = training_rows(settings, TASKS)
     return _fingerprint(*(commerce_db.file_sha256(settings.datasets_dir / t / f"{TRAINING_SPLIT}.jsonl") for t in TASKS),
-                        *(SYSTEM_PROMPTS[t] for t in TASKS))
+                        *(json.dumps([build_messages(t, row["input"]) for row in rows[t]], ensure_ascii=False) for t in TASKS))
 
 
 def _build_datasets(settings: Settings, manifest: _Manifest) -> str:

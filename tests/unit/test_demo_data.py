@@ -119,3 +119,18 @@ def test_a_new_system_prompt_makes_the_demo_models_stale(built_datasets, monkeyp
     assert bootstrap._training_fingerprint(settings) == before
     monkeypatch.setitem(prompts.SYSTEM_PROMPTS, "extraction", prompts.SYSTEM_PROMPTS["extraction"].replace("key_phrases", "trechos"))
     assert bootstrap._training_fingerprint(settings) != before
+
+
+def test_a_new_user_message_template_makes_the_demo_models_stale(built_datasets, monkeypatch):
+    """The user message's wording (the template around a row's input) is part of what the models
+    learn, as the system prompt is."""
+    settings = load_settings(data_dir=built_datasets, seed=5)
+    before = bootstrap._training_fingerprint(settings)
+    rendered = prompts.user_message
+
+    def reworded(task, task_input):
+        return rendered(task, task_input).replace("Avaliação:", "Comentário do cliente:")
+
+    monkeypatch.setattr(prompts, "user_message", reworded)
+    assert prompts.build_messages("extraction", {"review": "ok"})[-1]["content"].startswith("Comentário do cliente:")
+    assert bootstrap._training_fingerprint(settings) != before
