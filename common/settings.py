@@ -7,15 +7,17 @@ typo in a deployment shows up before any engine or trainer starts.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -25,6 +27,17 @@ CONFIG_FILE_ENV = "TUCANO_CONFIG"
 
 class ConfigError(ValueError):
     """A setting is missing or wrong; the message names it."""
+
+
+class TaskTraining(BaseModel):
+    """Training settings that one task trains with instead of the general ones (`task_training`);
+    unset: the general setting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    train_learning_rate: float | None = Field(None, gt=0, le=1)
+    sft_batch_size: int | None = Field(None, ge=1)
+    train_time_budget_s: float | None = Field(None, gt=0)
 
 
 class Settings(BaseSettings):
@@ -82,6 +95,11 @@ class Settings(BaseSettings):
                           "quantisation, bf16 compute on a GPU, the CPU's training precision on a CPU), none in full precision; "
                           "unset: nf4 on a GPU, none on a CPU.")
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")
+    task_training: dict[str, TaskTraining] = Field(
+        default_factory=dict,
+        description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
+                    "settings train_learning_rate, sft_batch_size and train_time_budget_s); a task not named trains with the "
+                    "general ones.")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
@@ -147,6 +165,16 @@ class Settings(BaseSettings):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return [u.rstrip("/") for u in urls]
+
+    @field_validator("task_training")
+    @classmethod
+    def _known_tasks(cls, value: dict[str, TaskTraining]) -> dict[str, TaskTraining]:
+        from common.tasks import TASKS
+
+        unknown = sorted(set(value) - set(TASKS))
+        if unknown:
+            raise ValueError(f"no task named {', '.join(map(repr, unknown))} (the tasks: {', '.join(TASKS)})")
+        return value
 
     @field_validator("redis_url")
     @classmethod
@@ -221,6 +249,12 @@ class Settings(BaseSettings):
 
         return self.base_model_path if TASK_ENGINE[task] == "base" else self.think_model_path
 
+    def for_task(self, task: str) -> Settings:
+        """These settings as `task` trains with them: its own `task_training` values in place of the general ones."""
+        own = self.task_training.get(task)
+        changes = own.model_dump(exclude_none=True) if own else {}
+        return self.model_copy(update=changes) if changes else self
+
     @property
     def loopback_only(self) -> bool:
         """Whether the gateway listens on a loopback address only (then no one else can reach it)."""
@@ -263,5 +297,10 @@ def load_settings(**overrides) -> Settings:
         return Settings(**overrides)
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
+    except SettingsError as error:  # an environment variable of a list or dict setting that is not JSON
+        named = re.search(r'field "(\w+)" from source "EnvSettingsSource"', str(error))
+        if named is None:
+            raise ConfigError(f"invalid setting {CONFIG_FILE_ENV}: {error}") from None
+        raise ConfigError(f"invalid setting {ENV_PREFIX}{named.group(1).upper()}: not JSON ({error.__cause__})") from None
     except ValueError as error:  # a TOML file that does not parse
         raise ConfigError(f"invalid setting {CONFIG_FILE_ENV}: {error}") from None

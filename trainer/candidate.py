@@ -70,8 +70,9 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
                     start: str, progress=None) -> AdapterMeta:
     """Train and register a candidate, its LoRA fresh on the base model (`start` "base") or
     continuing the task's active version ("active", when there is one); returns its metadata
-    (status `candidate`)."""
+    (status `candidate`). The task trains with its own `task_training` settings where it has any."""
     task = data.task
+    settings = settings.for_task(task)
     active = store.routes()[1].get(task, {}).get("active")
     parent = store.adapter(active) if active and start == "active" else None
     started = time.perf_counter()

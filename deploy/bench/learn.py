@@ -204,7 +204,8 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     held_out_scores: dict[str, list[Score]] = {}
     for aggregation in ("sum", "gdpo"):
         model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
-        outcome = grpo.train(settings, model, tokenizer, task, prompts, settings.train_time_budget_s, "ablation", aggregation=aggregation)
+        outcome = grpo.train(settings.for_task(task), model, tokenizer, task, prompts, settings.for_task(task).train_time_budget_s,
+                             "ablation", aggregation=aggregation)
         version = store.next_adapter_version(task)
         path = settings.adapters_dir / version
         model.save_pretrained(path)
@@ -243,8 +244,9 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         team = Team(bench, gateway_url, tasks, measure_rows, settings.seed)
         results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate,
                                 "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
-                                "recipe": {k: getattr(bench, k) for k in ("train_method", "train_time_budget_s", "train_learning_rate",
-                                                                           "grpo_advantage", "promote_margin", "team_eval_share")}},
+                                "recipe": bench.model_dump(mode="json", include={"train_method", "train_time_budget_s", "train_learning_rate",
+                                                                                  "task_training", "grpo_advantage", "promote_margin",
+                                                                                  "team_eval_share"})},
                    "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
         baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t])) for t in tasks}
         for t in tasks:
@@ -277,8 +279,9 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         for t in tasks:
             results["tasks"][t]["gain"] = paired_gain(latest[t], baseline[t])
         # the oracle and the label curve train SFT from the base model with the whole run's time budget
-        sft_settings = bench.model_copy(update={"train_time_budget_s": bench.train_time_budget_s * rounds})
         for t in tasks:
+            own = bench.for_task(t)  # the task's own training settings, its budget times the rounds, applied once
+            sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds, "task_training": {}})
             sent = distinct(team.sent[t])
             if oracle:
                 entry = _sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -36,6 +37,12 @@ def test_env_and_toml_file(tmp_path, monkeypatch):
     ("TUCANO_BASE_ENGINE_URLS", '["ftp://x"]'),
     ("TUCANO_TRAIN_METHOD", "ppo"),
     ("TUCANO_GATEWAY_WORKERS", "0"),
+    ("TUCANO_BASE_ENGINE_URLS", "http://10.0.0.5:8000"),  # a list setting is JSON
+    ("TUCANO_TASK_TRAINING", "extraction=0.001"),
+    ("TUCANO_TASK_TRAINING", '{"extractoin": {"train_learning_rate": 0.001}}'),
+    ("TUCANO_TASK_TRAINING", '{"sql": {"train_learning_rate": 2}}'),
+    ("TUCANO_TASK_TRAINING", '{"sql": {"sft_batch_size": 0}}'),
+    ("TUCANO_TASK_TRAINING", '{"sql": {"learning_rate": 0.001}}'),
 ])
 def test_bad_setting_is_named(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
@@ -75,5 +82,22 @@ def test_the_readme_documents_every_setting_with_its_default():
             if line.startswith("| `TUCANO_")}
     for name, field in Settings.model_fields.items():
         default = field.default if field.default_factory is None else field.default_factory()
-        shown = "unset" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        shown = ("unset" if default is None else str(default).lower() if isinstance(default, bool)
+                 else json.dumps(default) if isinstance(default, dict) else str(default))
         assert rows.get(f"TUCANO_{name.upper()}") == shown, name
+
+
+def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_general_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUCANO_TASK_TRAINING", '{"sql": {"train_learning_rate": 0.0005, "sft_batch_size": 2}}')
+    monkeypatch.setenv("TUCANO_TRAIN_TIME_BUDGET_S", "30")
+    settings = load_settings()
+    sql = settings.for_task("sql")
+    assert (sql.train_learning_rate, sql.sft_batch_size, sql.train_time_budget_s) == (0.0005, 2, 30.0)
+    for task in ("push", "extraction", "insights"):
+        own = settings.for_task(task)
+        assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s) == (0.003, 8, 30.0)
+    config = tmp_path / "tucano.toml"
+    config.write_text("[task_training.push]\ntrain_time_budget_s = 20\n")
+    monkeypatch.delenv("TUCANO_TASK_TRAINING")
+    monkeypatch.setenv("TUCANO_CONFIG", str(config))
+    assert load_settings().for_task("push").train_time_budget_s == 20.0

@@ -3,13 +3,15 @@ still gives the loss and gradients of the full projection; no gradient checkpoin
 autocast only where the CPU computes bf16 natively, or where a setting says so."""
 from __future__ import annotations
 
+import pytest
 import torch
 import trl.trainer.utils as trl_utils
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from common import processes
 from common.settings import Settings
-from trainer import methods
+from trainer import candidate, methods
+from trainer.data import TaskData
 
 VOCAB = 64
 
@@ -71,3 +73,31 @@ def test_bf16_where_the_cpu_computes_it_natively_or_a_setting_says_so(monkeypatc
         monkeypatch.setattr(processes, "cpu_computes_bf16", lambda native=native: native)
         args = methods.trainer_args(Settings(train_cpu_precision=setting), epochs=1, batch_size=8, examples=16)
         assert args["bf16"] is expected, (native, setting)
+
+
+def test_a_candidate_trains_with_its_tasks_own_settings(monkeypatch):
+    """`task_training` reaches the methods: what a round trains with is the task's own learning
+    rate, batch and budget."""
+    seen = []
+
+    class Planned(Exception):
+        pass
+
+    def run_plan(settings, *args, **kwargs):
+        seen.append(settings)
+        raise Planned
+
+    class NoRoutes:
+        def routes(self):
+            return 0, {}
+
+    monkeypatch.setattr(candidate, "load_policy", lambda *args, **kwargs: (None, None))
+    monkeypatch.setattr(candidate, "run_plan", run_plan)
+    settings = Settings(task_training={"sql": {"train_learning_rate": 0.0005, "sft_batch_size": 2, "train_time_budget_s": 9}})
+    for task in ("sql", "push"):
+        with pytest.raises(Planned):
+            candidate.train_candidate(settings, NoRoutes(), TaskData(task), [("sft", "test")], "r1", "base")
+    sql, push = seen
+    assert methods.trainer_args(sql, 1, sql.sft_batch_size, 10)["learning_rate"] == 0.0005
+    assert (sql.sft_batch_size, sql.train_time_budget_s) == (2, 9)
+    assert (push.train_learning_rate, push.sft_batch_size, push.train_time_budget_s) == (0.003, 8, 45.0)
