@@ -173,6 +173,7 @@ def _has_news(store: Store, task: str, labels, new_records: int, settings: Setti
 
 
 def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say, progress) -> dict:
+    settings = settings.for_task(task)  # the task's own training settings (`task_training`) from its data on
     labels = store.labels(task)
     news, why = _has_news(store, task, labels, len(records), settings)
     template = ChatTemplate.load(settings.model_path_of(task))

@@ -163,13 +163,14 @@ def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
 
 def _sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, rows: list[dict], why: str,
                    baseline: list[Score]) -> dict:
-    """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows."""
+    """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows; with how many
+    references it trained on and its steps, epochs and seconds."""
     started = time.perf_counter()
     meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
     return {"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),
-            "seconds": round(time.perf_counter() - started, 1)}
+            "seconds": round(time.perf_counter() - started, 1), "labels": len(rows), "training": meta.training["methods"]}
 
 
 async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, version: str, say) -> dict:
@@ -291,8 +292,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 say(f"{t}: oracle {entry['mean']} (gain {entry['gain']['mean']}), loop gain {loop_gain}")
             for labels in sorted(set(label_curve)):
                 rows = sent[:labels]
-                entry = {"labels": len(rows), **_sft_from_base(sft_settings, store, fleet, team, t, rows,
-                                                               f"label curve: the first {len(rows)} requests' references", baseline[t])}
+                entry = _sft_from_base(sft_settings, store, fleet, team, t, rows, f"label curve: the first {len(rows)} requests' references",
+                                       baseline[t])
                 results["tasks"][t].setdefault("label_curve", []).append(entry)
                 say(f"{t}: SFT from base on {len(rows)} references: {entry['mean']} (gain {entry['gain']['mean']})")
         results["ablation"] = [_ablation(bench, store, fleet, team, t, say) for t in ablation if t in tasks]

@@ -130,7 +130,9 @@ def gateway(built, redis_url, engines):
 
 
 def loop_settings(built, redis_url, **overrides):
-    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, drain_seconds=0.5, canary_share=0.0,
+    # task_training={}: every task trains with the general settings a test sets (the defaults' own are the demo model's)
+    values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, task_training={},
+                  drain_seconds=0.5, canary_share=0.0,
                   gate_max_rows=48, gate_min_rows=16, shadow_records=12, min_sft_examples=8, min_dpo_pairs=8, min_kto_examples=8)
     values.update(overrides)
     return load_settings(**values)

@@ -56,7 +56,7 @@ class Serve:
                 (root / name).symlink_to(built.root / name)
         self.env = {**os.environ, "TUCANO_DATA_DIR": str(root), "TUCANO_PORT": str(self.port), "TUCANO_GATEWAY_WORKERS": "2",
                     "TUCANO_TRAIN_ENABLED": "false", "TUCANO_DRAIN_SECONDS": "1", "TUCANO_MIN_RECORDS_PER_TASK": "8",
-                    "TUCANO_TRAIN_TIME_BUDGET_S": "20", "TUCANO_GATE_MAX_ROWS": "24", "TUCANO_GATE_MIN_ROWS": "8",
+                    "TUCANO_TRAIN_TIME_BUDGET_S": "20", "TUCANO_TASK_TRAINING": "{}", "TUCANO_GATE_MAX_ROWS": "24", "TUCANO_GATE_MIN_ROWS": "8",
                     "TUCANO_SHADOW_RECORDS": "8", "TUCANO_MIN_SFT_EXAMPLES": "4", "TUCANO_MIN_DPO_PAIRS": "1000",
                     "TUCANO_MIN_KTO_EXAMPLES": "1000", "TUCANO_PROMOTE_MARGIN": "0", "TUCANO_ROUND_LOCK_SECONDS": "6", "TUCANO_CANARY_SHARE": "0",
                     "OMP_NUM_THREADS": "1"}

@@ -206,7 +206,7 @@ def test_trainer_killed_mid_training_leaves_everything_as_it_was(built, redis_ur
         assert httpx.post(f"{gateway.url}/v1/feedback", json={"id": answer["id"], "rating": -1, "correction": row["reference"]}).status_code == 200
     routes_before, versions_before, labels_before = store.routes()[1], {m.version for m in store.adapters("sql")}, store.labels("sql")
     env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_REDIS_URL=redis_url, TUCANO_MIN_RECORDS_PER_TASK="8",
-               TUCANO_TRAIN_TIME_BUDGET_S="600", TUCANO_SFT_MIN_STEPS="100000", TUCANO_ROUND_LOCK_SECONDS="6", OMP_NUM_THREADS="1")
+               TUCANO_TRAIN_TIME_BUDGET_S="600", TUCANO_TASK_TRAINING="{}", TUCANO_SFT_MIN_STEPS="100000", TUCANO_ROUND_LOCK_SECONDS="6", OMP_NUM_THREADS="1")
     trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once", "--task", "sql"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []

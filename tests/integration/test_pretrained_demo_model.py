@@ -84,7 +84,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
         assert json.loads(answer.text).keys() >= {"sentiment", "summary"}  # JSON-schema constrained, read back whole
 
         with EmbeddedRedis(tmp_path / "redis") as url:
-            settings = smol.model_copy(update={"redis_url": url, "train_time_budget_s": 60.0, "sft_min_steps": 2,
+            settings = smol.model_copy(update={"redis_url": url, "train_time_budget_s": 60.0, "task_training": {}, "sft_min_steps": 2,
                                                "sft_max_epochs": 1.0, "sft_batch_size": 2})
             render = template.render
             data = TaskData("extraction")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from common.datasets import input_hash, input_key
 from common.records import AdapterMeta, Label
 from common.settings import load_settings
@@ -128,3 +130,38 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
     where, why = methods.start(settings, active, "/another/model")
     assert where == "base" and "another base model" in why
     assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
+
+
+def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypatch):
+    """`task_training`'s sft_from_liked decides, per task, whether liked answers join its SFT."""
+    from trainer import round as round_module
+
+    built: dict[str, bool] = {}
+
+    class Template:
+        render = staticmethod(render)
+
+    class NoLabels:
+        def labels(self, task):
+            return []
+
+        def last_trained(self, task):
+            return 0.0
+
+        def eval_set(self, task):
+            return []
+
+    class Built(Exception):
+        pass
+
+    def capture(task, *args):
+        built[task] = args[-1]
+        raise Built
+
+    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
+    monkeypatch.setattr(round_module.round_data, "build", capture)
+    settings = load_settings(task_training={"push": {"sft_from_liked": False}})
+    for task in ("push", "sql"):
+        with pytest.raises(Built):
+            round_module._train_task(settings, NoLabels(), None, task, [], "r1", print, None)
+    assert built == {"push": False, "sql": True}

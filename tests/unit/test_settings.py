@@ -93,7 +93,7 @@ def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_ge
     settings = load_settings()
     sql = settings.for_task("sql")
     assert (sql.train_learning_rate, sql.sft_batch_size, sql.train_time_budget_s) == (0.0005, 2, 30.0)
-    for task in ("push", "extraction", "insights"):
+    for task in ("push", "extraction", "insights"):  # setting it replaces the default whole: extraction's own is gone
         own = settings.for_task(task)
         assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s) == (0.003, 8, 30.0)
     config = tmp_path / "tucano.toml"
@@ -101,3 +101,13 @@ def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_ge
     monkeypatch.delenv("TUCANO_TASK_TRAINING")
     monkeypatch.setenv("TUCANO_CONFIG", str(config))
     assert load_settings().for_task("push").train_time_budget_s == 20.0
+
+
+def test_extraction_trains_with_its_own_defaults():
+    settings = load_settings()
+    extraction = settings.for_task("extraction")
+    assert (extraction.train_learning_rate, extraction.sft_batch_size, extraction.train_time_budget_s, extraction.sft_from_liked) == (
+        0.001, 4, 120.0, False)
+    for task in ("sql", "push", "insights"):
+        own = settings.for_task(task)
+        assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s, own.sft_from_liked) == (0.003, 8, 45.0, True)
