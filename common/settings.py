@@ -86,8 +86,8 @@ class Settings(BaseSettings):
     train_from: Literal["auto", "base"] = Field(
         "auto", description="auto: a candidate continues the task's active version (each round's steps add to the rounds before), "
                             "fresh on the base model when there is none or it was trained on another base model; base: always fresh.")
-    train_time_budget_s: float = Field(45.0, gt=0, description="Training seconds per task per round (all its methods).")
-    train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up).")
+    train_time_budget_s: float = Field(45.0, gt=0, description="Training seconds per task per round (all its methods); a task's own in task_training wins.")
+    train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up); a task's own in task_training wins.")
     train_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training on a CPU: bf16 autocast (fp32 master weights) or fp32; auto: bf16 where the CPU computes "
                             "it natively (AVX512-BF16, AMX), which made SFT steps 1.5x faster here.")
@@ -107,8 +107,9 @@ class Settings(BaseSettings):
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
-    sft_from_liked: bool = Field(True, description="A liked answer nobody corrected joins the SFT examples (when the task has any).")
-    sft_batch_size: int = Field(8, ge=1, description="Examples per SFT, DPO and KTO step.")
+    sft_from_liked: bool = Field(True, description="A liked answer nobody corrected joins the SFT examples (when the task has any); "
+                                 "a task's own in task_training wins.")
+    sft_batch_size: int = Field(8, ge=1, description="Examples per SFT, DPO and KTO step; a task's own in task_training wins.")
     min_dpo_pairs: int = Field(16, ge=1, description="Preference pairs a task needs for `auto` to run DPO.")
     min_kto_examples: int = Field(16, ge=1, description="Rated answers (of both kinds) a task needs for `auto` to run KTO.")
     preference_epochs: float = Field(2.0, gt=0, description="Epochs of DPO or KTO over their examples.")
