@@ -10,7 +10,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -29,15 +29,22 @@ class ConfigError(ValueError):
     """A setting is missing or wrong; the message names it."""
 
 
+# The bounds of the training settings a task may have its own of: one home, for the general
+# setting and for a task's own (`TaskTraining`).
+TimeBudget = Annotated[float, Field(gt=0)]
+LearningRate = Annotated[float, Field(gt=0, le=1)]
+BatchSize = Annotated[int, Field(ge=1)]
+
+
 class TaskTraining(BaseModel):
     """Training settings that one task trains with instead of the general ones (`task_training`);
     unset: the general setting."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    train_learning_rate: float | None = Field(None, gt=0, le=1)
-    sft_batch_size: int | None = Field(None, ge=1)
-    train_time_budget_s: float | None = Field(None, gt=0)
+    train_learning_rate: LearningRate | None = None
+    sft_batch_size: BatchSize | None = None
+    train_time_budget_s: TimeBudget | None = None
     sft_from_liked: bool | None = None
 
 
@@ -86,8 +93,8 @@ class Settings(BaseSettings):
     train_from: Literal["auto", "base"] = Field(
         "auto", description="auto: a candidate continues the task's active version (each round's steps add to the rounds before), "
                             "fresh on the base model when there is none or it was trained on another base model; base: always fresh.")
-    train_time_budget_s: float = Field(45.0, gt=0, description="Training seconds per task per round (all its methods); a task's own in task_training wins.")
-    train_learning_rate: float = Field(3e-3, gt=0, le=1, description="LoRA learning rate (constant, 5% warm-up); a task's own in task_training wins.")
+    train_time_budget_s: TimeBudget = Field(45.0, description="Training seconds per task per round (all its methods); a task's own in task_training wins.")
+    train_learning_rate: LearningRate = Field(3e-3, description="LoRA learning rate (constant, 5% warm-up); a task's own in task_training wins.")
     train_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training on a CPU: bf16 autocast (fp32 master weights) or fp32; auto: bf16 where the CPU computes "
                             "it natively (AVX512-BF16, AMX), which made SFT steps 1.5x faster here.")
@@ -109,7 +116,7 @@ class Settings(BaseSettings):
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
     sft_from_liked: bool = Field(True, description="A liked answer nobody corrected joins the SFT examples (when the task has any); "
                                  "a task's own in task_training wins.")
-    sft_batch_size: int = Field(8, ge=1, description="Examples per SFT, DPO and KTO step; a task's own in task_training wins.")
+    sft_batch_size: BatchSize = Field(8, description="Examples per SFT, DPO and KTO step; a task's own in task_training wins.")
     min_dpo_pairs: int = Field(16, ge=1, description="Preference pairs a task needs for `auto` to run DPO.")
     min_kto_examples: int = Field(16, ge=1, description="Rated answers (of both kinds) a task needs for `auto` to run KTO.")
     preference_epochs: float = Field(2.0, gt=0, description="Epochs of DPO or KTO over their examples.")
@@ -255,10 +262,12 @@ class Settings(BaseSettings):
         return self.base_model_path if TASK_ENGINE[task] == "base" else self.think_model_path
 
     def for_task(self, task: str) -> Settings:
-        """These settings as `task` trains with them: its own `task_training` values in place of the general ones."""
+        """These settings as `task` trains with them: its own `task_training` values in place of the
+        general ones. The copy has no `task_training` left, so applying it again changes nothing and
+        a caller may change its general values further (bench learn's oracle multiplies the budget)."""
         own = self.task_training.get(task)
         changes = own.model_dump(exclude_none=True) if own else {}
-        return self.model_copy(update=changes) if changes else self
+        return self.model_copy(update={**changes, "task_training": {}}) if changes else self
 
     @property
     def loopback_only(self) -> bool:

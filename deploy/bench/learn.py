@@ -205,8 +205,8 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     held_out_scores: dict[str, list[Score]] = {}
     for aggregation in ("sum", "gdpo"):
         model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
-        outcome = grpo.train(settings.for_task(task), model, tokenizer, task, prompts, settings.for_task(task).train_time_budget_s,
-                             "ablation", aggregation=aggregation)
+        own = settings.for_task(task)
+        outcome = grpo.train(own, model, tokenizer, task, prompts, own.train_time_budget_s, "ablation", aggregation=aggregation)
         version = store.next_adapter_version(task)
         path = settings.adapters_dir / version
         model.save_pretrained(path)
@@ -281,8 +281,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
             results["tasks"][t]["gain"] = paired_gain(latest[t], baseline[t])
         # the oracle and the label curve train SFT from the base model with the whole run's time budget
         for t in tasks:
-            own = bench.for_task(t)  # the task's own training settings, its budget times the rounds, applied once
-            sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds, "task_training": {}})
+            own = bench.for_task(t)  # the task's own training settings, its budget times the rounds
+            sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds})
             sent = distinct(team.sent[t])
             if oracle:
                 entry = _sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])
