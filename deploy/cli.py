@@ -542,10 +542,11 @@ def bench_learn(
         raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
     results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
                         () if no_ablation else tuple(ablation or ("push",)), None if no_canary else canary,
-                        tuple(label_curve or ()), say=lambda text: console.print(text, highlight=False))
+                        tuple(label_curve or ()), keep=settings.bench_dir / name, say=lambda text: console.print(text, highlight=False))
     settings.bench_dir.mkdir(parents=True, exist_ok=True)
     bench.plot(results, settings.bench_dir / f"{name}.png")
     _report(settings, name, results, bench.table(results) + f"\n\n![learning curves]({name}.png)")
+    (settings.bench_dir / f"{name}.partial.json").unlink(missing_ok=True)
 
 
 @app.command()

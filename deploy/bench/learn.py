@@ -28,6 +28,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -54,6 +55,8 @@ from trainer.round import run_round
 
 LIKED = 0.8  # a simulated user likes an answer that scores at least this against the reference
 CONCURRENCY = 8
+TRIES_ON_503 = 4
+MAX_RETRY_AFTER_S = 30.0
 LINKED = ("models", "commerce.db", "datasets", "manifest.json")
 
 
@@ -83,12 +86,11 @@ class Team:
     async def play(self, task: str, requests: int, correction_rate: float, rating_rate: float) -> dict:
         rows = [self.pool[task][self.rng.randrange(len(self.pool[task]))] for _ in range(requests)]
         gate_ = asyncio.Semaphore(CONCURRENCY)
+        unavailable: list[str] = []
         async with httpx.AsyncClient(timeout=600) as client:
             async def ask(row: dict) -> dict:
                 async with gate_:
-                    response = await client.post(f"{self.url}/v1/tasks/{task}", json={"input": row["input"]})
-                response.raise_for_status()
-                return response.json()
+                    return await post_as_a_client(client, f"{self.url}/v1/tasks/{task}", {"input": row["input"]}, unavailable)
             answers = await asyncio.gather(*(ask(row) for row in rows))
             order = list(range(len(rows)))
             self.rng.shuffle(order)
@@ -102,12 +104,40 @@ class Team:
                 body = {"id": answer["id"], "rating": 1 if quality >= LIKED else -1}
                 if index in corrected:
                     body["correction"] = self.answer_of(task, row)
-                feedback.append(client.post(f"{self.url}/v1/feedback", json=body))
-            for response in await asyncio.gather(*feedback):
-                response.raise_for_status()
+                feedback.append(post_as_a_client(client, f"{self.url}/v1/feedback", body, unavailable))
+            await asyncio.gather(*feedback)
         self.sent[task] += rows
         return {"requests": len(rows), "corrected": len(corrected), "rated": len(rated),
-                "served_reward": round(statistics.fmean(a["scores"]["total"] for a in answers), 4)}
+                "served_reward": round(statistics.fmean(a["scores"]["total"] for a in answers), 4),
+                "retried_503": len(unavailable), "first_503s": unavailable[:3]}
+
+
+class TrafficFailed(RuntimeError):
+    """The gateway refused the team's traffic; the message is its own answer."""
+
+
+async def post_as_a_client(client: httpx.AsyncClient, url: str, body: dict, unavailable: list[str]) -> dict:
+    """The answer's JSON, as a team's client gets it: a 503 (an engine or the store down for now)
+    is sent again after its Retry-After, up to `TRIES_ON_503` times, each 503's message noted in
+    `unavailable` (the run reports them per round); any other error, or a 503 on every try, stops
+    the run with the gateway's own message."""
+    for attempt in range(1, TRIES_ON_503 + 1):
+        response = await client.post(url, json=body)
+        if response.status_code == 503 and attempt < TRIES_ON_503:
+            unavailable.append(response.text[:300])
+            await asyncio.sleep(_retry_after_s(response))
+            continue
+        if response.is_error:
+            raise TrafficFailed(f"POST {url}: HTTP {response.status_code} on try {attempt} of {TRIES_ON_503}: {response.text[:500]}")
+        return response.json()
+    raise AssertionError("the last try returns or raises")
+
+
+def _retry_after_s(response: httpx.Response) -> float:
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.0), MAX_RETRY_AFTER_S)
+    except ValueError:  # an HTTP date, or nothing readable: wait a second
+        return 1.0
 
 
 async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict]) -> list[Score]:
@@ -223,84 +253,116 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
 
 def run(settings: Settings, rounds: int, requests: int, correction_rate: float, rating_rate: float, measure_rows: int,
         tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, label_curve: tuple[int, ...] = (),
-        say=print) -> dict:
+        keep: Path | None = None, say=print) -> dict:
+    """The run's results. With `keep` (`<data dir>/bench/<name>`), what it measured so far is kept
+    after each round, and a run that fails keeps its processes' logs (`keep_what_ran`)."""
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
         _scratch(settings, scratch)
-        redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-        urls = _engines(settings, scratch, stack, say)
-        bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
-                                            "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0})
-        store = Store(redis_url)
-        store.ensure_group()
-        for kind, kind_urls in urls.items():
-            store.register_engines(kind, kind_urls)
-        port = free_port()
-        env = {**os.environ, **_env(bench)}
-        gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(scratch), redis_url, urls["base"][0],
-                        urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
-        gateway_url = f"http://127.0.0.1:{port}"
-        wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log", timeout_s=300)
-        fleet = HotSwap.for_settings(store, bench, drain="later")  # as `tucano train` runs it
-        team = Team(bench, gateway_url, tasks, measure_rows, settings.seed)
-        results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate,
-                                "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
-                                "recipe": bench.model_dump(mode="json", include={"train_method", "train_time_budget_s", "train_learning_rate",
-                                                                                  "task_training", "grpo_advantage", "promote_margin",
-                                                                                  "team_eval_share"})},
-                   "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
-        baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t])) for t in tasks}
-        for t in tasks:
-            results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t])})
-            say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
-        latest = dict(baseline)
-        for number in range(1, rounds + 1):
-            played = {t: asyncio.run(team.play(t, requests, correction_rate, rating_rate)) for t in tasks}
-            started = time.perf_counter()
-            summary = run_round(bench, store, fleet, tasks, say=say)
-            round_seconds = time.perf_counter() - started
-            asyncio.run(fleet.unload_drained())  # what serve's periodic job does after a round
-            time.sleep(1.0)  # gateways see a flip within a second
-            entry = {"round": number, "seconds": round(round_seconds, 1), "tasks": {}}
+        results: dict = {}
+        try:
+            redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
+            urls = _engines(settings, scratch, stack, say)
+            bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
+                                                "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0})
+            store = Store(redis_url)
+            store.ensure_group()
+            for kind, kind_urls in urls.items():
+                store.register_engines(kind, kind_urls)
+            port = free_port()
+            env = {**os.environ, **_env(bench)}
+            gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(scratch), redis_url, urls["base"][0],
+                            urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
+            gateway_url = f"http://127.0.0.1:{port}"
+            wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log", timeout_s=300)
+            fleet = HotSwap.for_settings(store, bench, drain="later")  # as `tucano train` runs it
+            team = Team(bench, gateway_url, tasks, measure_rows, settings.seed)
+            results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate,
+                                    "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
+                                    "recipe": bench.model_dump(mode="json", include={"train_method", "train_time_budget_s", "train_learning_rate",
+                                                                                      "task_training", "grpo_advantage", "promote_margin",
+                                                                                      "team_eval_share"})},
+                       "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
+            baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t])) for t in tasks}
             for t in tasks:
-                active = store.routes()[1].get(t, {}).get("active")
-                before = results["tasks"][t]["rounds"][-1]["version"]
-                scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t])) if (active or "base") != before else latest[t]
-                measurement = {"round": number, "version": active or "base", **measured(scores)}
-                if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
-                    measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
-                latest[t] = scores
-                task_entry = summary["tasks"][t]
-                results["tasks"][t]["rounds"].append(measurement)
-                entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
-                                     "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
-                                     "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
-                say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
-            results["rounds"].append(entry)
-        for t in tasks:
-            results["tasks"][t]["gain"] = paired_gain(latest[t], baseline[t])
-        # the oracle and the label curve train SFT from the base model with the whole run's time budget
-        for t in tasks:
-            own = bench.for_task(t)  # the task's own training settings, its budget times the rounds
-            sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds})
-            sent = distinct(team.sent[t])
-            if oracle:
-                entry = _sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])
-                loop_gain = results["tasks"][t]["gain"]["mean"]
-                entry["loop_share"] = round(loop_gain / entry["gain"]["mean"], 3) if entry["gain"]["mean"] > 0 else None
-                results["tasks"][t]["oracle"] = entry
-                say(f"{t}: oracle {entry['mean']} (gain {entry['gain']['mean']}), loop gain {loop_gain}")
-            for labels in sorted(set(label_curve)):
-                rows = sent[:labels]
-                entry = _sft_from_base(sft_settings, store, fleet, team, t, rows, f"label curve: the first {len(rows)} requests' references",
-                                       baseline[t])
-                results["tasks"][t].setdefault("label_curve", []).append(entry)
-                say(f"{t}: SFT from base on {len(rows)} references: {entry['mean']} (gain {entry['gain']['mean']})")
-        results["ablation"] = [_ablation(bench, store, fleet, team, t, say) for t in ablation if t in tasks]
-        if canary_task in tasks and oracle:
-            results["canary"] = asyncio.run(_canary_run(bench, store, fleet, team, canary_task,
-                                                        results["tasks"][canary_task]["oracle"]["version"], say))
+                results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t])})
+                say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
+            latest = dict(baseline)
+            for number in range(1, rounds + 1):
+                played = {t: asyncio.run(team.play(t, requests, correction_rate, rating_rate)) for t in tasks}
+                started = time.perf_counter()
+                summary = run_round(bench, store, fleet, tasks, say=say)
+                round_seconds = time.perf_counter() - started
+                asyncio.run(fleet.unload_drained())  # what serve's periodic job does after a round
+                time.sleep(1.0)  # gateways see a flip within a second
+                entry = {"round": number, "seconds": round(round_seconds, 1), "tasks": {}}
+                for t in tasks:
+                    active = store.routes()[1].get(t, {}).get("active")
+                    before = results["tasks"][t]["rounds"][-1]["version"]
+                    scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t])) if (active or "base") != before else latest[t]
+                    measurement = {"round": number, "version": active or "base", **measured(scores)}
+                    if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
+                        measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
+                    latest[t] = scores
+                    task_entry = summary["tasks"][t]
+                    results["tasks"][t]["rounds"].append(measurement)
+                    entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
+                                         "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
+                                         "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
+                    say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
+                results["rounds"].append(entry)
+                for t in tasks:
+                    results["tasks"][t]["gain"] = paired_gain(latest[t], baseline[t])  # so far
+                if keep is not None:
+                    keep_what_ran(keep, results)
+            # the oracle and the label curve train SFT from the base model with the whole run's time budget
+            for t in tasks:
+                own = bench.for_task(t)  # the task's own training settings, its budget times the rounds
+                sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds})
+                sent = distinct(team.sent[t])
+                if oracle:
+                    entry = _sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])
+                    loop_gain = results["tasks"][t]["gain"]["mean"]
+                    entry["loop_share"] = round(loop_gain / entry["gain"]["mean"], 3) if entry["gain"]["mean"] > 0 else None
+                    results["tasks"][t]["oracle"] = entry
+                    say(f"{t}: oracle {entry['mean']} (gain {entry['gain']['mean']}), loop gain {loop_gain}")
+                for labels in sorted(set(label_curve)):
+                    rows = sent[:labels]
+                    entry = _sft_from_base(sft_settings, store, fleet, team, t, rows, f"label curve: the first {len(rows)} requests' references",
+                                           baseline[t])
+                    results["tasks"][t].setdefault("label_curve", []).append(entry)
+                    say(f"{t}: SFT from base on {len(rows)} references: {entry['mean']} (gain {entry['gain']['mean']})")
+            results["ablation"] = [_ablation(bench, store, fleet, team, t, say) for t in ablation if t in tasks]
+            if canary_task in tasks and oracle:
+                results["canary"] = asyncio.run(_canary_run(bench, store, fleet, team, canary_task,
+                                                            results["tasks"][canary_task]["oracle"]["version"], say))
+        except BaseException as error:
+            if keep is not None:
+                keep_what_ran(keep, results, scratch, error)
+            raise
     return results
+
+
+def keep_what_ran(keep: Path, results: dict, scratch: Path | None = None, error: BaseException | None = None) -> Path:
+    """`<keep>.partial.json`: what a run has measured so far, rewritten after each round (a run cut
+    off by the OOM killer or a reset keeps its finished rounds) and when it fails, with its error;
+    a failing run also copies its processes' logs (gateway, engines) to `<keep>-logs/`, which its
+    scratch dir would otherwise take with it. A run that ends well removes the partial file."""
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    partial = keep.with_name(f"{keep.name}.partial.json")
+    kept = {"rounds_done": len(results.get("rounds", [])), "results": results}
+    if error is not None:
+        kept["error"] = f"{type(error).__name__}: {error}"
+        if scratch is not None:
+            logs = keep.with_name(f"{keep.name}-logs")
+            logs.mkdir(exist_ok=True)
+            for log in scratch.glob("*.log"):
+                shutil.copyfile(log, logs / log.name)
+            kept["logs"] = str(logs)
+    written = partial.with_name(partial.name + ".tmp")
+    written.write_text(json.dumps(kept, indent=2, ensure_ascii=False))
+    written.replace(partial)
+    return partial
 
 
 def _env(settings: Settings) -> dict[str, str]:

@@ -144,3 +144,76 @@ def test_each_target_is_judged_from_the_measurements():
     assert not any(k.startswith("insights: served") or k.startswith("insights: the loop") for k in verdicts)  # no structured target, no oracle gain
     assert verdicts["round 1 under 300 s"] and not verdicts["round 2 under 300 s"]
     assert "| round 2 under 300 s | 320.5 s | missed |" in targets_table(results).splitlines()
+
+
+def _gateway(*responses):
+    """An httpx client whose gateway answers `responses` (status, body) in turn, and the requests it saw."""
+    import httpx
+
+    seen, replies = [], list(responses)
+
+    def handle(request):
+        seen.append(request)
+        status, body = replies.pop(0)
+        return httpx.Response(status, json=body, headers={"Retry-After": "0"} if status == 503 else None)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handle)), seen
+
+
+def test_the_team_sends_a_503_again_after_its_retry_after_and_reports_it():
+    import asyncio
+
+    from deploy.bench.learn import post_as_a_client
+
+    unavailable: list[str] = []
+    busy = {"error": {"message": "think engine failed: TimeoutError"}}
+    client, seen = _gateway((503, busy), (503, busy), (200, {"id": "r1"}))
+    answer = asyncio.run(post_as_a_client(client, "http://gateway/v1/tasks/insights", {"input": {}}, unavailable))
+    assert answer == {"id": "r1"}
+    assert len(seen) == 3
+    assert len(unavailable) == 2 and "think engine failed: TimeoutError" in unavailable[0]
+
+
+def test_the_team_stops_on_a_503_every_time_or_on_any_other_error_with_the_gateways_message():
+    import asyncio
+
+    from deploy.bench.learn import TRIES_ON_503, TrafficFailed, post_as_a_client
+
+    down = {"error": {"message": "no healthy think engine"}}
+    client, seen = _gateway(*[(503, down)] * TRIES_ON_503)
+    with pytest.raises(TrafficFailed, match=rf"HTTP 503 on try {TRIES_ON_503} of {TRIES_ON_503}: .*no healthy think engine"):
+        asyncio.run(post_as_a_client(client, "http://gateway/v1/tasks/insights", {"input": {}}, []))
+    assert len(seen) == TRIES_ON_503
+
+    unavailable: list[str] = []
+    client, seen = _gateway((422, {"error": {"message": "input.review: field required"}}))
+    with pytest.raises(TrafficFailed, match=rf"HTTP 422 on try 1 of {TRIES_ON_503}: .*field required"):
+        asyncio.run(post_as_a_client(client, "http://gateway/v1/feedback", {"id": "x"}, unavailable))
+    assert len(seen) == 1 and unavailable == []  # a client error is never sent again
+
+
+def test_a_run_keeps_its_rounds_after_each_and_its_logs_when_it_fails(tmp_path):
+    import json
+
+    from deploy.bench.learn import keep_what_ran
+
+    keep, scratch = tmp_path / "bench" / "learn-run9", tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "vllm-think.log").write_text("engine died\n")
+    (scratch / "gateway.log").write_text("503\n")
+    one_round = {"tasks": {"sql": {"gain": {"mean": 0.2}}}, "rounds": [{"round": 1}]}
+
+    partial = keep_what_ran(keep, one_round)
+    assert partial == tmp_path / "bench" / "learn-run9.partial.json"
+    kept = json.loads(partial.read_text())
+    assert kept == {"rounds_done": 1, "results": one_round}
+    assert not (tmp_path / "bench" / "learn-run9-logs").exists()  # a run still going keeps no logs
+
+    two_rounds = {**one_round, "rounds": [{"round": 1}, {"round": 2}]}
+    keep_what_ran(keep, two_rounds, scratch, RuntimeError("HTTP 503 on /v1/tasks/insights"))
+    kept = json.loads(partial.read_text())
+    assert kept["rounds_done"] == 2 and kept["error"] == "RuntimeError: HTTP 503 on /v1/tasks/insights"
+    logs = tmp_path / "bench" / "learn-run9-logs"
+    assert kept["logs"] == str(logs)
+    assert (logs / "vllm-think.log").read_text() == "engine died\n" and (logs / "gateway.log").read_text() == "503\n"
+    assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == ["learn-run9-logs", "learn-run9.partial.json"]  # no temporary file left
