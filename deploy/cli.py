@@ -546,7 +546,7 @@ def bench_learn(
     settings.bench_dir.mkdir(parents=True, exist_ok=True)
     bench.plot(results, settings.bench_dir / f"{name}.png")
     _report(settings, name, results, bench.table(results) + f"\n\n![learning curves]({name}.png)")
-    (settings.bench_dir / f"{name}.partial.json").unlink(missing_ok=True)
+    bench.partial_path(settings.bench_dir / name).unlink(missing_ok=True)
 
 
 @app.command()

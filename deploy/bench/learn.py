@@ -343,13 +343,18 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
     return results
 
 
+def partial_path(keep: Path) -> Path:
+    """Where `keep_what_ran` keeps a run's results while it runs."""
+    return keep.with_name(f"{keep.name}.partial.json")
+
+
 def keep_what_ran(keep: Path, results: dict, scratch: Path | None = None, error: BaseException | None = None) -> Path:
     """`<keep>.partial.json`: what a run has measured so far, rewritten after each round (a run cut
     off by the OOM killer or a reset keeps its finished rounds) and when it fails, with its error;
     a failing run also copies its processes' logs (gateway, engines) to `<keep>-logs/`, which its
     scratch dir would otherwise take with it. A run that ends well removes the partial file."""
     keep.parent.mkdir(parents=True, exist_ok=True)
-    partial = keep.with_name(f"{keep.name}.partial.json")
+    partial = partial_path(keep)
     kept = {"rounds_done": len(results.get("rounds", [])), "results": results}
     if error is not None:
         kept["error"] = f"{type(error).__name__}: {error}"
