@@ -43,7 +43,9 @@ STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
 TRAINING_SPLIT = "bootstrap"  # the only split a model step reads
 DEFAULT_SFT_STEPS = {"tiny": 120, "smollm2": 80, "gemma3": 80}
 FINETUNE_LR = 1e-3
-DATASETS_VERSION = "datasets-v5"  # v4 wrote extraction references evidence first (reverted); v5 is v3 again, rebuilt over v4
+# v6: the store's six insights questions, in its analysts' style; v5 was v3 rebuilt over v4 (which
+# wrote extraction references evidence first, reverted)
+DATASETS_VERSION = "datasets-v6"
 
 
 # Seconds each step takes on two CPU cores (measured here), so a progress display can say how

@@ -4,11 +4,12 @@ against (PRODUCT §3; none for insights), `target` a demonstration completion.
 
 Two kinds of rows, so that what the loop learns can be measured honestly:
 - general rows (`bootstrap` split): what the demo model's bootstrap SFT reads. Reviews of a
-  general catalogue, the general SQL patterns, the general push campaigns, four of the six
-  insights questions.
+  general catalogue, the general SQL patterns, the general push campaigns, the four general
+  insights questions, analysed in the general style (the largest value, the first and last rows).
 - the demo store's own rows (`train`, `eval`, `test`): reviews from its commerce DB about its
   own catalogue (with complaint categories the bootstrap never shows), its own SQL questions
-  (`sql_patterns.TEAM_PATTERNS`), its own campaigns and products, the other insights questions.
+  (`sql_patterns.TEAM_PATTERNS`), its own campaigns and products, its six insights questions,
+  analysed in its analysts' style (the three largest values and the smallest, each named).
   `train` is the team's traffic, `eval` the gate's bootstrap eval split, `test` the rows
   `tucano bench learn` measures on.
 - `holdout`: more general rows, drawn apart (their own random stream, after the others, so the
@@ -29,9 +30,9 @@ from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_TITLE_MAX
 from demo.reviews import GENERAL_PRODUCTS, TEAM_PRODUCTS, general_scenarios, make_review
 from demo.sql_patterns import PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS
 
-TEST_SIZE = {"extraction": 60, "sql": 60, "push": 60, "insights": 12}
+TEST_SIZE = {"extraction": 60, "sql": 60, "push": 60, "insights": 36}
 HOLDOUT_SIZE = {"extraction": 60, "sql": 40, "push": 60, "insights": 12}
-EVAL_SIZE = {"extraction": 100, "sql": 100, "push": 100, "insights": 12}
+EVAL_SIZE = {"extraction": 100, "sql": 100, "push": 100, "insights": 24}
 GENERAL_REVIEWS = 1200
 TEAM_CAMPAIGNS = ("volta_ao_estoque", "black_friday", "pedir_avaliacao")
 assert set(TEAM_CAMPAIGNS) < set(PUSH_CAMPAIGNS)
@@ -198,7 +199,7 @@ def push_rows(rng: random.Random, n: int = 1200, team: bool | None = None) -> li
 
 # --- insights ---------------------------------------------------------------------------
 
-INSIGHT_QUERIES = (
+GENERAL_INSIGHT_QUERIES = (
     ("Quais estados geram mais receita e o que isso sugere para a loja?",
      "SELECT c.customer_state AS estado, ROUND(SUM(p.payment_value), 2) AS receita FROM olist_order_payments_dataset p "
      "JOIN olist_orders_dataset o ON o.order_id = p.order_id JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
@@ -218,6 +219,9 @@ INSIGHT_QUERIES = (
      "JOIN olist_orders_dataset o ON o.order_id = p.order_id WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' "
      "GROUP BY forma ORDER BY pagamentos DESC LIMIT {limit}",
      "oferecer parcelamento e descontos no boleto para ampliar a conversão"),
+)
+
+TEAM_INSIGHT_QUERIES = (  # the demo store's own questions
     ("Em quais estados os atrasos de entrega são mais comuns?",
      "SELECT c.customer_state AS estado, ROUND(100.0 * SUM(o.order_delivered_customer_date > o.order_estimated_delivery_date) "
      "/ COUNT(*), 1) AS atraso_pct FROM olist_orders_dataset o JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
@@ -230,7 +234,35 @@ INSIGHT_QUERIES = (
      "JOIN olist_orders_dataset o ON o.order_id = i.order_id WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' "
      "GROUP BY categoria HAVING COUNT(*) >= 5 ORDER BY frete_medio DESC LIMIT {limit}",
      "rever embalagens e tabelas de frete das categorias mais pesadas"),
+    ("Quais cidades fazem mais pedidos?",
+     "SELECT c.customer_city AS cidade, COUNT(*) AS pedidos FROM olist_orders_dataset o "
+     "JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' GROUP BY cidade ORDER BY pedidos DESC LIMIT {limit}",
+     "reforçar a entrega expressa e os anúncios locais nas cidades que mais compram"),
+    ("Qual é o ticket médio de cada estado?",
+     "SELECT c.customer_state AS estado, ROUND(AVG(p.payment_value), 2) AS ticket_medio FROM olist_order_payments_dataset p "
+     "JOIN olist_orders_dataset o ON o.order_id = p.order_id JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' GROUP BY estado HAVING COUNT(*) >= 10 "
+     "ORDER BY ticket_medio DESC LIMIT {limit}",
+     "oferecer kits e frete grátis acima de um valor mínimo nos estados de ticket mais baixo"),
+    ("Quais categorias vendem mais itens?",
+     "SELECT p.product_category_name AS categoria, COUNT(*) AS itens FROM olist_order_items_dataset i "
+     "JOIN olist_products_dataset p ON p.product_id = i.product_id JOIN olist_orders_dataset o ON o.order_id = i.order_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}' GROUP BY categoria ORDER BY itens DESC LIMIT {limit}",
+     "garantir estoque e destaque na vitrine para as categorias campeãs de venda"),
+    ("Em quais estados a entrega demora mais?",
+     "SELECT c.customer_state AS estado, ROUND(AVG(julianday(o.order_delivered_customer_date) "
+     "- julianday(o.order_purchase_timestamp)), 1) AS dias_entrega FROM olist_orders_dataset o "
+     "JOIN olist_customers_dataset c ON c.customer_id = o.customer_id WHERE o.order_status = 'delivered' "
+     "AND strftime('%Y', o.order_purchase_timestamp) = '{year}' GROUP BY estado HAVING COUNT(*) >= 10 "
+     "ORDER BY dias_entrega DESC LIMIT {limit}",
+     "abrir um centro de distribuição ou trocar de transportadora nos estados mais lentos"),
 )
+# The store's first two questions are drawn from the shared random stream, as they always were;
+# the ones added later from a stream of their own, so that adding them moved no other task's rows.
+FIRST_TEAM_INSIGHT_QUERIES = 2
+INSIGHT_QUERIES = GENERAL_INSIGHT_QUERIES + TEAM_INSIGHT_QUERIES
+TEAM_QUESTIONS = frozenset(question for question, _, _ in TEAM_INSIGHT_QUERIES)
 
 
 def _fmt(value) -> str:
@@ -240,6 +272,7 @@ def _fmt(value) -> str:
 
 
 def insights_demonstration(question: str, columns: list[str], rows: list[list], advice: str) -> str:
+    """The general analysis the bootstrap fine-tunes on: the largest value, the first and the last row."""
     label, metric = columns[0], columns[1]
     top, bottom = rows[0], rows[-1]
     highest = max(rows, key=lambda r: r[1])
@@ -252,16 +285,32 @@ def insights_demonstration(question: str, columns: list[str], rows: list[list], 
     return f"<think>\n{think}\n</think>\n\n" + "\n".join(lines)
 
 
-TEAM_INSIGHT_QUERIES = 2  # the last ones: the demo store's own questions
+def team_insights_demonstration(question: str, columns: list[str], rows: list[list], advice: str) -> str:
+    """How the store's own analysts write: the three largest values, each named with its figure,
+    and the smallest, before the recommendation. The bootstrap never reads this style; it is what
+    the team's corrections teach."""
+    label, metric = columns[0], columns[1]
+    ranked = sorted(rows, key=lambda r: r[1], reverse=True)
+    leaders, lowest = ranked[:3], ranked[-1]
+    named = ", ".join(f"{r[0]} ({_fmt(r[1])})" for r in leaders)
+    think = (f"A pergunta é: {question} São {len(rows)} linhas de {label} e {metric}. "
+             f"Os maiores: {named}. O menor: {lowest[0]} ({_fmt(lowest[1])}).")
+    lead, *others = leaders
+    lines = [f"Resumo: {lead[0]} lidera em {metric} com {_fmt(lead[1])}"
+             + (", à frente de " + " e ".join(f"{r[0]} ({_fmt(r[1])})" for r in others) if others else "") + "."]
+    lines += [f"- {r[0]}: {metric} de {_fmt(r[1])}." for r in leaders]
+    if lowest not in leaders:
+        lines.append(f"- Na outra ponta, {lowest[0]} tem {metric} de {_fmt(lowest[1])}.")
+    lines.append(f"Recomendação: {advice}.")
+    return f"<think>\n{think}\n</think>\n\n" + "\n".join(lines)
 
 
-def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None = None, limits: range = range(3, 16)) -> list[dict]:
-    """Analyses of every question (team None), the team's own (True) or the general ones (False)."""
-    queries = INSIGHT_QUERIES
-    if team is not None:
-        queries = INSIGHT_QUERIES[-TEAM_INSIGHT_QUERIES:] if team else INSIGHT_QUERIES[:-TEAM_INSIGHT_QUERIES]
+def insights_rows(con: sqlite3.Connection, rng: random.Random, queries=INSIGHT_QUERIES, limits: range = range(3, 16)) -> list[dict]:
+    """Analyses of the given questions: the team's own are demonstrated in the team's style, the
+    others in the general one."""
     rows = []
     for question, sql_template, advice in queries:
+        demonstrate = team_insights_demonstration if question in TEAM_QUESTIONS else insights_demonstration
         for year in ("2017", "2018"):
             for limit in limits:
                 cursor = con.execute(sql_template.format(year=year, limit=limit))
@@ -271,9 +320,16 @@ def insights_rows(con: sqlite3.Connection, rng: random.Random, team: bool | None
                     continue
                 asked = f"{question} (dados de {year})"
                 rows.append({"task": "insights", "input": {"question": asked, "columns": columns, "rows": data},
-                             "reference": None, "target": insights_demonstration(asked, columns, data, advice)})
+                             "reference": None, "target": demonstrate(asked, columns, data, advice)})
     rng.shuffle(rows)
     return rows
+
+
+def team_insights_rows(con: sqlite3.Connection, rng: random.Random, seed: int) -> list[dict]:
+    """The store's own analyses: its first questions from the shared stream `rng`, the later ones
+    from their own stream (FIRST_TEAM_INSIGHT_QUERIES)."""
+    first, later = TEAM_INSIGHT_QUERIES[:FIRST_TEAM_INSIGHT_QUERIES], TEAM_INSIGHT_QUERIES[FIRST_TEAM_INSIGHT_QUERIES:]
+    return insights_rows(con, rng, first) + insights_rows(con, random.Random(seed + 2), later)
 
 
 def _holdout(con: sqlite3.Connection, seed: int, taken: dict[str, set[str]]) -> dict[str, list[dict]]:
@@ -283,7 +339,7 @@ def _holdout(con: sqlite3.Connection, seed: int, taken: dict[str, set[str]]) -> 
         "extraction": extraction_rows(general_reviews(rng, 2 * HOLDOUT_SIZE["extraction"])),
         "sql": sql_rows(con, rng, 6, team=False),
         "push": push_rows(rng, 2 * HOLDOUT_SIZE["push"], team=False),
-        "insights": insights_rows(con, rng, team=False, limits=range(16, 22)),
+        "insights": insights_rows(con, rng, GENERAL_INSIGHT_QUERIES, limits=range(16, 22)),
     }
     out = {}
     for task, rows in fresh.items():
@@ -305,7 +361,7 @@ def build(db_path: Path, labelled_reviews: list[dict], out_dir: Path, seed: int)
             "extraction": (extraction_rows(general_reviews(rng)), extraction_rows(labelled_reviews)),
             "sql": (sql_rows(con, rng, 30, team=False), sql_rows(con, rng, 100, team=True)),
             "push": (push_rows(rng, 1000, team=False), push_rows(rng, 600, team=True)),
-            "insights": (insights_rows(con, rng, team=False), insights_rows(con, rng, team=True)),
+            "insights": (insights_rows(con, rng, GENERAL_INSIGHT_QUERIES), team_insights_rows(con, rng, seed)),
         }
         splits = {task: _split(general, team, task, rng) for task, (general, team) in by_task.items()}
         taken = {task: {input_key(r["input"]) for rows in task_splits.values() for r in rows} for task, task_splits in splits.items()}

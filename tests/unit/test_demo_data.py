@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import rewards
 from common.datasets import SPLITS, input_key, load_split
 from common.settings import load_settings
 from common.tasks import TASKS
@@ -134,3 +135,41 @@ def test_a_new_user_message_template_makes_the_demo_models_stale(built_datasets,
     monkeypatch.setattr(prompts, "user_message", reworded)
     assert prompts.build_messages("extraction", {"review": "ok"})[-1]["content"].startswith("Comentário do cliente:")
     assert bootstrap._training_fingerprint(settings) != before
+
+
+def test_the_stores_later_insights_questions_move_no_other_tasks_rows(built_datasets, tmp_path, monkeypatch):
+    """The store's insights questions beyond its first ones draw from a stream of their own: a build
+    without them writes every other task's splits, and insights' bootstrap and holdout, byte for byte."""
+    monkeypatch.setattr(datasets, "TEAM_INSIGHT_QUERIES", datasets.TEAM_INSIGHT_QUERIES[:datasets.FIRST_TEAM_INSIGHT_QUERIES])
+    labelled = commerce_db.generate(tmp_path / "commerce.db", 1500, seed=5)
+    datasets.build(tmp_path / "commerce.db", labelled, tmp_path / "datasets", seed=5)
+    same = [(task, split) for task in TASKS for split in SPLITS if task != "insights"] + [("insights", "bootstrap"), ("insights", "holdout")]
+    for task, split in same:
+        path = Path(task) / f"{split}.jsonl"
+        assert (tmp_path / "datasets" / path).read_bytes() == (built_datasets / "datasets" / path).read_bytes(), path
+    fewer = load_split(tmp_path / "datasets", "insights", "train") + load_split(tmp_path / "datasets", "insights", "test")
+    more = load_split(built_datasets / "datasets", "insights", "train") + load_split(built_datasets / "datasets", "insights", "test")
+    assert len(more) > len(fewer)
+
+
+def test_the_stores_insights_analyses_are_what_the_bootstrap_style_is_not(built_datasets):
+    """Honest headroom: the store's own analyses (what its corrections teach) name the three largest
+    rows and the smallest, and score above the general style the bootstrap fine-tunes on, on the
+    same inputs; the bootstrap split holds the general style only."""
+    queries = {question: advice for question, _, advice in datasets.INSIGHT_QUERIES}
+    team_rows = [r for s in ("train", "eval", "test") for r in load_split(built_datasets / "datasets", "insights", s)]
+    assert len(team_rows) >= 120
+    team, general = [], []
+    for row in team_rows:
+        question = row["input"]["question"]
+        advice = queries[question.split(" (dados")[0]]
+        columns, rows = row["input"]["columns"], row["input"]["rows"]
+        assert row["target"] == datasets.team_insights_demonstration(question, columns, rows, advice)
+        team.append(rewards.score("insights", row["target"], None, row["input"]).total)
+        general.append(rewards.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None, row["input"]).total)
+    assert min(team) >= 0.95
+    assert sum(team) / len(team) - sum(general) / len(general) >= 0.08
+    for row in load_split(built_datasets / "datasets", "insights", "bootstrap"):
+        question = row["input"]["question"]
+        assert row["target"] == datasets.insights_demonstration(question, row["input"]["columns"], row["input"]["rows"],
+                                                                queries[question.split(" (dados")[0]])
