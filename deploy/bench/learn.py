@@ -36,6 +36,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import redis
 
 from common.datasets import load_split
 from common.processes import free_port
@@ -260,6 +261,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
         _scratch(settings, scratch)
         results: dict = {}
+        store: Store | None = None
         try:
             redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
             urls = _engines(settings, scratch, stack, say)
@@ -338,7 +340,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                                                             results["tasks"][canary_task]["oracle"]["version"], say))
         except BaseException as error:
             if keep is not None:
-                keep_what_ran(keep, results, scratch, error)
+                keep_what_ran(keep, results, scratch, error, engine_failures(store))
             raise
     return results
 
@@ -348,16 +350,34 @@ def partial_path(keep: Path) -> Path:
     return keep.with_name(f"{keep.name}.partial.json")
 
 
-def keep_what_ran(keep: Path, results: dict, scratch: Path | None = None, error: BaseException | None = None) -> Path:
+FAILURES_KEPT = 50
+
+
+def engine_failures(store: Store | None) -> list[dict]:
+    """The engine errors the gateway answered with a 503 (`Store.add_failure`), newest first: their
+    cause (a timeout, an engine gone), which a 503's own message does not say and which the scratch
+    dir's Redis would otherwise take with it."""
+    if store is None:
+        return []
+    try:
+        return store.recent_failures(FAILURES_KEPT)
+    except redis.RedisError as error:
+        return [{"error": f"the store could not be read for its failures: {error}"}]
+
+
+def keep_what_ran(keep: Path, results: dict, scratch: Path | None = None, error: BaseException | None = None,
+                  failures: list[dict] | None = None) -> Path:
     """`<keep>.partial.json`: what a run has measured so far, rewritten after each round (a run cut
-    off by the OOM killer or a reset keeps its finished rounds) and when it fails, with its error;
-    a failing run also copies its processes' logs (gateway, engines) to `<keep>-logs/`, which its
-    scratch dir would otherwise take with it. A run that ends well removes the partial file."""
+    off by the OOM killer or a reset keeps its finished rounds) and when it fails, with its error and
+    the engine failures the gateway recorded; a failing run also copies its processes' logs (gateway,
+    engines) to `<keep>-logs/`, which its scratch dir would otherwise take with it. A run that ends
+    well removes the partial file."""
     keep.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(keep)
     kept = {"rounds_done": len(results.get("rounds", [])), "results": results}
     if error is not None:
         kept["error"] = f"{type(error).__name__}: {error}"
+        kept["engine_failures"] = failures or []
         if scratch is not None:
             logs = keep.with_name(f"{keep.name}-logs")
             logs.mkdir(exist_ok=True)

@@ -210,10 +210,34 @@ def test_a_run_keeps_its_rounds_after_each_and_its_logs_when_it_fails(tmp_path):
     assert not (tmp_path / "bench" / "learn-run9-logs").exists()  # a run still going keeps no logs
 
     two_rounds = {**one_round, "rounds": [{"round": 1}, {"round": 2}]}
-    keep_what_ran(keep, two_rounds, scratch, RuntimeError("HTTP 503 on /v1/tasks/insights"))
+    failures = [{"task": "insights", "engine_kind": "think", "error": "think engine http://127.0.0.1:1 failed: timeout"}]
+    keep_what_ran(keep, two_rounds, scratch, RuntimeError("HTTP 503 on /v1/tasks/insights"), failures)
     kept = json.loads(partial.read_text())
     assert kept["rounds_done"] == 2 and kept["error"] == "RuntimeError: HTTP 503 on /v1/tasks/insights"
+    assert kept["engine_failures"] == failures
     logs = tmp_path / "bench" / "learn-run9-logs"
     assert kept["logs"] == str(logs)
     assert (logs / "vllm-think.log").read_text() == "engine died\n" and (logs / "gateway.log").read_text() == "503\n"
     assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == ["learn-run9-logs", "learn-run9.partial.json"]  # no temporary file left
+
+
+def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
+    """What the gateway recorded behind its 503s comes back newest first; a store that cannot be
+    read says so instead of passing for a run without failures."""
+    import redis
+
+    from deploy.bench.learn import FAILURES_KEPT, engine_failures
+
+    class Recorded:
+        def recent_failures(self, count):
+            assert count == FAILURES_KEPT
+            return [{"error": "think engine timed out"}]
+
+    class Gone:
+        def recent_failures(self, count):
+            raise redis.ConnectionError("Connection refused")
+
+    assert engine_failures(Recorded()) == [{"error": "think engine timed out"}]
+    assert engine_failures(None) == []
+    [gone] = engine_failures(Gone())
+    assert "could not be read" in gone["error"] and "Connection refused" in gone["error"]
