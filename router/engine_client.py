@@ -33,6 +33,16 @@ class EngineUnavailable(RuntimeError):
         self.failover = failover
 
 
+class EngineTimeout(EngineUnavailable):
+    """The engine took the request and did not answer within the pool's timeout. It is not down
+    (it stays in the rotation, and another engine would not answer sooner); the gateway answers
+    504, not 503, because an answer that long is likely to be as long when asked again."""
+
+    def __init__(self, message: str, seconds: float):
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class ReplicaIncomplete(RuntimeError):
     """An engine answers but cannot load a version a route points at: it takes no traffic."""
 
@@ -198,6 +208,8 @@ class EnginePool:
             engine.healthy = False  # refused, reset or dropped: out of rotation until a probe finds it back
             failover = True
         engine.last_error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if isinstance(error, TimeoutError) and not isinstance(error, aiohttp.ConnectionTimeoutError):
+            return EngineTimeout(f"{self.kind} engine {engine.url} did not answer within {self.timeout.total:g} s", self.timeout.total)
         return EngineUnavailable(f"{self.kind} engine {engine.url} failed: {engine.last_error}", failover)
 
     @asynccontextmanager

@@ -16,7 +16,7 @@ from common.store import StoreUnavailable
 from rewards import REWARD_VERSION, score
 from rewards.parsing import split_think
 from rewards.sql_sandbox import run_readonly
-from router.engine_client import Completion, EngineUnavailable
+from router.engine_client import Completion, EngineTimeout, EngineUnavailable
 from router.prompts import build_messages
 from router.registry import REGISTRY
 from server import metrics
@@ -54,11 +54,15 @@ def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides
 
 
 def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailable) -> ApiError:
+    """503 for an engine that is down; 504 for one that took the request and did not answer in time."""
     kind = REGISTRY[prepared.task].engine
+    timed_out = isinstance(error, EngineTimeout)
     metrics.ENGINE_ERRORS.labels(kind).inc()
-    metrics.REQUESTS.labels(prepared.task, prepared.adapter or "base", "503").inc()
+    metrics.REQUESTS.labels(prepared.task, prepared.adapter or "base", "504" if timed_out else "503").inc()
     state.store.add_failure({"time": time.time(), "task": prepared.task, "engine_kind": kind, "adapter": prepared.adapter,
                              "error": str(error)[:500], "source": prepared.source})
+    if timed_out:
+        return ApiError(504, "engine_timeout", f"the {kind} engine did not answer within {error.seconds:g} s; nothing was recorded")
     return unavailable("engine_unavailable", f"the {kind} engine is unavailable; retry shortly")
 
 

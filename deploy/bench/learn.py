@@ -49,6 +49,7 @@ from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
+from router.registry import REGISTRY
 from trainer import gate, grpo
 from trainer.candidate import train_candidate
 from trainer.data import TaskData, answer_text, split_validation
@@ -56,7 +57,7 @@ from trainer.round import run_round
 
 LIKED = 0.8  # a simulated user likes an answer that scores at least this against the reference
 CONCURRENCY = 8
-TRIES_ON_503 = 4
+TRIES = 4  # a 503 or 504 is sent again, up to this many tries in all
 MAX_RETRY_AFTER_S = 30.0
 LINKED = ("models", "commerce.db", "datasets", "manifest.json")
 
@@ -110,26 +111,45 @@ class Team:
         self.sent[task] += rows
         return {"requests": len(rows), "corrected": len(corrected), "rated": len(rated),
                 "served_reward": round(statistics.fmean(a["scores"]["total"] for a in answers), 4),
-                "retried_503": len(unavailable), "first_503s": unavailable[:3]}
+                **answer_shape(task, answers),
+                "retried_503": sum(m.startswith("HTTP 503") for m in unavailable),
+                "retried_504": sum(m.startswith("HTTP 504") for m in unavailable), "first_retried": unavailable[:3]}
 
 
 class TrafficFailed(RuntimeError):
     """The gateway refused the team's traffic; the message is its own answer."""
 
 
+def answer_shape(task: str, answers: list[dict]) -> dict:
+    """How long the answers ran and took: completion tokens (median, 95th percentile, longest),
+    how many stopped at the task's token limit (an answer that repeats itself until cut off), and
+    the gateway's latency. A version that writes long answers shows here before it times out."""
+    tokens = sorted(a["usage"]["completion_tokens"] for a in answers)
+    seconds = sorted(a["latency_ms"] / 1000 for a in answers)
+    limit = REGISTRY[task].sampling.max_tokens
+
+    def at(values: list, share: float):
+        return values[min(len(values) - 1, int(share * len(values)))]
+
+    return {"answer_tokens": {"p50": at(tokens, 0.5), "p95": at(tokens, 0.95), "max": tokens[-1]},
+            "at_token_limit": sum(t >= limit for t in tokens),
+            "latency_s": {"p50": round(at(seconds, 0.5), 1), "p95": round(at(seconds, 0.95), 1), "max": round(seconds[-1], 1)}}
+
+
 async def post_as_a_client(client: httpx.AsyncClient, url: str, body: dict, unavailable: list[str]) -> dict:
     """The answer's JSON, as a team's client gets it: a 503 (an engine or the store down for now)
-    is sent again after its Retry-After, up to `TRIES_ON_503` times, each 503's message noted in
-    `unavailable` (the run reports them per round); any other error, or a 503 on every try, stops
-    the run with the gateway's own message."""
-    for attempt in range(1, TRIES_ON_503 + 1):
+    is sent again after its Retry-After, and a 504 (an engine that did not answer in time) at
+    once, up to `TRIES` times, each message noted in `unavailable` with its status (the run
+    reports them per round); any other error, or a 503 or 504 on every try, stops the run with the
+    gateway's own message."""
+    for attempt in range(1, TRIES + 1):
         response = await client.post(url, json=body)
-        if response.status_code == 503 and attempt < TRIES_ON_503:
-            unavailable.append(response.text[:300])
-            await asyncio.sleep(_retry_after_s(response))
+        if response.status_code in (503, 504) and attempt < TRIES:
+            unavailable.append(f"HTTP {response.status_code}: {response.text[:300]}")
+            await asyncio.sleep(_retry_after_s(response) if response.status_code == 503 else 0.0)
             continue
         if response.is_error:
-            raise TrafficFailed(f"POST {url}: HTTP {response.status_code} on try {attempt} of {TRIES_ON_503}: {response.text[:500]}")
+            raise TrafficFailed(f"POST {url}: HTTP {response.status_code} on try {attempt} of {TRIES}: {response.text[:500]}")
         return response.json()
     raise AssertionError("the last try returns or raises")
 

@@ -160,7 +160,7 @@ def _gateway(*responses):
     return httpx.AsyncClient(transport=httpx.MockTransport(handle)), seen
 
 
-def test_the_team_sends_a_503_again_after_its_retry_after_and_reports_it():
+def test_the_team_sends_a_503_again_after_its_retry_after_and_a_504_at_once_and_reports_them():
     import asyncio
 
     from deploy.bench.learn import post_as_a_client
@@ -171,25 +171,50 @@ def test_the_team_sends_a_503_again_after_its_retry_after_and_reports_it():
     answer = asyncio.run(post_as_a_client(client, "http://gateway/v1/tasks/insights", {"input": {}}, unavailable))
     assert answer == {"id": "r1"}
     assert len(seen) == 3
-    assert len(unavailable) == 2 and "think engine failed: TimeoutError" in unavailable[0]
+    assert len(unavailable) == 2 and unavailable[0].startswith("HTTP 503: ") and "think engine failed: TimeoutError" in unavailable[0]
+
+    unavailable = []
+    slow = {"error": {"type": "engine_timeout", "message": "the think engine did not answer within 120 s"}}
+    client, seen = _gateway((504, slow), (200, {"id": "r2"}))
+    assert asyncio.run(post_as_a_client(client, "http://gateway/v1/tasks/insights", {"input": {}}, unavailable)) == {"id": "r2"}
+    assert len(seen) == 2 and unavailable[0].startswith("HTTP 504: ") and "did not answer within 120 s" in unavailable[0]
 
 
-def test_the_team_stops_on_a_503_every_time_or_on_any_other_error_with_the_gateways_message():
+def test_the_team_stops_on_a_503_or_504_every_time_or_on_any_other_error_with_the_gateways_message():
     import asyncio
 
-    from deploy.bench.learn import TRIES_ON_503, TrafficFailed, post_as_a_client
+    from deploy.bench.learn import TRIES, TrafficFailed, post_as_a_client
 
     down = {"error": {"message": "no healthy think engine"}}
-    client, seen = _gateway(*[(503, down)] * TRIES_ON_503)
-    with pytest.raises(TrafficFailed, match=rf"HTTP 503 on try {TRIES_ON_503} of {TRIES_ON_503}: .*no healthy think engine"):
+    client, seen = _gateway(*[(503, down)] * TRIES)
+    with pytest.raises(TrafficFailed, match=rf"HTTP 503 on try {TRIES} of {TRIES}: .*no healthy think engine"):
         asyncio.run(post_as_a_client(client, "http://gateway/v1/tasks/insights", {"input": {}}, []))
-    assert len(seen) == TRIES_ON_503
+    assert len(seen) == TRIES
+
+    slow = {"error": {"message": "the think engine did not answer within 120 s"}}
+    client, seen = _gateway(*[(504, slow)] * TRIES)
+    with pytest.raises(TrafficFailed, match=rf"HTTP 504 on try {TRIES} of {TRIES}: .*did not answer within 120 s"):
+        asyncio.run(post_as_a_client(client, "http://gateway/v1/tasks/insights", {"input": {}}, []))
+    assert len(seen) == TRIES
 
     unavailable: list[str] = []
     client, seen = _gateway((422, {"error": {"message": "input.review: field required"}}))
-    with pytest.raises(TrafficFailed, match=rf"HTTP 422 on try 1 of {TRIES_ON_503}: .*field required"):
+    with pytest.raises(TrafficFailed, match=rf"HTTP 422 on try 1 of {TRIES}: .*field required"):
         asyncio.run(post_as_a_client(client, "http://gateway/v1/feedback", {"id": "x"}, unavailable))
     assert len(seen) == 1 and unavailable == []  # a client error is never sent again
+
+
+def test_the_traffic_says_how_long_answers_ran_and_how_many_hit_the_token_limit():
+    from deploy.bench.learn import answer_shape
+    from router.registry import REGISTRY
+
+    limit = REGISTRY["insights"].sampling.max_tokens
+    answers = [{"usage": {"completion_tokens": t}, "latency_ms": 1000.0 * s}
+               for t, s in [(100, 4.0), (120, 5.0), (140, 6.0), (limit, 90.0)] + [(110, 4.5)] * 16]
+    shape = answer_shape("insights", answers)
+    assert shape["answer_tokens"] == {"p50": 110, "p95": limit, "max": limit}
+    assert shape["at_token_limit"] == 1
+    assert shape["latency_s"] == {"p50": 4.5, "p95": 90.0, "max": 90.0}
 
 
 def test_a_run_keeps_its_rounds_after_each_and_its_logs_when_it_fails(tmp_path):

@@ -9,12 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineUnavailable
+from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineTimeout, EngineUnavailable
 from router.registry import Sampling
 
 
 class SlowModels(BaseHTTPRequestHandler):
     delay_s = 0.0
+    completion_delay_s = 0.0
 
     def do_GET(self):
         time.sleep(type(self).delay_s)
@@ -28,8 +29,9 @@ class SlowModels(BaseHTTPRequestHandler):
         except OSError:
             pass  # the client gave up first
 
-    def do_POST(self):  # a completion, answered at once however slow the probes are
+    def do_POST(self):  # a completion, answered after `completion_delay_s` however slow the probes are
         self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(type(self).completion_delay_s)
         body = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -48,7 +50,7 @@ def slow_engine():
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
-    SlowModels.delay_s = 0.0
+    SlowModels.delay_s = SlowModels.completion_delay_s = 0.0
 
 
 def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engine):
@@ -87,6 +89,62 @@ def test_engine_returning_completions_stays_in_rotation_however_slow_its_probes(
 
     assert asyncio.run(serve_while_probes_time_out()) == [True] * (SLOW_PROBES_BEFORE_DOWN + 3)
     assert "returning completions" in pool.engines[0].last_error
+
+
+def test_an_answer_past_the_timeout_is_a_timeout_and_the_engine_stays_in_rotation(slow_engine):
+    """An engine that takes a request and answers after the pool's timeout is busy, not down: the
+    request fails as a timeout (the gateway's 504), and the next one is still sent to it."""
+    pool = EnginePool("base", [slow_engine], template=None, timeout_s=0.3)
+
+    async def ask() -> str:
+        try:
+            assert await pool.check()
+            SlowModels.completion_delay_s = 1.0
+            with pytest.raises(EngineTimeout, match=r"did not answer within 0\.3 s") as timed_out:
+                await pool.complete("prompt", None, Sampling(0.0, 1.0, 4), None)
+            assert timed_out.value.seconds == 0.3 and not timed_out.value.failover
+            SlowModels.completion_delay_s = 0.0
+            return (await pool.complete("prompt", None, Sampling(0.0, 1.0, 4), None)).text
+        finally:
+            await pool.close()
+
+    assert asyncio.run(ask()) == "ok"
+    assert pool.engines[0].healthy
+
+
+class FixedPrompt:
+    """A chat template stand-in: the fake engine answers whatever it is sent."""
+    sha256 = "0" * 64
+
+    def render(self, messages: list[dict]) -> str:
+        return "prompt"
+
+
+def test_the_gateway_answers_an_engine_timeout_with_504_not_503(slow_engine):
+    """A request whose engine does not answer in time gets 504 `engine_timeout` naming the engine
+    kind and the limit, without Retry-After (asking again would likely take as long)."""
+    from fastapi.testclient import TestClient
+
+    from common.settings import load_settings
+    from common.store import Store
+    from router.routing import RouteTable
+    from server.app import create_app
+    from server.state import GatewayState
+    from tests.unit.test_access import UNREACHABLE
+
+    settings = load_settings(rate_limit_per_minute=0, feedback_rate_limit_per_minute=0)
+    store = Store(f"redis://{UNREACHABLE.removeprefix('http://')}/0")
+    pools = {"base": EnginePool("base", [slow_engine], template=None, timeout_s=0.3),
+             "think": EnginePool("think", [slow_engine], template=None, timeout_s=0.3)}
+    for pool in pools.values():
+        pool.template = FixedPrompt()
+    SlowModels.completion_delay_s = 1.0
+    with TestClient(create_app(GatewayState(settings, store, RouteTable(store, poll_s=30), pools, adapter_action=None))) as client:
+        response = client.post("/v1/tasks/sql", json={"input": {"question": "Quantos pedidos foram entregues?"}})
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["type"] == "engine_timeout"
+    assert response.json()["error"]["message"] == "the base engine did not answer within 0.3 s; nothing was recorded"
+    assert "Retry-After" not in response.headers
 
 
 def test_refused_connection_is_down_at_once():
