@@ -6,10 +6,18 @@ names the rows it talks about: the data's labels, such as states or categories) 
 recommendation; a sensible length; thinking efficiency: an unclosed `<think>` or reasoning that
 eats most of the output costs reward) is paid in proportion to that content, so a fixed text
 that fits every form earns almost nothing. The answer is scored without its think block.
+
+Two things an analysis does that a content check alone would not see, each scaling every
+component: it says each thing once (a line that repeats an earlier one, its figures aside, is
+paid nothing: a half-trained model that loops until the token limit cites the data over and over,
+and scored as well as a real analysis while taking minutes to answer), and it selects (an answer
+that names most rows of a longer table lists the data instead of analysing it, and is paid the
+share that a selective answer names).
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 
 from rewards.parsing import split_think
@@ -23,6 +31,11 @@ LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 CONCLUSION = ("recomend", "sugest", "conclus", "proximo passo", "acao", "portanto", "priorizar")
 WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 CITED_ENOUGH = 3  # figures (or rows, when fewer) an analysis cites for full grounding
+# An analysis names at most this many of a table's rows, or half of them when that is more; a
+# table this size or smaller may be named whole (the store's analysts name four rows, the
+# general style two or three).
+SELECTIVE = 5
+FIGURES = re.compile(r"\d+")
 
 
 def read_number(token: str) -> set[float]:
@@ -84,13 +97,45 @@ def _labels(context: dict) -> list[str]:
     return labels
 
 
+def named_rows(answer: str, context: dict) -> list[str]:
+    """The data's row labels that the answer's sentences name."""
+    text = fold(" ".join(prose_lines(answer)))
+    return [label for label in _labels(context) if re.search(rf"(?<!\w){re.escape(fold(label))}(?!\w)", text)]
+
+
 def entities(answer: str, context: dict) -> tuple[float, str]:
     labels = _labels(context)
     if not labels:
         return 0.0, "no labelled rows given"
-    text = fold(" ".join(prose_lines(answer)))
-    named = [label for label in labels if re.search(rf"(?<!\w){re.escape(fold(label))}(?!\w)", text)]
+    named = named_rows(answer, context)
     return min(1.0, len(named) / min(CITED_ENOUGH, len(labels))), f"names {len(named)} of the {len(labels)} rows"
+
+
+def repetition(answer: str) -> tuple[float, str]:
+    """The share of the answer's statements (lines of two words or more) that say nothing new:
+    the same words as an earlier line, whatever its figures (a loop that counts up is a loop)."""
+    seen: set[str] = set()
+    statements = repeated = 0
+    for line in answer.splitlines():
+        key = FIGURES.sub("#", fold(line)).strip(" -*•.:;")
+        if len(WORD.findall(key)) < 2:
+            continue
+        statements += 1
+        repeated += key in seen
+        seen.add(key)
+    share = repeated / statements if statements else 0.0
+    return share, f"{repeated} of {statements} lines repeat an earlier one"
+
+
+def selection(answer: str, context: dict) -> tuple[float, str]:
+    """1.0 for an answer that names few enough of the table's rows; else the share of what it names
+    that a selective answer would."""
+    rows = len(_labels(context))
+    allowed = max(SELECTIVE, math.ceil(rows / 2))
+    named = len(named_rows(answer, context))
+    if named <= allowed:
+        return 1.0, f"names {named} of {rows} rows"
+    return allowed / named, f"names {named} of {rows} rows: lists the data (an analysis names at most {allowed})"
 
 
 def relevance(answer: str, context: dict) -> tuple[float, str]:
@@ -146,4 +191,10 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     form = {"ptbr": ptbr_score(answer), "structure": structure_credit, "length": length(answer), "thinking": thinking_credit}
     details["length"] = f"{len(answer)} characters; form paid at {content:.2f} (the content's share)"
     components.update({name: credit * content for name, credit in form.items()})
+    repeated, details["repetition"] = repetition(answer)
+    selective, details["selection"] = selection(answer, context)
+    paid = (1.0 - repeated) * selective
+    if paid < 1.0:
+        details["paid"] = f"every component paid at {paid:.2f} (repetition, selection)"
+        components = {name: credit * paid for name, credit in components.items()}
     return components, WEIGHTS, details, answer

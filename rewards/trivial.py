@@ -1,5 +1,5 @@
 """Answers that do no work: constants, empty answers, the input echoed back, the context copied
-into a fixed template. Every reward must score them far below a real answer, with a reference and
+into a fixed template, one statement looped. Every reward must score them far below a real answer, with a reference and
 without one; the unit tests hold them to that, and `tucano bench rewards --trivial` prints the
 table the README shows.
 
@@ -90,12 +90,22 @@ FIXED_INSIGHT = ("<think>\nVou resumir os dados.\n</think>\n\nResumo: os dados m
                  "- Alguns itens se destacam mais do que outros.\n- Há espaço para melhorar.\n"
                  "Recomendação: priorizar as ações de maior impacto e acompanhar os resultados.")
 
+def _looped_statement(task_input: dict) -> str:
+    """A true statement about the first row, said again and again until the token limit: what a
+    half-trained model that loops writes."""
+    rows, columns = task_input.get("rows") or [[""]], task_input.get("columns") or ["", ""]
+    first = rows[0] if isinstance(rows[0], (list, tuple)) else [rows[0]]
+    statement = f"- {first[0]} tem {columns[-1]} de {first[-1]}."
+    return "<think>\nOs dados.\n</think>\n\nResumo dos dados.\n" + "\n".join([statement] * 60)
+
+
 INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
     "empty": lambda _: "",
     "fixed text with a closed think block": lambda _: FIXED_INSIGHT,
     "the question echoed": lambda task_input: f"<think>\n{task_input['question']}\n</think>\n\n{task_input['question']}",
     "the data echoed": lambda task_input: "<think>\nOs dados.\n</think>\n\n" + json.dumps(
         {"columns": task_input.get("columns", []), "rows": task_input.get("rows", [])}, ensure_ascii=False),
+    "one statement repeated until the token limit": _looped_statement,
 }
 
 

@@ -215,6 +215,42 @@ def test_insights_grounding_catches_invented_numbers():
     assert score("insights", INSIGHT, None, ROWS).reference_used is False
 
 
+CITIES = {"question": "Quais cidades fazem mais pedidos?", "columns": ["cidade", "pedidos"],
+          "rows": [["sorocaba", 203], ["santos", 202], ["santo andre", 191], ["sao paulo", 190], ["guarulhos", 182],
+                   ["campinas", 172], ["duque de caxias", 111], ["nova iguacu", 108], ["rio de janeiro", 106], ["niteroi", 105]]}
+CITIES_ANALYSIS = ("<think>\nOs maiores: sorocaba, santos, santo andre.\n</think>\n\n"
+                   "Resumo: sorocaba lidera em pedidos com 203, à frente de santos (202) e santo andre (191).\n"
+                   "- sorocaba: pedidos de 203.\n- santos: pedidos de 202.\n- santo andre: pedidos de 191.\n"
+                   "- Na outra ponta, niteroi tem pedidos de 105.\n"
+                   "Recomendação: reforçar a entrega expressa nas cidades que mais compram.")
+
+
+def test_insights_pays_nothing_for_lines_that_repeat_an_earlier_one():
+    """A half-trained model loops until the token limit, its figures counting up or not (seen in
+    bench learn's insights candidates); each repeated line dilutes what the answer is paid."""
+    once = score("insights", CITIES_ANALYSIS, None, CITIES)
+    assert once.total > 0.95 and "paid" not in once.details
+    looped = CITIES_ANALYSIS.replace("Recomendação", "\n".join(["- Na outra ponta, niteroi tem pedidos de 105."] * 30) + "\nRecomendação")
+    counting = CITIES_ANALYSIS.replace("Recomendação", "\n".join(f"- Na outra ponta, santos tem pedidos de {n}." for n in range(203, 233))
+                                       + "\nRecomendação")
+    for answer, repeated in ((looped, 30), (counting, 29)):  # the first line of the count is new
+        result = score("insights", answer, None, CITIES)
+        assert result.total < 0.2 * once.total, result.details
+        assert result.details["repetition"] == f"{repeated} of 36 lines repeat an earlier one"
+
+
+def test_insights_pays_a_listing_of_a_long_table_less_than_an_analysis_that_selects():
+    every_row = ("<think>\nListo.\n</think>\n\nResumo: os pedidos por cidade.\n"
+                 + "\n".join(f"- {city} tem pedidos de {n}." for city, n in CITIES["rows"]) + "\nRecomendação: priorizar as maiores.")
+    listing = score("insights", every_row, None, CITIES)
+    assert listing.details["selection"] == "names 10 of 10 rows: lists the data (an analysis names at most 5)"
+    assert listing.total <= 0.55 * score("insights", CITIES_ANALYSIS, None, CITIES).total
+    short_table = {**CITIES, "rows": CITIES["rows"][:3]}
+    whole = ("<think>\nTrês cidades.\n</think>\n\nResumo: sorocaba lidera em pedidos com 203.\n- santos: pedidos de 202.\n"
+             "- santo andre: pedidos de 191.\nRecomendação: priorizar sorocaba.")
+    assert score("insights", whole, None, short_table).details["selection"] == "names 3 of 3 rows"  # a short table may be named whole
+
+
 def test_sql_scores_reference_free_and_with_reference():
     with_ref = score("sql", "SELECT customer_state, COUNT(*) FROM olist_customers_dataset GROUP BY 1 ORDER BY 2 DESC LIMIT 5", SQL_REF)
     assert with_ref.components["execution_match"] == 1.0 and with_ref.reference_used
