@@ -35,7 +35,6 @@ CITED_ENOUGH = 3  # figures (or rows, when fewer) an analysis cites for full gro
 # table this size or smaller may be named whole (the store's analysts name four rows, the
 # general style two or three).
 SELECTIVE = 5
-FIGURES = re.compile(r"\d+")
 
 
 def read_number(token: str) -> set[float]:
@@ -117,7 +116,7 @@ def repetition(answer: str) -> tuple[float, str]:
     seen: set[str] = set()
     statements = repeated = 0
     for line in answer.splitlines():
-        key = FIGURES.sub("#", fold(line)).strip(" -*•.:;")
+        key = NUMBER.sub("#", fold(line)).strip(" -*•.:;")
         if len(WORD.findall(key)) < 2:
             continue
         statements += 1
