@@ -125,6 +125,9 @@ class EnginePool:
         self.routed_adapters = routed_adapters or dict
         self._cycle = itertools.cycle(range(len(self.engines)))
         self.timeout = aiohttp.ClientTimeout(total=timeout_s, connect=2.0)
+        # A stream is cut only when the engine goes quiet for the whole timeout (before its first
+        # token or between two): a long answer that keeps coming is not a slow one.
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -219,7 +222,8 @@ class EnginePool:
         connection, before the engine is taken out of the rotation."""
         for attempt in range(1 + RETRIES_ON_DROPPED_CONNECTION):
             try:
-                response = await self._client().post(f"{engine.url}/v1/completions", json=body)
+                timeout = {"timeout": self._stream_timeout} if body["stream"] else {}  # else the session's
+                response = await self._client().post(f"{engine.url}/v1/completions", json=body, **timeout)
                 break
             except (aiohttp.ClientError, TimeoutError) as error:
                 if not (_dropped(error) and attempt < RETRIES_ON_DROPPED_CONNECTION):

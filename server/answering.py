@@ -150,9 +150,12 @@ async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator
         parts = [first]
         if first:
             yield first
-        async for delta in deltas:
-            parts.append(delta)
-            yield delta
+        try:
+            async for delta in deltas:
+                parts.append(delta)
+                yield delta
+        except EngineUnavailable as error:  # the engine went quiet or away mid-stream: nothing is recorded
+            raise _engine_down(state, prepared, error) from None
         usage = info.get("usage") or {}
         completion = Completion("".join(parts), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
                                 info.get("finish_reason"), info.get("engine", ""), info.get("model", ""))

@@ -134,9 +134,13 @@ async def chat_completions(body: ChatRequest, caller: User):
 
     async def events():
         yield _chunk(chunk_id, public_model, {"role": "assistant", "content": ""})
-        async for text_delta in deltas:
-            for field, value in splitter.feed(text_delta):
-                yield _chunk(chunk_id, public_model, {field: value})
+        try:
+            async for text_delta in deltas:
+                for field, value in splitter.feed(text_delta):
+                    yield _chunk(chunk_id, public_model, {field: value})
+        except ApiError as error:  # the status is sent already: the stream ends with the error as its last event
+            yield f"data: {json.dumps({'error': {'type': error.type, 'message': error.message}}, ensure_ascii=False)}\n\n"
+            return
         if splitter.buffer:
             yield _chunk(chunk_id, public_model, {"reasoning_content" if splitter.thinking else "content": splitter.buffer})
         record = done["record"]  # written to Redis before the stream ends

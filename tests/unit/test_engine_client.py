@@ -3,6 +3,7 @@ at all: a busy engine stays in rotation, a refused connection or repeated timeou
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -212,3 +213,94 @@ def test_a_dropped_keep_alive_connection_is_retried_not_a_503():
         assert pool.engines[0].healthy
     finally:
         server.shutdown()
+
+
+class SlowStream(BaseHTTPRequestHandler):
+    """A streamed completion whose chunks come after `gaps` seconds each, as an engine writing a
+    long answer token by token on busy cores does."""
+    gaps: tuple[float, ...] = ()
+
+    def do_GET(self):
+        body = b'{"data": [{"id": "base-model", "parent": null}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for gap in type(self).gaps:
+                time.sleep(gap)
+                self.wfile.write(b'data: {"choices": [{"text": "o"}]}\n\n')
+                self.wfile.flush()
+            self.wfile.write(b'data: {"choices": [{"text": "k", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+        except OSError:
+            pass  # the client gave up first
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def slow_stream():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    SlowStream.gaps = ()
+
+
+def test_a_stream_that_keeps_coming_is_not_cut_by_the_timeout_and_one_that_goes_quiet_is(slow_stream):
+    pool = EnginePool("base", [slow_stream], template=None, timeout_s=0.5)
+
+    async def streamed() -> tuple[str, str]:
+        try:
+            assert await pool.check()
+            SlowStream.gaps = (0.2,) * 5  # 1 s in all, never 0.5 s without a token
+            whole = "".join([d async for d in pool.stream("p", None, Sampling(0.0, 1.0, 8), None, {})])
+            SlowStream.gaps = (0.0, 1.0)  # quiet for 1 s after its first token
+            seen = []
+            with pytest.raises(EngineTimeout, match=r"within 0\.5 s"):
+                async for delta in pool.stream("p", None, Sampling(0.0, 1.0, 8), None, {}):
+                    seen.append(delta)
+            return whole, "".join(seen)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(streamed()) == ("ooooo" + "k", "o")
+    assert pool.engines[0].healthy
+
+
+def test_a_chat_stream_whose_engine_goes_quiet_ends_with_an_error_event(slow_stream):
+    """The stream's 200 is sent with its first token; an engine that then goes quiet for the
+    timeout ends the stream with an `error` event (`engine_timeout`), not a connection cut
+    without a word, and no `[DONE]`."""
+    from fastapi.testclient import TestClient
+
+    from common.settings import load_settings
+    from common.store import Store
+    from router.routing import RouteTable
+    from server.app import create_app
+    from server.state import GatewayState
+    from tests.unit.test_access import UNREACHABLE
+
+    settings = load_settings(rate_limit_per_minute=0, feedback_rate_limit_per_minute=0)
+    store = Store(f"redis://{UNREACHABLE.removeprefix('http://')}/0")
+    pools = {kind: EnginePool(kind, [slow_stream], template=None, timeout_s=0.5) for kind in ("base", "think")}
+    for pool in pools.values():
+        pool.template = FixedPrompt()
+    SlowStream.gaps = (0.0, 1.0)
+    with TestClient(create_app(GatewayState(settings, store, RouteTable(store, poll_s=30), pools, adapter_action=None))) as client:
+        response = client.post("/v1/chat/completions", json={
+            "model": "tucano-sql", "stream": True, "messages": [{"role": "user", "content": "Quantos pedidos?"}]})
+    assert response.status_code == 200
+    events = [line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")]
+    assert "[DONE]" not in events
+    assert json.loads(events[-1]) == {"error": {"type": "engine_timeout",
+                                                "message": "the base engine did not answer within 0.5 s; nothing was recorded"}}
+    assert any(json.loads(e).get("choices", [{}])[0].get("delta", {}).get("content") == "o" for e in events[:-1])
