@@ -68,9 +68,9 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
     store.ensure_group()
     routes = RouteTable(store)
     pools = {
-        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path),
+        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path), timeout_s=settings.engine_timeout_s,
                            routed_adapters=functools.partial(routes.served, "base")),
-        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path),
+        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path), timeout_s=settings.engine_timeout_s,
                             routed_adapters=functools.partial(routes.served, "think")),
     }
     hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, drain="background")

@@ -21,6 +21,7 @@ import aiohttp
 import msgspec
 
 from common.records import Sampling
+from common.settings import ENGINE_TIMEOUT_S
 
 
 class EngineUnavailable(RuntimeError):
@@ -98,10 +99,10 @@ ANSWERING_WITHIN_S = 10.0
 # to make every request a 503 until the next health probe (29 in one benchmark run on shared
 # cores).
 KEEPALIVE_S = 4.0
-# A live request waits at most LIVE_TIMEOUT_S. A batch its caller queues all at once (a gate, an
-# eval, a benchmark) shares the engine between dozens of answers: on two CPU cores, 36 insights
-# answers of a gate took over 120 s each and the round failed on the timeout.
-LIVE_TIMEOUT_S = 120.0
+# A live request waits at most `engine_timeout_s` (the gateway's setting). A batch its caller
+# queues all at once (a gate, an eval, a benchmark) shares the engine between dozens of answers:
+# on two CPU cores, 36 insights answers of a gate took over 120 s each and the round failed on
+# the timeout.
 BATCH_TIMEOUT_S = 900.0
 RETRIES_ON_DROPPED_CONNECTION = 1
 ADAPTER_LOAD_TIMEOUT_S = 60.0
@@ -114,7 +115,7 @@ class EnginePool:
     no adapters, and a request routed to a version it lacks would fail (as ART's gateway checks
     every replica before it commits a route)."""
 
-    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = LIVE_TIMEOUT_S,
+    def __init__(self, kind: str, urls: list[str], template: ChatTemplate, timeout_s: float = ENGINE_TIMEOUT_S,
                  probe_timeout_s: float = 3.0, routed_adapters: Callable[[], dict[str, str]] | None = None):
         if not urls:
             raise ValueError(f"no {kind} engine URL")
