@@ -96,17 +96,15 @@ def _labels(context: dict) -> list[str]:
     return labels
 
 
-def named_rows(answer: str, context: dict) -> list[str]:
-    """The data's row labels that the answer's sentences name."""
+def named_rows(answer: str, labels: list[str]) -> list[str]:
+    """The row labels that the answer's sentences name."""
     text = fold(" ".join(prose_lines(answer)))
-    return [label for label in _labels(context) if re.search(rf"(?<!\w){re.escape(fold(label))}(?!\w)", text)]
+    return [label for label in labels if re.search(rf"(?<!\w){re.escape(fold(label))}(?!\w)", text)]
 
 
-def entities(answer: str, context: dict) -> tuple[float, str]:
-    labels = _labels(context)
+def entities(named: list[str], labels: list[str]) -> tuple[float, str]:
     if not labels:
         return 0.0, "no labelled rows given"
-    named = named_rows(answer, context)
     return min(1.0, len(named) / min(CITED_ENOUGH, len(labels))), f"names {len(named)} of the {len(labels)} rows"
 
 
@@ -126,15 +124,13 @@ def repetition(answer: str) -> tuple[float, str]:
     return share, f"{repeated} of {statements} lines repeat an earlier one"
 
 
-def selection(answer: str, context: dict) -> tuple[float, str]:
+def selection(named: list[str], labels: list[str]) -> tuple[float, str]:
     """1.0 for an answer that names few enough of the table's rows; else the share of what it names
     that a selective answer would."""
-    rows = len(_labels(context))
-    allowed = max(SELECTIVE, math.ceil(rows / 2))
-    named = len(named_rows(answer, context))
-    if named <= allowed:
-        return 1.0, f"names {named} of {rows} rows"
-    return allowed / named, f"names {named} of {rows} rows: lists the data (an analysis names at most {allowed})"
+    allowed = max(SELECTIVE, math.ceil(len(labels) / 2))
+    if len(named) <= allowed:
+        return 1.0, f"names {len(named)} of {len(labels)} rows"
+    return allowed / len(named), f"names {len(named)} of {len(labels)} rows: lists the data (an analysis names at most {allowed})"
 
 
 def relevance(answer: str, context: dict) -> tuple[float, str]:
@@ -183,15 +179,18 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     if not answer:
         details["answer"] = "empty answer"
         return components, WEIGHTS, details, answer
-    for name, judge in (("grounding", grounding), ("entities", entities), ("relevance", relevance)):
-        components[name], details[name] = judge(answer, context)
+    labels = _labels(context)
+    named = named_rows(answer, labels)  # read once: entities pay for it, selection for not overdoing it
+    components["grounding"], details["grounding"] = grounding(answer, context)
+    components["entities"], details["entities"] = entities(named, labels)
+    components["relevance"], details["relevance"] = relevance(answer, context)
     content = sum(components[name] * weight for name, weight in CONTENT.items()) / sum(CONTENT.values())
     structure_credit, details["structure"] = structure(answer)
     form = {"ptbr": ptbr_score(answer), "structure": structure_credit, "length": length(answer), "thinking": thinking_credit}
     details["length"] = f"{len(answer)} characters; form paid at {content:.2f} (the content's share)"
     components.update({name: credit * content for name, credit in form.items()})
     repeated, details["repetition"] = repetition(answer)
-    selective, details["selection"] = selection(answer, context)
+    selective, details["selection"] = selection(named, labels)
     paid = (1.0 - repeated) * selective
     if paid < 1.0:
         details["paid"] = f"every component paid at {paid:.2f} (repetition, selection)"
