@@ -13,6 +13,17 @@ import pytest
 from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineTimeout, EngineUnavailable
 from router.registry import Sampling
 
+MODELS = b'{"data": [{"id": "base-model", "parent": null}]}'
+COMPLETION = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
+
+
+def send(handler: BaseHTTPRequestHandler, body: bytes, content_type: str = "application/json") -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
 
 class SlowModels(BaseHTTPRequestHandler):
     delay_s = 0.0
@@ -20,25 +31,15 @@ class SlowModels(BaseHTTPRequestHandler):
 
     def do_GET(self):
         time.sleep(type(self).delay_s)
-        body = b'{"data": [{"id": "base-model", "parent": null}]}'
         try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send(self, MODELS)
         except OSError:
             pass  # the client gave up first
 
     def do_POST(self):  # a completion, answered after `completion_delay_s` however slow the probes are
         self.rfile.read(int(self.headers["Content-Length"]))
         time.sleep(type(self).completion_delay_s)
-        body = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send(self, COMPLETION)
 
     def log_message(self, *args):
         pass
@@ -121,9 +122,9 @@ class FixedPrompt:
         return "prompt"
 
 
-def test_the_gateway_answers_an_engine_timeout_with_504_not_503(slow_engine):
-    """A request whose engine does not answer in time gets 504 `engine_timeout` naming the engine
-    kind and the limit, without Retry-After (asking again would likely take as long)."""
+def gateway_over(engine_url: str, timeout_s: float):
+    """The real gateway app, both engine kinds at `engine_url` with `timeout_s`, its Redis
+    unreachable (a failed request never gets as far as a record), as a TestClient."""
     from fastapi.testclient import TestClient
 
     from common.settings import load_settings
@@ -135,12 +136,15 @@ def test_the_gateway_answers_an_engine_timeout_with_504_not_503(slow_engine):
 
     settings = load_settings(rate_limit_per_minute=0, feedback_rate_limit_per_minute=0)
     store = Store(f"redis://{UNREACHABLE.removeprefix('http://')}/0")
-    pools = {"base": EnginePool("base", [slow_engine], template=None, timeout_s=0.3),
-             "think": EnginePool("think", [slow_engine], template=None, timeout_s=0.3)}
-    for pool in pools.values():
-        pool.template = FixedPrompt()
+    pools = {kind: EnginePool(kind, [engine_url], template=FixedPrompt(), timeout_s=timeout_s) for kind in ("base", "think")}
+    return TestClient(create_app(GatewayState(settings, store, RouteTable(store, poll_s=30), pools, adapter_action=None)))
+
+
+def test_the_gateway_answers_an_engine_timeout_with_504_not_503(slow_engine):
+    """A request whose engine does not answer in time gets 504 `engine_timeout` naming the engine
+    kind and the limit, without Retry-After (asking again would likely take as long)."""
     SlowModels.completion_delay_s = 1.0
-    with TestClient(create_app(GatewayState(settings, store, RouteTable(store, poll_s=30), pools, adapter_action=None))) as client:
+    with gateway_over(slow_engine, timeout_s=0.3) as client:
         response = client.post("/v1/tasks/sql", json={"input": {"question": "Quantos pedidos foram entregues?"}})
     assert response.status_code == 504, response.text
     assert response.json()["error"]["type"] == "engine_timeout"
@@ -167,15 +171,8 @@ class DropsReusedConnections(BaseHTTPRequestHandler):
     server closing an idle keep-alive connection does when a request goes out on it just then."""
     protocol_version = "HTTP/1.1"
 
-    def _answer(self, body: bytes, content_type: str = "application/json"):
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self):
-        self._answer(b'{"data": [{"id": "base-model", "parent": null}]}')
+        send(self, MODELS)
 
     def do_POST(self):
         streaming = b'"stream":true' in self.rfile.read(int(self.headers["Content-Length"]))
@@ -184,10 +181,10 @@ class DropsReusedConnections(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if streaming:
-            self._answer(b'data: {"choices": [{"text": "o"}]}\n\ndata: {"choices": [{"text": "k", "finish_reason": "stop"}]}'
-                         b'\n\ndata: [DONE]\n\n', "text/event-stream")
+            send(self, b'data: {"choices": [{"text": "o"}]}\n\ndata: {"choices": [{"text": "k", "finish_reason": "stop"}]}'
+                       b'\n\ndata: [DONE]\n\n', "text/event-stream")
         else:
-            self._answer(b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}')
+            send(self, COMPLETION)
 
     def log_message(self, *args):
         pass
@@ -221,12 +218,7 @@ class SlowStream(BaseHTTPRequestHandler):
     gaps: tuple[float, ...] = ()
 
     def do_GET(self):
-        body = b'{"data": [{"id": "base-model", "parent": null}]}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send(self, MODELS)
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -280,22 +272,8 @@ def test_a_chat_stream_whose_engine_goes_quiet_ends_with_an_error_event(slow_str
     """The stream's 200 is sent with its first token; an engine that then goes quiet for the
     timeout ends the stream with an `error` event (`engine_timeout`), not a connection cut
     without a word, and no `[DONE]`."""
-    from fastapi.testclient import TestClient
-
-    from common.settings import load_settings
-    from common.store import Store
-    from router.routing import RouteTable
-    from server.app import create_app
-    from server.state import GatewayState
-    from tests.unit.test_access import UNREACHABLE
-
-    settings = load_settings(rate_limit_per_minute=0, feedback_rate_limit_per_minute=0)
-    store = Store(f"redis://{UNREACHABLE.removeprefix('http://')}/0")
-    pools = {kind: EnginePool(kind, [slow_stream], template=None, timeout_s=0.5) for kind in ("base", "think")}
-    for pool in pools.values():
-        pool.template = FixedPrompt()
     SlowStream.gaps = (0.0, 1.0)
-    with TestClient(create_app(GatewayState(settings, store, RouteTable(store, poll_s=30), pools, adapter_action=None))) as client:
+    with gateway_over(slow_stream, timeout_s=0.5) as client:
         response = client.post("/v1/chat/completions", json={
             "model": "tucano-sql", "stream": True, "messages": [{"role": "user", "content": "Quantos pedidos?"}]})
     assert response.status_code == 200
