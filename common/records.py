@@ -23,13 +23,15 @@ class Sampling(msgspec.Struct, frozen=True):
     top_p: float
     max_tokens: int
     seed: int | None = None
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted once per earlier use of a token in the answer
 
-    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None) -> Sampling:
+    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None, frequency_penalty=None) -> Sampling:
         return Sampling(
             self.temperature if temperature is None else temperature,
             self.top_p if top_p is None else top_p,
             self.max_tokens if max_tokens is None else max_tokens,
             self.seed if seed is None else seed,
+            self.frequency_penalty if frequency_penalty is None else frequency_penalty,
         )
 
 

@@ -198,7 +198,8 @@ class EnginePool:
     def _body(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
               stream: bool) -> dict:
         body = {"model": adapter or engine.model, "prompt": prompt, "temperature": sampling.temperature,
-                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "stream": stream}
+                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens,
+                "frequency_penalty": sampling.frequency_penalty, "stream": stream}
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if json_schema is not None:

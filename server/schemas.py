@@ -1,7 +1,7 @@
 """The API's pydantic models: the single source of the OpenAPI schema."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -9,6 +9,8 @@ from common.tasks import TASKS
 from router.registry import AUTO_MODEL, PUBLIC_MODELS
 
 TaskName = Literal[TASKS]
+FrequencyPenalty = Annotated[float | None, Field(
+    ge=-2.0, le=2.0, description="OpenAI's frequency penalty; unset, the task's own (insights 0.3 against loops, others 0).")]
 
 
 class ErrorDetail(BaseModel):
@@ -61,6 +63,7 @@ class TaskOptions(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1, le=2048)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    frequency_penalty: FrequencyPenalty = None
     execute: bool = Field(False, description="sql: run the answer read-only and return its rows.")
     include_think: bool = Field(False, description="insights: also return the <think> block.")
 
@@ -139,6 +142,7 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=2048)
     max_completion_tokens: int | None = Field(None, ge=1, le=2048)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    frequency_penalty: FrequencyPenalty = None
     stream: bool = False
     n: int = Field(1, ge=1, le=1)
     stream_options: dict[str, Any] | None = None

@@ -40,7 +40,8 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
     async def one(record: Record) -> float:
         prompt = pool.template.render(build_messages(task, record.input))
         sampling = spec.sampling.override(temperature=record.sampling.temperature, top_p=record.sampling.top_p,
-                                          seed=record.sampling.seed if record.sampling.seed is not None else seed)
+                                          seed=record.sampling.seed if record.sampling.seed is not None else seed,
+                                          frequency_penalty=record.sampling.frequency_penalty)
         async with gate:
             completion = await pool.complete(prompt, candidate, sampling, spec.json_schema)
         context = settings.reward_context(record.input)

@@ -111,7 +111,8 @@ async def chat_completions(body: ChatRequest, caller: User):
         raise ApiError(404, "model_not_found", f"unknown model {body.model!r}; models are {', '.join([*PUBLIC_MODELS, AUTO_MODEL])}")
     task_input = REGISTRY[task].input_from_text(text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p,
-                 "max_tokens": body.max_completion_tokens or body.max_tokens, "seed": body.seed}
+                 "max_tokens": body.max_completion_tokens or body.max_tokens, "seed": body.seed,
+                 "frequency_penalty": body.frequency_penalty}
     prepared = answering.prepare(state, task, task_input, overrides, None, "chat", caller.key_id)
     public_model = f"tucano-{task}"
 

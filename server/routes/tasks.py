@@ -40,7 +40,8 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
         except InvalidReference as error:
             raise ApiError(422, "invalid_request", f"reference: {error}") from None
     options = body.options
-    overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed}
+    overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed,
+                 "frequency_penalty": options.frequency_penalty}
     prepared = answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id)
     record = await answering.answer(caller.state, prepared, execute=options.execute and task == "sql",
                                     include_think=options.include_think)

@@ -12,6 +12,7 @@ import pytest
 from common.records import Record, Sampling, decode_record
 from common.store import RECORDS, Store
 from rewards import REWARD_VERSION, score
+from router.registry import REGISTRY
 from tests.integration.conftest import RunningServer, make_state
 
 INPUTS = {
@@ -112,6 +113,8 @@ def test_task_api_answers_each_task_with_its_record(gateway):
             options["execute"] = True
         if task == "insights":
             options["include_think"] = True
+        if task == "push":
+            options["frequency_penalty"] = 0.5
         response = httpx.post(f"{gateway.url}/v1/tasks/{task}", json={"input": task_input, "options": options}, timeout=120)
         assert response.status_code == 200, response.text
         body = response.json()
@@ -120,6 +123,7 @@ def test_task_api_answers_each_task_with_its_record(gateway):
         record = record_of(gateway.state.store, body["id"])
         check_record(record, task, gateway.state.settings)
         assert record.sampling.seed == 7 and record.sampling.max_tokens == 200
+        assert record.sampling.frequency_penalty == {"push": 0.5, "insights": REGISTRY["insights"].sampling.frequency_penalty}.get(task, 0.0)
         assert body["scores"]["total"] == record.reward.total
         if task == "sql":
             assert {"sql", "columns", "rows", "truncated", "error"} <= set(body["output"])
@@ -162,6 +166,7 @@ def test_feedback_attaches_and_a_correction_becomes_the_reference(gateway):
     ("post", "/v1/tasks/extraction", {"inputs": {"review": "x"}}, 422, "input"),
     ("post", "/v1/tasks/sql", {"input": {"question": "x"}, "options": {"temperature": 9}}, 422, "options.temperature"),
     ("post", "/v1/tasks/sql", {"input": {"question": "x"}, "options": {"max_tokens": 0}}, 422, "options.max_tokens"),
+    ("post", "/v1/tasks/insights", {"input": {"question": "x"}, "options": {"frequency_penalty": 3}}, 422, "options.frequency_penalty"),
     ("post", "/v1/tasks/push", {"input": {}}, 422, "push needs"),
     ("post", "/v1/tasks/push", {"input": {"discount_pct": 250}}, 422, "input.discount_pct"),
     ("post", "/v1/tasks/insights", {"input": {"question": "x", "rows": "not rows"}}, 422, "input.rows"),

@@ -7,11 +7,12 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
 from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineTimeout, EngineUnavailable
-from router.registry import Sampling
+from router.registry import INSIGHTS_FREQUENCY_PENALTY, REGISTRY, Sampling
 
 MODELS = b'{"data": [{"id": "base-model", "parent": null}]}'
 COMPLETION = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
@@ -28,6 +29,7 @@ def send(handler: BaseHTTPRequestHandler, body: bytes, content_type: str = "appl
 class SlowModels(BaseHTTPRequestHandler):
     delay_s = 0.0
     completion_delay_s = 0.0
+    bodies: ClassVar[list[dict]] = []  # every completion request as the engine received it
 
     def do_GET(self):
         time.sleep(type(self).delay_s)
@@ -37,7 +39,7 @@ class SlowModels(BaseHTTPRequestHandler):
             pass  # the client gave up first
 
     def do_POST(self):  # a completion, answered after `completion_delay_s` however slow the probes are
-        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         time.sleep(type(self).completion_delay_s)
         send(self, COMPLETION)
 
@@ -53,6 +55,7 @@ def slow_engine():
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     SlowModels.delay_s = SlowModels.completion_delay_s = 0.0
+    SlowModels.bodies.clear()
 
 
 def test_busy_engine_stays_in_rotation_until_it_misses_several_probes(slow_engine):
@@ -150,6 +153,25 @@ def test_the_gateway_answers_an_engine_timeout_with_504_not_503(slow_engine):
     assert response.json()["error"]["type"] == "engine_timeout"
     assert response.json()["error"]["message"] == "the base engine did not answer within 0.3 s; nothing was recorded"
     assert "Retry-After" not in response.headers
+
+
+def test_every_sampling_parameter_reaches_the_engine_explicitly(slow_engine):
+    """vLLM would otherwise fill what is left out from the model's generation_config; insights
+    leaves its frequency penalty to no one (its loops, README "Insights: a penalty against loops")."""
+    pool = EnginePool("think", [slow_engine], template=None)
+
+    async def ask() -> None:
+        await pool.check()
+        await pool.complete("p", None, REGISTRY["insights"].sampling.override(seed=3), None)
+        await pool.complete("p", "sql-v2", Sampling(0.0, 1.0, 4), {"type": "object"})
+        await pool.close()
+
+    asyncio.run(ask())
+    insights, sql = SlowModels.bodies
+    assert {k: insights[k] for k in ("temperature", "top_p", "max_tokens", "seed", "frequency_penalty")} == {
+        "temperature": 0.6, "top_p": 0.95, "max_tokens": 768, "seed": 3, "frequency_penalty": INSIGHTS_FREQUENCY_PENALTY}
+    assert sql["model"] == "sql-v2" and sql["frequency_penalty"] == 0.0 and "seed" not in sql
+    assert sql["structured_outputs"] == {"json": {"type": "object"}}
 
 
 def test_refused_connection_is_down_at_once():

@@ -37,6 +37,14 @@ def test_a_record_survives_the_store_encoding_with_every_type():
     assert make_record(adapter="sql-v3", arm="active").version == "sql-v3"
 
 
+def test_a_record_stored_before_the_frequency_penalty_reads_as_sent_without_one():
+    stored = msgspec.to_builtins(make_record())
+    del stored["sampling"]["frequency_penalty"]
+    assert decode_record(json.dumps(stored)).sampling == Sampling(0.0, 1.0, 256, 7, frequency_penalty=0.0)
+    assert Sampling(0.6, 0.95, 768, None, 0.3).override(seed=5) == Sampling(0.6, 0.95, 768, 5, 0.3)
+    assert Sampling(0.6, 0.95, 768, None, 0.3).override(frequency_penalty=0.0).frequency_penalty == 0.0
+
+
 @pytest.mark.parametrize("broken", [
     {"sampling": {"temperature": "hot"}},  # a wrong type
     {"arm": "sideways"},  # outside the arms
@@ -95,6 +103,10 @@ def test_classifier(text, task):
 def test_api_input_models_refuse_unknown_fields_and_bad_values():
     with pytest.raises(ValidationError):
         TaskRequest.model_validate({"input": {"review": "x"}, "options": {"temperature": 9}})
+    for penalty in (2.5, -3, "high"):
+        with pytest.raises(ValidationError, match="frequency_penalty"):
+            TaskRequest.model_validate({"input": {"review": "x"}, "options": {"frequency_penalty": penalty}})
+    assert TaskRequest.model_validate({"input": {"review": "x"}, "options": {"frequency_penalty": 0}}).options.frequency_penalty == 0
     with pytest.raises(ValidationError):
         TaskRequest.model_validate({"input": {"review": "x"}, "surprise": 1})
     with pytest.raises(ValidationError):
@@ -105,6 +117,9 @@ def test_api_input_models_refuse_unknown_fields_and_bad_values():
         ExtractionOutput.model_validate({"sentiment": "furious"})
     chat = {"model": "tucano-sql", "messages": [{"role": "user", "content": "x", "name": "ana"}], "temperature": 0, "stream": True}
     assert ChatRequest.model_validate(chat).messages[0].name == "ana"
+    assert ChatRequest.model_validate({**chat, "frequency_penalty": -0.5}).frequency_penalty == -0.5
+    with pytest.raises(ValidationError, match="frequency_penalty"):
+        ChatRequest.model_validate({**chat, "frequency_penalty": 2.1})
     for extra in ({"logit_bias": {}}, {"messages": [{"role": "user", "content": "x", "tool_calls": []}]}):
         with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
             ChatRequest.model_validate({**chat, **extra})
