@@ -12,12 +12,14 @@ component: it says each thing once (a line that repeats an earlier one, its figu
 paid nothing: a half-trained model that loops until the token limit cites the data over and over,
 and scored as well as a real analysis while taking minutes to answer), and it selects (an answer
 that names most rows of a longer table lists the data instead of analysing it, and is paid the
-share that a selective answer names).
+share that a selective answer names). A third scales every component too: it relates the rows (a
+sentence names a row with where it stands: it leads, is the largest or the last, is ahead of
+another); an answer that only restates rows, each with its figure, cites the data and names its
+rows as an analysis does, and without this would be paid as one on a short table.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 
 from rewards.parsing import split_think
@@ -31,10 +33,15 @@ LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 CONCLUSION = ("recomend", "sugest", "conclus", "proximo passo", "acao", "portanto", "priorizar")
 WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 CITED_ENOUGH = 3  # figures (or rows, when fewer) an analysis cites for full grounding
-# An analysis names at most this many of a table's rows, or half of them when that is more; a
-# table this size or smaller may be named whole (the store's analysts name four rows, the
-# general style two or three).
+# An analysis names at most this many of a table's rows; a table this size or smaller may be named
+# whole (the store's analysts name four rows, the general style two or three; no reference and no
+# answer of the demo model names more).
 SELECTIVE = 5
+# Words that place a row among the others (folded stems): every reference of every split has a
+# sentence naming a row with one, a restated row ("SP tem pedidos de 163") has none.
+RANKING = re.compile(r"(?<!\w)(?:maior|menor|mais|menos|lider|destac|frente|ponta|acima|abaixo|pior|melhor|primeir|ultim"
+                     r"|pico|topo|supera|maxim|minim|cresc|queda)\w*")
+UNRELATED_PAID = 0.5  # what an answer that relates no row to the others is paid of each component
 
 
 def read_number(token: str) -> set[float]:
@@ -125,12 +132,19 @@ def repetition(answer: str) -> tuple[float, str]:
 
 
 def selection(named: list[str], labels: list[str]) -> tuple[float, str]:
-    """1.0 for an answer that names few enough of the table's rows; else the share of what it names
-    that a selective answer would."""
-    allowed = max(SELECTIVE, math.ceil(len(labels) / 2))
-    if len(named) <= allowed:
+    """1.0 for an answer that names at most `SELECTIVE` rows; past that, the square of the share a
+    selective answer names, since a listing's every row also earns it grounding and entities."""
+    if len(named) <= SELECTIVE:
         return 1.0, f"names {len(named)} of {len(labels)} rows"
-    return allowed / len(named), f"names {len(named)} of {len(labels)} rows: lists the data (an analysis names at most {allowed})"
+    return (SELECTIVE / len(named)) ** 2, f"names {len(named)} of {len(labels)} rows: lists the data (an analysis names at most {SELECTIVE})"
+
+
+def relates(answer: str, labels: list[str]) -> tuple[bool, str]:
+    """Whether a sentence names a row with a word that places it among the others."""
+    for line in prose_lines(answer):
+        if RANKING.search(fold(line)) and named_rows(line, labels):
+            return True, "a sentence places a named row among the others"
+    return False, "no sentence places a named row among the others: it restates the data"
 
 
 def relevance(answer: str, context: dict) -> tuple[float, str]:
@@ -191,8 +205,9 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     components.update({name: credit * content for name, credit in form.items()})
     repeated, details["repetition"] = repetition(answer)
     selective, details["selection"] = selection(named, labels)
-    paid = (1.0 - repeated) * selective
+    related, details["relation"] = relates(answer, labels)
+    paid = (1.0 - repeated) * selective * (1.0 if related else UNRELATED_PAID)
     if paid < 1.0:
-        details["paid"] = f"every component paid at {paid:.2f} (repetition, selection)"
+        details["paid"] = f"every component paid at {paid:.2f} (repetition, selection, relation)"
         components = {name: credit * paid for name, credit in components.items()}
     return components, WEIGHTS, details, answer

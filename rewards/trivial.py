@@ -99,6 +99,15 @@ def _looped_statement(task_input: dict) -> str:
     return "<think>\nOs dados.\n</think>\n\nResumo dos dados.\n" + "\n".join([statement] * 60)
 
 
+def _listed_rows(task_input: dict) -> str:
+    """Every row of the data restated as a sentence, in the data's order, with a stock
+    recommendation: it cites every figure and names every row, and analyses nothing."""
+    rows, columns = task_input.get("rows") or [], task_input.get("columns") or ["", ""]
+    lines = [f"- {row[0]} tem {columns[-1]} de {row[-1]}." for row in rows if isinstance(row, (list, tuple)) and row]
+    return ("<think>\nListo os dados.\n</think>\n\nOs dados de " + str(task_input.get("question", "")) + "\n"
+            + "\n".join(lines) + "\nRecomendação: priorizar os maiores.")
+
+
 INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
     "empty": lambda _: "",
     "fixed text with a closed think block": lambda _: FIXED_INSIGHT,
@@ -106,6 +115,7 @@ INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
     "the data echoed": lambda task_input: "<think>\nOs dados.\n</think>\n\n" + json.dumps(
         {"columns": task_input.get("columns", []), "rows": task_input.get("rows", [])}, ensure_ascii=False),
     "one statement repeated until the token limit": _looped_statement,
+    "every row restated": _listed_rows,
 }
 
 

@@ -244,11 +244,33 @@ def test_insights_pays_a_listing_of_a_long_table_less_than_an_analysis_that_sele
                  + "\n".join(f"- {city} tem pedidos de {n}." for city, n in CITIES["rows"]) + "\nRecomendação: priorizar as maiores.")
     listing = score("insights", every_row, None, CITIES)
     assert listing.details["selection"] == "names 10 of 10 rows: lists the data (an analysis names at most 5)"
-    assert listing.total <= 0.55 * score("insights", CITIES_ANALYSIS, None, CITIES).total
+    analysis = score("insights", CITIES_ANALYSIS, None, CITIES)
+    assert analysis.details["selection"] == "names 4 of 10 rows" and listing.components["grounding"] < 0.25
+    # (5/10)^2 for naming every row, a half for relating none of them (below)
+    assert listing.details["paid"] == "every component paid at 0.12 (repetition, selection, relation)"
+    assert listing.total <= 0.2 * analysis.total
+    six = {**CITIES, "rows": CITIES["rows"][:6]}
+    assert score("insights", every_row, None, six).details["selection"].startswith("names 6 of 6 rows: lists the data")
     short_table = {**CITIES, "rows": CITIES["rows"][:3]}
     whole = ("<think>\nTrês cidades.\n</think>\n\nResumo: sorocaba lidera em pedidos com 203.\n- santos: pedidos de 202.\n"
              "- santo andre: pedidos de 191.\nRecomendação: priorizar sorocaba.")
     assert score("insights", whole, None, short_table).details["selection"] == "names 3 of 3 rows"  # a short table may be named whole
+
+
+def test_insights_pays_half_for_rows_restated_that_no_sentence_relates():
+    """A short table restated row by row cites every figure and names every row, as an analysis
+    does; what it lacks is a sentence that places a row among the others."""
+    short_table = {**CITIES, "rows": CITIES["rows"][:4]}
+    restated = ("<think>\nOs dados.\n</think>\n\nOs pedidos por cidade:\n"
+                + "\n".join(f"- {city} tem pedidos de {n}." for city, n in short_table["rows"]) + "\nRecomendação: priorizar as vendas.")
+    related = restated.replace("- sorocaba tem pedidos de 203.", "- sorocaba lidera, com pedidos de 203.")
+    plain, ranked = score("insights", restated, None, short_table), score("insights", related, None, short_table)
+    assert plain.details["relation"].startswith("no sentence places a named row") and "relation" in plain.details["paid"]
+    assert ranked.details["relation"] == "a sentence places a named row among the others" and "paid" not in ranked.details
+    assert plain.total == pytest.approx(0.5 * ranked.total, abs=0.02)
+    # the ranking word and the row must share a sentence: a word of rank about no row relates nothing
+    apart = restated.replace("Os pedidos por cidade:", "As maiores cidades lideram os pedidos:")
+    assert score("insights", apart, None, short_table).details["relation"].startswith("no sentence")
 
 
 def test_sql_scores_reference_free_and_with_reference():
