@@ -109,12 +109,15 @@ class Settings(BaseSettings):
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")
     task_training: dict[str, TaskTraining] = Field(
         default_factory=lambda: {"extraction": {"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0,
-                                                "sft_from_liked": False}},
+                                                "sft_from_liked": False},
+                                 "insights": {"train_learning_rate": 0.002, "sft_batch_size": 4, "train_time_budget_s": 90.0,
+                                              "sft_from_liked": False}},
         validate_default=True,
         description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
                     "settings train_learning_rate, sft_batch_size, train_time_budget_s and sft_from_liked; setting it replaces "
-                    "the whole default); a task not named trains with the general ones. Extraction's own are the ones its "
-                    "learning was measured with (README: extraction at a lower learning rate).")
+                    "the whole default); a task not named trains with the general ones. Extraction's and insights' own are the "
+                    "ones their learning was measured with (README: extraction at a lower learning rate; insights: a penalty "
+                    "against loops).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")

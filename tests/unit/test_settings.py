@@ -103,11 +103,13 @@ def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_ge
     assert load_settings().for_task("push").train_time_budget_s == 20.0
 
 
-def test_extraction_trains_with_its_own_defaults():
+def test_extraction_and_insights_train_with_their_own_defaults():
     settings = load_settings()
-    extraction = settings.for_task("extraction")
+    extraction, insights = settings.for_task("extraction"), settings.for_task("insights")
     assert (extraction.train_learning_rate, extraction.sft_batch_size, extraction.train_time_budget_s, extraction.sft_from_liked) == (
         0.001, 4, 120.0, False)
-    for task in ("sql", "push", "insights"):
+    assert (insights.train_learning_rate, insights.sft_batch_size, insights.train_time_budget_s, insights.sft_from_liked) == (
+        0.002, 4, 90.0, False)
+    for task in ("sql", "push"):
         own = settings.for_task(task)
         assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s, own.sft_from_liked) == (0.003, 8, 45.0, True)
