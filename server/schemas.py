@@ -10,7 +10,7 @@ from router.registry import AUTO_MODEL, PUBLIC_MODELS
 
 TaskName = Literal[TASKS]
 FrequencyPenalty = Annotated[float | None, Field(
-    ge=-2.0, le=2.0, description="OpenAI's frequency penalty; unset, the task's own (insights 0.3 against loops, others 0).")]
+    ge=-2.0, le=2.0, description="OpenAI's frequency penalty; unset, the task's own (insights has one against loops, the others 0).")]
 
 
 class ErrorDetail(BaseModel):
