@@ -90,12 +90,17 @@ FIXED_INSIGHT = ("<think>\nVou resumir os dados.\n</think>\n\nResumo: os dados m
                  "- Alguns itens se destacam mais do que outros.\n- Há espaço para melhorar.\n"
                  "Recomendação: priorizar as ações de maior impacto e acompanhar os resultados.")
 
+def _row_statement(row: list | tuple, columns: list) -> str:
+    """One row said as a sentence: its label, the last column's name and its figure."""
+    return f"- {row[0]} tem {columns[-1]} de {row[-1]}."
+
+
 def _looped_statement(task_input: dict) -> str:
     """A true statement about the first row, said again and again until the token limit: what a
     half-trained model that loops writes."""
     rows, columns = task_input.get("rows") or [[""]], task_input.get("columns") or ["", ""]
     first = rows[0] if isinstance(rows[0], (list, tuple)) else [rows[0]]
-    statement = f"- {first[0]} tem {columns[-1]} de {first[-1]}."
+    statement = _row_statement(first, columns)
     return "<think>\nOs dados.\n</think>\n\nResumo dos dados.\n" + "\n".join([statement] * 60)
 
 
@@ -103,7 +108,7 @@ def _listed_rows(task_input: dict) -> str:
     """Every row of the data restated as a sentence, in the data's order, with a stock
     recommendation: it cites every figure and names every row, and analyses nothing."""
     rows, columns = task_input.get("rows") or [], task_input.get("columns") or ["", ""]
-    lines = [f"- {row[0]} tem {columns[-1]} de {row[-1]}." for row in rows if isinstance(row, (list, tuple)) and row]
+    lines = [_row_statement(row, columns) for row in rows if isinstance(row, (list, tuple)) and row]
     return ("<think>\nListo os dados.\n</think>\n\nOs dados de " + str(task_input.get("question", "")) + "\n"
             + "\n".join(lines) + "\nRecomendação: priorizar os maiores.")
 
