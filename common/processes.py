@@ -74,7 +74,7 @@ def cpu_computes_bf16(cpuinfo: str | None = None) -> bool:
     return any(flag in flags for flag in BF16_CPU_FLAGS)
 
 
-def cpu_trains_in_bf16(precision: str) -> bool:
-    """Whether training on this CPU computes in bf16 autocast over fp32 weights, as the
-    `train_cpu_precision` setting says (`auto`: where the CPU computes bf16 natively)."""
+def bf16_on_cpu(precision: str) -> bool:
+    """Whether work on this CPU computes in bf16, as a precision setting (`train_cpu_precision`,
+    `engine_cpu_precision`) says: `bf16`, or `auto` where the CPU computes bf16 natively."""
     return precision == "bf16" or (precision == "auto" and cpu_computes_bf16())

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     base_model: str | None = Field(None, description="Path or hub id of the Base model; default: the bootstrap model in the data dir.")
     think_model: str | None = Field(None, description="Path or hub id of the Think model; default: the bootstrap model in the data dir.")
     engine_device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where locally started engines run; auto picks cuda when a GPU is visible.")
+    engine_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="The vLLM engines a CPU machine starts itself: bf16 or fp32 weights and compute; auto: bf16 where the "
+                            "CPU computes it natively (AVX512-BF16, AMX), where it answered a gate's burst 1.2-1.6x faster here.")
     engine_timeout_s: float = Field(ENGINE_TIMEOUT_S, gt=0, le=3600, description="How long the gateway waits for an engine's "
                                     "answer (a stream: for its next token) before it answers 504 engine_timeout. On two CPU cores "
                                     "with 8 insights requests in flight, the longest answer took 106 s and one went past 120 s.")

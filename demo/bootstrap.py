@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from common.datasets import SPLITS, load_split
-from common.processes import cpu_trains_in_bf16
+from common.processes import bf16_on_cpu
 from common.settings import Settings
 from common.tasks import TASK_ENGINE, TASKS
 from demo import commerce_db, datasets, pretrained
@@ -278,7 +278,7 @@ def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, dat
     templates = TEMPLATES[source.chat]
     steps = sft_steps(settings)
     base, think = settings.models_dir / "base", settings.models_dir / "think"
-    bf16 = cpu_trains_in_bf16(settings.train_cpu_precision)
+    bf16 = bf16_on_cpu(settings.train_cpu_precision)
     fingerprint = _fingerprint("finetuned-v1", upstream, datasets_fingerprint, settings.seed, steps, FINETUNE_LR, bf16)
     if not manifest.done("base_model", fingerprint, base / "config.json"):
         started = time.perf_counter()

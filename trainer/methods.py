@@ -29,7 +29,7 @@ import transformers
 import trl.trainer.utils
 from transformers.trainer_callback import TrainerCallback
 
-from common.processes import cpu_trains_in_bf16
+from common.processes import bf16_on_cpu
 from common.records import AdapterMeta
 from common.settings import Settings
 from trainer.data import TaskData
@@ -142,7 +142,7 @@ def bf16(settings: Settings) -> bool:
     on a CPU as `train_cpu_precision` says."""
     if on_gpu():
         return True
-    return cpu_trains_in_bf16(settings.train_cpu_precision)
+    return bf16_on_cpu(settings.train_cpu_precision)
 
 
 def trainer_args(settings: Settings, epochs: float, batch_size: int, examples: int, **extra) -> dict:

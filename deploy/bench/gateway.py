@@ -325,7 +325,8 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
         if settings.base_engine_urls:
             base_url = settings.base_engine_urls[0]
         else:
-            engine = VllmServer("base", settings.base_model_path, lora=True, device="cpu", log_dir=scratch, cpus=engine_cpus)
+            engine = VllmServer("base", settings.base_model_path, lora=True, device="cpu", log_dir=scratch, cpus=engine_cpus,
+                                cpu_precision=settings.engine_cpu_precision)
             engine.start()
             stack.callback(engine.stop)
             say(f"starting vLLM base on {engine.url}")

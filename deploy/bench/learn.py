@@ -421,8 +421,8 @@ def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[s
         return {"base": settings.base_engine_urls, "think": [settings.think_engine_url]}
     from deploy.vllm_server import local_engine, run_engines
 
-    servers = [local_engine("base", settings.base_model_path, "cpu", scratch),
-               local_engine("think", settings.think_model_path, "cpu", scratch)]
+    servers = [local_engine("base", settings.base_model_path, "cpu", scratch, settings.engine_cpu_precision),
+               local_engine("think", settings.think_model_path, "cpu", scratch, settings.engine_cpu_precision)]
     run_engines(stack, servers, say)
     return {server.name: [server.url] for server in servers}
 

@@ -81,7 +81,8 @@ def run(settings: Settings, rows_per_task: int, served: bool, save_answers: Path
         from deploy.vllm_server import VllmServer, run_engines
 
         with ExitStack() as stack:
-            servers = [VllmServer(kind, path, lora=False, device="cpu", log_dir=settings.root / "logs")
+            servers = [VllmServer(kind, path, lora=False, device="cpu", log_dir=settings.root / "logs",
+                                  cpu_precision=settings.engine_cpu_precision)
                        for kind, path in (("base", settings.base_model_path), ("think", settings.think_model_path))]
             run_engines(stack, servers, say)
             urls = {server.name: [server.url] for server in servers}

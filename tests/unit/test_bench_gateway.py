@@ -122,6 +122,22 @@ def test_a_cpu_engine_runs_its_model_in_the_engine_core_process_with_the_threads
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in vllm_env("cuda", True)
 
 
+def test_a_cpu_engine_computes_in_bf16_where_the_cpu_does_natively_or_a_setting_says_so(monkeypatch, tmp_path):
+    from common import processes
+    from deploy.vllm_server import VllmServer, local_engine, vllm_command
+
+    def dtype(command):
+        return command[command.index("--dtype") + 1]
+
+    assert dtype(vllm_command("/models/base", "base", 8000, lora=True, device="cpu")) == "float32"
+    assert dtype(vllm_command("/models/base", "base", 8000, lora=True, device="cpu", cpu_bf16=True)) == "bfloat16"
+    assert "--dtype" not in vllm_command("/models/base", "base", 8000, lora=True, device="cuda", cpu_bf16=True)
+    for native, setting, expected in ((True, "auto", True), (False, "auto", False), (True, "fp32", False), (False, "bf16", True)):
+        monkeypatch.setattr(processes, "cpu_computes_bf16", lambda native=native: native)
+        assert VllmServer("base", "/models/base", lora=True, device="cpu", log_dir=tmp_path, cpu_precision=setting).cpu_bf16 is expected
+        assert local_engine("think", "/models/think", "cpu", tmp_path, setting).cpu_bf16 is expected, (native, setting)
+
+
 def test_both_local_engines_get_every_core_and_the_think_engines_threads_sleep_between_kernels(tmp_path):
     from common.processes import usable_cores
     from deploy.vllm_server import local_engine, vllm_env
