@@ -57,6 +57,7 @@ GROUP = "trainers"
 ROUTES = "tucano:routes"
 ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
+ENGINE_NUMERICS = "tucano:engines:numerics"  # per kind: how the engines compute (cuda, cpu-bf16, cpu-fp32, unknown)
 ROUND_LOCK = "tucano:lock:round"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
@@ -376,12 +377,20 @@ class Store:
 
     # --- engines and the round lock ------------------------------------------------------
 
-    def register_engines(self, kind: str, urls: list[str]) -> None:
-        """Where the live engines of a kind are, so trainers and the CLI load adapters into all of them."""
-        self.redis.hset(ENGINES, kind, json.dumps(urls))
+    def register_engines(self, kind: str, urls: list[str], numerics: str) -> None:
+        """Where the live engines of a kind are, so trainers and the CLI load adapters into all of
+        them, and how they compute (`VllmServer.numerics`; `unknown` for engines the service did not
+        start), so that a gate never reads back answers one precision gave as another's."""
+        with self.redis.pipeline() as pipe:
+            pipe.hset(ENGINES, kind, json.dumps(urls))
+            pipe.hset(ENGINE_NUMERICS, kind, numerics)
+            pipe.execute()
 
     def engine_urls(self, kind: str) -> list[str]:
         return json.loads(self.redis.hget(ENGINES, kind) or "[]")
+
+    def engine_numerics(self, kind: str) -> str:
+        return self.redis.hget(ENGINE_NUMERICS, kind) or "unknown"
 
     def round_lock(self, seconds: float) -> redis.lock.Lock:
         """One training round at a time across every trainer; it expires unless renewed, so a

@@ -230,8 +230,9 @@ def serve(settings: Settings, say=print) -> None:
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
         store = Store(redis_url, maxlen=settings.records_stream_maxlen)
-        store.register_engines("base", base_urls)  # trainers and the CLI load adapters into these
-        store.register_engines("think", [think_url])
+        numerics = {server.name: server.numerics for server in servers}
+        store.register_engines("base", base_urls, numerics.get("base", "unknown"))  # trainers and the CLI load adapters into these
+        store.register_engines("think", [think_url], numerics.get("think", "unknown"))
         reload_active_adapters(store, "base", base_urls, say)
         reload_active_adapters(store, "think", [think_url], say)
         supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, s.name, [s.url]))

@@ -106,6 +106,11 @@ class VllmServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def numerics(self) -> str:
+        """How it computes, which decides its answers as much as its weights do (`Store.register_engines`)."""
+        return "cuda" if self.device == "cuda" else "cpu-bf16" if self.cpu_bf16 else "cpu-fp32"
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = self.log_path.open("ab")

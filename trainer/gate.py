@@ -100,13 +100,14 @@ def row_seed(seed: int, row_id: str) -> int:
     return int(hashlib.sha256(f"{seed}:{row_id}".encode()).hexdigest()[:8], 16)
 
 
-def model_scope(model_path: str, version: str | None) -> str:
+def model_scope(model_path: str, version: str | None, numerics: str) -> str:
     """Names one unchanging model: an adapter version (never re-used or overwritten) over its base
     model, or the base model itself as its files are now (a checkpoint rebuilt at the same path is
-    another model)."""
+    another model), computed as its engines compute (`Store.engine_numerics`: the same weights in
+    bf16 and in fp32 answer differently)."""
     config = Path(model_path) / "config.json"
     stamp = config.stat().st_mtime_ns if config.is_file() else 0
-    return f"{version or 'base'}@{hashlib.sha256(f'{model_path}:{stamp}'.encode()).hexdigest()[:12]}"
+    return f"{version or 'base'}@{hashlib.sha256(f'{model_path}:{stamp}:{numerics}'.encode()).hexdigest()[:12]}"
 
 
 def request_key(prompt: str, sampling: Sampling, json_schema: dict | None) -> str:
@@ -125,8 +126,11 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     prompts = [pool.template.render(build_messages(task, row.input)) for row in rows]
     samplings = [spec.sampling.override(seed=row_seed(seed, row.id)) for row in rows]
     keys = [request_key(prompt, sampling, spec.json_schema) for prompt, sampling in zip(prompts, samplings)]
-    scope = model_scope(settings.model_path_of(task), version)
-    texts = store.cached_answers(scope, keys) if store is not None else [None] * len(rows)
+    if store is not None:
+        scope = model_scope(settings.model_path_of(task), version, store.engine_numerics(pool.kind))
+        texts = store.cached_answers(scope, keys)
+    else:
+        texts = [None] * len(rows)
     missing = [i for i, text in enumerate(texts) if text is None]
     if missing and not await pool.check():
         raise EngineUnavailable(f"no healthy {pool.kind} engine to evaluate on")

@@ -284,13 +284,14 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         store: Store | None = None
         try:
             redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-            urls = _engines(settings, scratch, stack, say)
+            engines = _engines(settings, scratch, stack, say)
+            urls = {kind: kind_urls for kind, (kind_urls, _) in engines.items()}
             bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
                                                 "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0})
             store = Store(redis_url)
             store.ensure_group()
-            for kind, kind_urls in urls.items():
-                store.register_engines(kind, kind_urls)
+            for kind, (kind_urls, numerics) in engines.items():
+                store.register_engines(kind, kind_urls, numerics)
             port = free_port()
             env = {**os.environ, **_env(bench)}
             gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(scratch), redis_url, urls["base"][0],
@@ -416,15 +417,16 @@ def _env(settings: Settings) -> dict[str, str]:
             "TUCANO_MAX_CORRECTIONS_PER_RECORD": str(settings.max_corrections_per_record)}
 
 
-def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, list[str]]:
+def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, tuple[list[str], str]]:
+    """Each kind's engine URLs and numerics (`VllmServer.numerics`)."""
     if settings.base_engine_urls and settings.think_engine_url:
-        return {"base": settings.base_engine_urls, "think": [settings.think_engine_url]}
+        return {"base": (settings.base_engine_urls, "unknown"), "think": ([settings.think_engine_url], "unknown")}
     from deploy.vllm_server import local_engine, run_engines
 
     servers = [local_engine("base", settings.base_model_path, "cpu", scratch, settings.engine_cpu_precision),
                local_engine("think", settings.think_model_path, "cpu", scratch, settings.engine_cpu_precision)]
     run_engines(stack, servers, say)
-    return {server.name: [server.url] for server in servers}
+    return {server.name: ([server.url], server.numerics) for server in servers}
 
 
 def table(results: dict) -> str:

@@ -144,11 +144,11 @@ def fleet_for(settings, store, gateway):
 
 
 @pytest.fixture(scope="module")
-def loop(built, redis_url, gateway):
+def loop(built, redis_url, gateway, engines):
     store = gateway.state.store
     settings = loop_settings(built, redis_url)
-    store.register_engines("base", [e.url for e in gateway.state.pools["base"].engines])
-    store.register_engines("think", [gateway.state.pools["think"].engines[0].url])
+    store.register_engines("base", [e.url for e in gateway.state.pools["base"].engines], engines["base"].numerics)
+    store.register_engines("think", [gateway.state.pools["think"].engines[0].url], engines["think"].numerics)
     yield settings, store
     # the session's gateway is shared: what a round here promoted is rolled back, so later modules
     # find every task served by the base model again

@@ -64,15 +64,15 @@ def test_a_round_refuses_without_engines(built, redis_url):
     from deploy.hotswap import HotSwap
 
     empty = HotSwap(store, {"base": built.base_model_path, "think": built.think_model_path}, {}, 0)
-    saved = {kind: store.engine_urls(kind) for kind in ("base", "think")}
+    saved = {kind: (store.engine_urls(kind), store.engine_numerics(kind)) for kind in ("base", "think")}
     store.redis.hdel("tucano:engines", "base", "think")
     try:
         with pytest.raises(RoundError, match=r"no .*engine is registered"):
             run_round(loop_settings(built, redis_url), store, empty, say=lambda _: None)
     finally:
-        for kind, urls in saved.items():
+        for kind, (urls, numerics) in saved.items():
             if urls:
-                store.register_engines(kind, urls)
+                store.register_engines(kind, urls, numerics)
 
 
 def test_bad_corrections_are_refused_and_store_nothing(gateway, loop):

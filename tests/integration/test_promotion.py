@@ -57,6 +57,7 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
     from common.store import Store
 
     store = Store(redis_url)
+    store.register_engines("base", [engines["base"].url], engines["base"].numerics)
     original = register(store, make_lora(built.base_model_path, tmp_path / "original", seed=11), "push")
     shutil.copytree(original.path, tmp_path / "copy")
     copy = register(store, str(tmp_path / "copy"), "push")
@@ -78,7 +79,8 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
     assert all(d.interval[0] <= 0 <= d.interval[1] and d.n == 12 for d in decisions)
 
     # the incumbent's answers are kept in Valkey: with no engine at all, the last gate's rows are
-    # answered by the original version exactly as that gate scored them; a version never asked is not
+    # answered by the original version exactly as that gate scored them; a version never asked is
+    # not, and neither is the original once the engines compute in another precision
     async def without_an_engine():
         dead = EnginePool("base", [f"http://127.0.0.1:{free_port()}"], ChatTemplate.load(built.base_model_path))
         rows = sample_rows(eval_rows(settings, store, "push"), settings.gate_max_rows, 19)
@@ -86,7 +88,11 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
             kept = await answer(dead, settings, "push", original.version, rows, settings.seed, store)
             with pytest.raises(EngineUnavailable):
                 await answer(dead, settings, "push", "push-v999999", rows, settings.seed, store)
+            store.register_engines("base", [engines["base"].url], "cuda" if engines["base"].numerics != "cuda" else "cpu-fp32")
+            with pytest.raises(EngineUnavailable):
+                await answer(dead, settings, "push", original.version, rows, settings.seed, store)
         finally:
+            store.register_engines("base", [engines["base"].url], engines["base"].numerics)
             await dead.close()
         return kept
     kept = asyncio.run(without_an_engine())

@@ -136,6 +136,9 @@ def test_a_cpu_engine_computes_in_bf16_where_the_cpu_does_natively_or_a_setting_
         monkeypatch.setattr(processes, "cpu_computes_bf16", lambda native=native: native)
         assert VllmServer("base", "/models/base", lora=True, device="cpu", log_dir=tmp_path, cpu_precision=setting).cpu_bf16 is expected
         assert local_engine("think", "/models/think", "cpu", tmp_path, setting).cpu_bf16 is expected, (native, setting)
+        # what the gate's answer cache is keyed by (`Store.register_engines`)
+        assert local_engine("base", "/models/base", "cpu", tmp_path, setting).numerics == ("cpu-bf16" if expected else "cpu-fp32")
+        assert local_engine("base", "/models/base", "cuda", tmp_path, setting).numerics == "cuda"
 
 
 def test_both_local_engines_get_every_core_and_the_think_engines_threads_sleep_between_kernels(tmp_path):

@@ -210,11 +210,15 @@ def test_kto_class_weights_keep_the_weighted_ratio_within_one_and_four_thirds(go
 
 
 class DictStore:
-    """The two answer-cache calls of `Store`, over a dict (the real one is exercised against Valkey
+    """The answer-cache calls of `Store`, over a dict (the real one is exercised against Valkey
     in tests/integration/test_promotion.py)."""
 
     def __init__(self):
         self.scopes: dict[str, dict[str, str]] = {}
+        self.numerics = "cpu-fp32"
+
+    def engine_numerics(self, kind):
+        return self.numerics
 
     def cached_answers(self, scope, keys):
         return [self.scopes.get(scope, {}).get(key) for key in keys]
@@ -267,7 +271,14 @@ def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(
     assert len(pool.asked) == 10  # another version, or other seeds, are other requests
     asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:2], settings.seed, None))
     assert len(pool.asked) == 12  # without a store nothing is read back
-    assert gate.model_scope(str(tmp_path), None) != gate.model_scope(str(tmp_path), "push-v1") != gate.model_scope("/elsewhere", "push-v1")
-    before = gate.model_scope(str(tmp_path), None)
+    store.numerics = "cpu-bf16"  # the engines now compute in another precision: their answers are another model's
+    asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:4], settings.seed, store))
+    assert len(pool.asked) == 16
+    asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:4], settings.seed, store))
+    assert len(pool.asked) == 16
+    scopes = {gate.model_scope(path, version, numerics) for path in (str(tmp_path), "/elsewhere") for version in (None, "push-v1")
+              for numerics in ("cpu-fp32", "cpu-bf16", "cuda")}
+    assert len(scopes) == 12
+    before = gate.model_scope(str(tmp_path), None, "cpu-fp32")
     (tmp_path / "config.json").write_text("{}")  # a checkpoint rebuilt at the same path is another model
-    assert gate.model_scope(str(tmp_path), None) != before
+    assert gate.model_scope(str(tmp_path), None, "cpu-fp32") != before
