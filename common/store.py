@@ -58,6 +58,7 @@ ROUTES = "tucano:routes"
 ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
 ENGINE_NUMERICS = "tucano:engines:numerics"  # per kind: how the engines compute (cuda, cpu-bf16, cpu-fp32, unknown)
+UNKNOWN_NUMERICS = "unknown"  # engines given by URL: the service cannot see how they compute
 ROUND_LOCK = "tucano:lock:round"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
@@ -379,8 +380,8 @@ class Store:
 
     def register_engines(self, kind: str, urls: list[str], numerics: str) -> None:
         """Where the live engines of a kind are, so trainers and the CLI load adapters into all of
-        them, and how they compute (`VllmServer.numerics`; `unknown` for engines the service did not
-        start), so that a gate never reads back answers one precision gave as another's."""
+        them, and how they compute (`VllmServer.numerics`; `UNKNOWN_NUMERICS` for engines the service
+        did not start), so that a gate never reads back answers one precision gave as another's."""
         with self.redis.pipeline() as pipe:
             pipe.hset(ENGINES, kind, json.dumps(urls))
             pipe.hset(ENGINE_NUMERICS, kind, numerics)
@@ -390,7 +391,7 @@ class Store:
         return json.loads(self.redis.hget(ENGINES, kind) or "[]")
 
     def engine_numerics(self, kind: str) -> str:
-        return self.redis.hget(ENGINE_NUMERICS, kind) or "unknown"
+        return self.redis.hget(ENGINE_NUMERICS, kind) or UNKNOWN_NUMERICS
 
     def round_lock(self, seconds: float) -> redis.lock.Lock:
         """One training round at a time across every trainer; it expires unless renewed, so a

@@ -29,7 +29,7 @@ from redis.exceptions import LockError
 
 from common.processes import die_with_parent, has_gpu, usable_cores
 from common.settings import Settings, load_settings
-from common.store import Store
+from common.store import UNKNOWN_NUMERICS, Store
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
@@ -231,8 +231,8 @@ def serve(settings: Settings, say=print) -> None:
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
         store = Store(redis_url, maxlen=settings.records_stream_maxlen)
         numerics = {server.name: server.numerics for server in servers}
-        store.register_engines("base", base_urls, numerics.get("base", "unknown"))  # trainers and the CLI load adapters into these
-        store.register_engines("think", [think_url], numerics.get("think", "unknown"))
+        store.register_engines("base", base_urls, numerics.get("base", UNKNOWN_NUMERICS))  # trainers and the CLI load adapters into these
+        store.register_engines("think", [think_url], numerics.get("think", UNKNOWN_NUMERICS))
         reload_active_adapters(store, "base", base_urls, say)
         reload_active_adapters(store, "think", [think_url], say)
         supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, s.name, [s.url]))

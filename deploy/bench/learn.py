@@ -42,7 +42,7 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.records import AdapterMeta
 from common.settings import Settings
-from common.store import Store
+from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE
 from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
@@ -420,7 +420,7 @@ def _env(settings: Settings) -> dict[str, str]:
 def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, tuple[list[str], str]]:
     """Each kind's engine URLs and numerics (`VllmServer.numerics`)."""
     if settings.base_engine_urls and settings.think_engine_url:
-        return {"base": (settings.base_engine_urls, "unknown"), "think": ([settings.think_engine_url], "unknown")}
+        return {"base": (settings.base_engine_urls, UNKNOWN_NUMERICS), "think": ([settings.think_engine_url], UNKNOWN_NUMERICS)}
     from deploy.vllm_server import local_engine, run_engines
 
     servers = [local_engine("base", settings.base_model_path, "cpu", scratch, settings.engine_cpu_precision),
