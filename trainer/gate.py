@@ -156,7 +156,7 @@ def mean_interval(diffs: list[float], resamples: int = RESAMPLES, seed: int = 0,
     return float(values.mean()), float(means[int(tail * resamples)]), float(means[min(resamples - 1, int((1 - tail) * resamples))])
 
 
-def _parts(s: Score) -> dict[str, float]:
+def parts(s: Score) -> dict[str, float]:
     """What is compared one by one: every component, and each extraction field on its own."""
     return {**s.components, **{f"field:{name}": value for name, value in s.fields.items()}}
 
@@ -190,8 +190,8 @@ def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], 
     diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
     mean, low, high = mean_interval(diffs, seed=seed)
     components = {}
-    for name in sorted({k for s in candidate + incumbent for k in _parts(s)}):
-        part = [_parts(c).get(name, 0.0) - _parts(i).get(name, 0.0) for c, i in zip(candidate, incumbent)]
+    for name in sorted({k for s in candidate + incumbent for k in parts(s)}):
+        part = [parts(c).get(name, 0.0) - parts(i).get(name, 0.0) for c, i in zip(candidate, incumbent)]
         d, lo, hi = mean_interval(part, seed=seed)
         components[name] = {"difference": round(d, 4), "interval": [round(lo, 4), round(hi, 4)],
                             "worse": hi < -settings.component_tolerance}

@@ -183,11 +183,12 @@ def paired_gain(after: list[Score], before: list[Score]) -> dict:
 
 
 def measured(scores: list[Score]) -> dict:
-    """The mean served reward with its interval, and what it is made of: each component's mean
-    (SQL's total, for one, moves with `parse` long before `execution_match` does)."""
-    names = sorted({name for s in scores for name in s.components})
+    """The mean served reward with its interval, and what it is made of: each part the gate
+    compares, every component's mean (SQL's total, for one, moves with `parse` long before
+    `execution_match` does) and each extraction field's (whose content is one component)."""
+    names = sorted({name for s in scores for name in gate.parts(s)})
     return {**interval([s.total for s in scores]),
-            "components": {name: round(statistics.fmean(s.components.get(name, 0.0) for s in scores), 4) for name in names}}
+            "components": {name: round(statistics.fmean(gate.parts(s).get(name, 0.0) for s in scores), 4) for name in names}}
 
 
 def distinct(rows: list[dict]) -> list[dict]:
