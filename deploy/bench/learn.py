@@ -331,6 +331,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     task_entry = summary["tasks"][t]
                     results["tasks"][t]["rounds"].append(measurement)
                     entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
+                                         "start": task_entry.get("start"), "training": task_entry.get("training"),
                                          "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
                                          "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
                     say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
@@ -430,6 +431,18 @@ def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[s
     return {server.name: ([server.url], server.numerics) for server in servers}
 
 
+def trained(entry: dict) -> str:
+    """A round's training of one task in a few words: each method's steps and epochs, why it
+    stopped, and where its LoRA started (the same labels give different versions as the steps
+    that a time budget buys vary)."""
+    outcomes = entry.get("training") or []
+    if not outcomes:
+        return "+".join(step["method"] for step in entry.get("plan") or []) or "-"
+    start = (entry.get("start") or {}).get("from")
+    done = " + ".join(f"{o['method']} {o['steps']} steps, {o['epochs']:g} epochs ({o['stopped_by']})" for o in outcomes)
+    return f"{done}, from {start}" if start else done
+
+
 def table(results: dict) -> str:
     tasks = list(results["tasks"])
     rounds = len(results["rounds"])
@@ -448,7 +461,7 @@ def table(results: dict) -> str:
     for entry in results["rounds"]:
         for t, e in entry["tasks"].items():
             seconds, decision = e.get("seconds") or {}, e.get("decision") or {}
-            plan = "+".join(step["method"] for step in e.get("plan") or []) or "-"
+            plan = trained(e)
             diff = "-"
             if decision:
                 early = f" of {decision['planned']}" if decision.get("planned", decision["n"]) > decision["n"] else ""  # a look stopped it

@@ -107,6 +107,20 @@ def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
     assert rows["push"].endswith("n=64 |") and rows["insights"].endswith("n=24 |") and rows["extraction"].endswith("| - |")
 
 
+def test_the_rounds_table_says_how_many_steps_each_method_ran_and_where_it_started():
+    from deploy.bench.learn import trained
+
+    entry = {"plan": [{"method": "sft", "why": "23 supervised examples"}], "start": {"from": "base", "why": "no active version"},
+             "training": [{"method": "sft", "steps": 26, "epochs": 6.5, "stopped_by": "time budget"}]}
+    assert trained(entry) == "sft 26 steps, 6.5 epochs (time budget), from base"
+    two = {**entry, "start": {"from": "active"}, "training": [{"method": "sft", "steps": 8, "epochs": 1.0, "stopped_by": "epochs"},
+                                                             {"method": "dpo", "steps": 3, "epochs": 0.5, "stopped_by": "time budget"}]}
+    assert trained(two) == "sft 8 steps, 1 epochs (epochs) + dpo 3 steps, 0.5 epochs (time budget), from active"
+    # results kept before the training was recorded name the plan's methods; an untrained task a dash
+    assert trained({"plan": [{"method": "sft"}, {"method": "dpo"}]}) == "sft+dpo"
+    assert trained({"status": "not trained: nothing new", "plan": []}) == "-"
+
+
 def test_the_label_curve_takes_each_input_once_in_the_order_it_was_first_sent():
     from deploy.bench.learn import distinct
 
