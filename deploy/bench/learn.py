@@ -186,9 +186,10 @@ def measured(scores: list[Score]) -> dict:
     """The mean served reward with its interval, and what it is made of: each part the gate
     compares, every component's mean (SQL's total, for one, moves with `parse` long before
     `execution_match` does) and each extraction field's (whose content is one component)."""
-    names = sorted({name for s in scores for name in gate.parts(s)})
+    each = [gate.parts(s) for s in scores]
+    names = sorted({name for parts in each for name in parts})
     return {**interval([s.total for s in scores]),
-            "components": {name: round(statistics.fmean(gate.parts(s).get(name, 0.0) for s in scores), 4) for name in names}}
+            "components": {name: round(statistics.fmean(parts.get(name, 0.0) for parts in each), 4) for name in names}}
 
 
 def distinct(rows: list[dict]) -> list[dict]:

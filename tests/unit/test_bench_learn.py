@@ -27,7 +27,6 @@ def test_measured_gives_the_mean_its_interval_and_each_components_mean():
     assert out["components"] == {"executes": pytest.approx(1 / 3, abs=1e-4), "parse": pytest.approx(2 / 3, abs=1e-4)}
 
 
-
 def test_measured_shows_each_extraction_field_as_the_gate_compares_them():
     """Extraction's content is one component; the bench reports its fields one by one, as the
     gate's per-field veto sees them, so a field that a round made worse shows in the results."""
@@ -46,6 +45,7 @@ def test_measured_shows_each_extraction_field_as_the_gate_compares_them():
     assert out["components"]["field:delivery_issue"] == pytest.approx(0.5)
     assert out["components"]["field:product_mentioned"] == pytest.approx(1.0)
     assert out["components"]["content"] == pytest.approx(1 - 0.5 * 0.5 / 10, abs=1e-4)  # delivery_issue weighs 0.5 of 10
+
 
 def test_a_gain_is_paired_by_held_out_row():
     from deploy.bench.learn import paired_gain
