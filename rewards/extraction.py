@@ -11,12 +11,16 @@ adjacent sentiment, closeness within two points for the score, content-word over
 phrases and the summary (function words earn nothing). A constant answer (each field's most
 common value) scores well below a model that reads.
 
-Without a reference, every component needs evidence from the review: `phrases` (short key
-phrases found verbatim in it; none found is no credit), `summary` (a summary in its own words
-that names what the review is about, not a copy of it), `product` (a product that the review
-names), `sentiment_cue` (the sentiment agrees with the review's clear polarity words), and
-`consistency` (sentiment, score, category, urgency and the booleans agree with each other; paid in
-proportion to the evidence, like form).
+Without a reference, each claim of the answer is checked against what the review's words say
+(`rewards.review_cues`): `phrases` (key phrases are whole words of the review that carry a
+sentiment or complaint cue, covering its cues; any other substring earns nothing), `summary`
+(in its own words, about the review, stating its complaint or verdict and no complaint it does
+not make: the review's words shuffled or reversed restate nothing), `product` (a whole noun
+phrase of the review, not a function word, a generic word, a complaint or a name cut short),
+`sentiment_cue` and `category_cue` (the sentiment and the complaint category its words call
+for), and `consistency` (the fields agree with each other and with the review's delivery
+problem, recommendation and need for an answer). Form and consistency are paid in proportion to
+that evidence.
 """
 from __future__ import annotations
 
@@ -32,13 +36,15 @@ from common.tasks import (
     SENTIMENTS,
     URGENCIES,
 )
+from rewards import review_cues
 from rewards.parsing import format_score, parse_json_object
-from rewards.text import META_WORDS, content_f1, content_words, fold, words
+from rewards.text import META_WORDS, STOP_WORDS, content_f1, content_words, fold, words
 
 SENTIMENT_ORDER = {"negative": 0, "neutral": 1, "positive": 2}
 WEIGHTS_WITH_REFERENCE = {"format": 0.05, "schema": 0.1, "content": 0.85}
-WEIGHTS_WITHOUT_REFERENCE = {"format": 0.05, "schema": 0.1, "phrases": 0.3, "summary": 0.2, "product": 0.1,
-                             "sentiment_cue": 0.15, "consistency": 0.1}
+# mirrors FIELD_WEIGHTS: `consistency` stands for the score, the booleans and the urgency
+WEIGHTS_WITHOUT_REFERENCE = {"format": 0.04, "schema": 0.06, "phrases": 0.1, "summary": 0.1, "product": 0.15,
+                             "sentiment_cue": 0.15, "category_cue": 0.2, "consistency": 0.2}
 # How much each field weighs in `content`: the fields only a reader of the review gets right
 # weigh most; the booleans, which a constant guesses right most of the time, least.
 FIELD_WEIGHTS = {
@@ -48,15 +54,9 @@ FIELD_WEIGHTS = {
 assert set(FIELD_WEIGHTS) == set(EXTRACTION_FIELDS)
 STEM = 5  # letters of a word compared when a summary's words are looked for in the review ("atraso", "atrasou")
 MAX_PHRASE_WORDS = 8  # a key phrase is a short excerpt, not the review cut in pieces
-# Polarity words of PT-BR reviews (folded): a review that has words of one side only has a clear
-# polarity, which a reference-free answer's sentiment must agree with.
-POSITIVE_CUES = frozenset("otimo otima excelente amei adorei perfeito perfeita recomendo indico superou rapida rapido "
-                          "maravilhoso maravilhosa lindo linda gostei satisfeito satisfeita".split())
-NEGATIVE_CUES = frozenset("defeito quebrado quebrada atraso atrasou atrasado errado errada faltou pessimo pessima ruim "
-                          "horrivel nunca frageil fragil grosseiro estourado incompleto amassada rasgada".split())
-NEGATED = re.compile(r"\bnao (recomendo|indico|chegou|funciona|liga|veio|gostei)\b")
-
-
+OWN_WORDS = 0.2  # the share of a summary's words not in the review for full credit (the references': 0.3-0.8)
+# the review goes on with "de <noun>" right after a product name: the name was cut short
+CUT_SHORT = re.compile(r"\s+(?:de|do|da)\s+(?!\d)\w{3,}")
 def as_score(value) -> float | None:
     """A sentiment score as a float, PT-BR decimal comma understood ('4,5' is 4.5)."""
     if isinstance(value, bool):
@@ -157,19 +157,34 @@ CREDIT_PLAN = tuple((name, FIELD_CREDITS.get(name, _exact_credit), FIELD_WEIGHTS
 TOTAL_FIELD_WEIGHT = sum(FIELD_WEIGHTS.values())
 
 
-# --- without a reference: evidence from the review ---------------------------------------
+# --- without a reference: the answer's claims checked against the review -------------------
 
-def _phrases_evidence(value: dict, review: str) -> tuple[float, str]:
-    """Short phrases found verbatim in the review, chosen from it: phrases that cover most of the
-    review's words are the review cut in pieces, not its key phrases."""
+def _span_in(phrase: str, folded_review: str) -> tuple[int, int] | None:
+    """Where a phrase stands in the folded review as whole words, or None."""
+    folded = fold(phrase).strip()
+    match = re.search(rf"(?<!\w){re.escape(folded)}(?!\w)", folded_review) if folded else None
+    return match.span() if match else None
+
+
+def _phrases_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    """Key phrases are the review's own words (whole words, verbatim, short) that carry what it
+    says: a sentiment or complaint cue. A substring without a cue is no key phrase, and phrases
+    that miss most of the review's cues, or cover most of its words, are paid less."""
     phrases = _phrases(value.get("key_phrases"))
     if not phrases:
         return 0.0, "no key phrases"
     text = fold(review)
-    found = [p for p in _short(phrases) if fold(p).strip() and fold(p) in text]
-    coverage = sum(len(words(p)) for p in found) / max(1, len(words(review)))
+    found = [(p, span) for p in _short(phrases) if (span := _span_in(p, text))]
+    carrying = [span for p, span in found if review_cues.has_cue(p)]
+    precision = len(carrying) / len(phrases)
+    cues = reading.cue_spans
+    covered = sum(any(start <= s and e <= end for start, end in carrying) for s, e in cues)
+    recall = covered / len(cues) if cues else 1.0
+    coverage = sum(len(words(p)) for p, _ in found) / max(1, len(words(review)))
     selective = 1.0 if coverage <= 0.7 else max(0.0, (1.0 - coverage) / 0.3)
-    return len(found) / len(phrases) * selective, f"{len(found)}/{len(phrases)} short phrases found in the review, covering {coverage:.0%} of it"
+    credit = precision * (0.5 + 0.5 * recall) * selective
+    return credit, (f"{len(carrying)}/{len(phrases)} phrases are the review's words with a cue, covering {covered}/"
+                    f"{len(cues)} of its cues and {coverage:.0%} of its words")
 
 
 def _copied_share(summary: str, review: str) -> float:
@@ -187,7 +202,20 @@ def _not_copied(summary: str, review: str) -> float:
     return 1.0 if copied <= 0.5 else max(0.0, (1.0 - copied) * 2.0)
 
 
-def _summary_evidence(value: dict, review: str) -> tuple[float, str]:
+def _own_words(summary: str, review: str) -> float:
+    """A summary says the review in other words: one made only of the review's words, in any
+    order (shuffled, reversed), restates nothing."""
+    summary_words = words(summary)
+    if not summary_words:
+        return 0.0
+    review_words = set(words(review))
+    own = sum(w not in review_words for w in summary_words) / len(summary_words)
+    return min(1.0, own / OWN_WORDS)
+
+
+def _summary_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    """A summary in its own words, about what the review is about, that states the review's facts
+    (its complaint, or its verdict when it has none) and no complaint the review does not make."""
     summary = value.get("summary")
     if not isinstance(summary, str) or not summary.strip():
         return 0.0, "no summary"
@@ -195,43 +223,84 @@ def _summary_evidence(value: dict, review: str) -> tuple[float, str]:
     if not said:
         return 0.0, "the summary names nothing of the review"
     about = len(said & {w[:STEM] for w in content_words(review)}) / len(said)
-    credit = min(1.0, 2.0 * about) * _not_copied(summary, review)
-    return credit, f"{about:.0%} of its content words from the review, {_copied_share(summary, review):.0%} copied verbatim"
+    facts = set(reading.complaints)
+    if reading.polarity in ("positive", "neutral") and not facts:
+        facts.add(reading.polarity)
+    spoken = review_cues.topics(summary)
+    stated = 1.0 if not facts or facts & spoken else 0.3
+    false = review_cues.complaints_said(summary) - reading.complaints
+    truthful = 0.3 if false else 1.0
+    own = _own_words(summary, review)
+    credit = min(1.0, 2.0 * about) * _not_copied(summary, review) * own * stated * truthful
+    return credit, (f"{about:.0%} of its content words from the review, {own:.0%} of the own-words share met, "
+                    f"{'states' if stated == 1.0 else 'misses'} the review's facts {sorted(facts)}"
+                    + (f", claims {sorted(false)} the review does not make" if false else ""))
 
 
-def _product_evidence(value: dict, review: str) -> tuple[float, str]:
+def _product_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    """The product is a whole noun phrase of the review: whole words, at least one of them a
+    content word that is not a generic one ("pedido", "produto"), no article or preposition at
+    either end, no sentiment or complaint cue, and not cut short where the review goes on with
+    "de <noun>" ("fone" of "fone de ouvido")."""
     product = value.get("product_mentioned")
     if product is None:
         return 0.5, "no product named (cannot tell without a reference)"
-    if isinstance(product, str) and product.strip() and fold(product) in fold(review):
-        return 1.0, "the product is named in the review"
-    return 0.0, "the product is not in the review"
+    if not isinstance(product, str) or not product.strip():
+        return 0.0, "not a product name"
+    text, folded = fold(review), fold(product).strip(" .,;:!?")
+    match = re.search(rf"(?<!\w){re.escape(folded)}(?!\w)", text)
+    if match is None:
+        return 0.0, "the product is not named, as whole words, in the review"
+    product_words = words(folded)
+    if not product_words or not (content_words(folded) - META_WORDS):
+        return 0.0, "names nothing specific (a function word or a generic word)"
+    if product_words[0] in STOP_WORDS or product_words[-1] in STOP_WORDS or len(product_words) > 6:
+        return 0.25, "not a noun phrase: it starts or ends on a function word, or runs on"
+    if review_cues.has_cue(folded):
+        return 0.0, "a complaint or sentiment, not a product"
+    if CUT_SHORT.match(text[match.end():]):
+        return 0.5, "cut short: the review's noun phrase goes on"
+    return 1.0, "a noun phrase of the review"
 
 
-def review_polarity(review: str) -> str | None:
-    """'positive' or 'negative' when the review's polarity words are all of one side, else None."""
-    folded = fold(review)
-    cues = set(words(folded))
-    negative = bool(cues & NEGATIVE_CUES) or bool(NEGATED.search(folded))
-    positive = bool(cues & POSITIVE_CUES) and not NEGATED.search(folded)
-    if positive == negative:
-        return None
-    return "positive" if positive else "negative"
+SENTIMENT_CREDIT = {  # what the review's words call for -> credit of each sentiment
+    "positive": {"positive": 1.0, "neutral": 0.25, "negative": 0.0},
+    "negative": {"negative": 1.0, "neutral": 0.25, "positive": 0.0},
+    "neutral": {"neutral": 1.0, "negative": 0.5, "positive": 0.25},
+    "mixed": {"neutral": 1.0, "negative": 0.5, "positive": 0.5},
+}
 
 
-def _sentiment_evidence(value: dict, review: str) -> tuple[float, str]:
-    polarity = review_polarity(review)
+def _sentiment_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
     sentiment = value.get("sentiment")
     if sentiment not in SENTIMENTS:
         return 0.0, "no valid sentiment"
+    polarity = reading.polarity
     if polarity is None:
-        return 0.5, "the review's polarity is not clear"
-    if sentiment == polarity:
-        return 1.0, f"{sentiment}, as the review's words say"
-    return (0.25, f"neutral for a {polarity} review") if sentiment == "neutral" else (0.0, f"{sentiment} for a {polarity} review")
+        return 0.5, "the review's words say nothing either way"
+    credit = SENTIMENT_CREDIT[polarity][sentiment]
+    return credit, f"{sentiment} for a review whose words are {polarity}"
 
 
-def _consistency(value: dict) -> tuple[float, str]:
+def _category_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    """The complaint category is one the review's words make; "none" only for a review without
+    a complaint."""
+    category = value.get("complaint_category")
+    if category not in COMPLAINT_CATEGORIES:
+        return 0.0, "no valid category"
+    if reading.complaints:
+        credit = 1.0 if category in reading.complaints else 0.0
+        return credit, f"{category}; the review complains of {sorted(reading.complaints)}"
+    if reading.polarity in ("positive", "neutral"):
+        return (1.0, "none, as the review complains of nothing") if category == "none" else \
+            (0.0, f"{category}, a complaint the review does not make")
+    return (0.5, "the review's words name no category") if category in ("none", "other") else \
+        (0.25, f"{category}, which the review's words do not name")
+
+
+def _consistency(value: dict, reading: review_cues.Reading) -> tuple[float, str]:
+    """The fields agree with each other and with what the review says: a delivery problem, a
+    recommendation, a complaint that needs an answer (and is not of low urgency)."""
     sentiment, number, category = value.get("sentiment"), as_score(value.get("sentiment_score")), value.get("complaint_category")
     checks = []
     if sentiment in SENTIMENTS and number is not None:
@@ -239,12 +308,24 @@ def _consistency(value: dict) -> tuple[float, str]:
         checks.append(("score", low <= number <= high))
     if sentiment in SENTIMENTS and category in COMPLAINT_CATEGORIES:
         checks.append(("category", (category == "none") == (sentiment == "positive") or sentiment == "neutral"))
-    if category in COMPLAINT_CATEGORIES and isinstance(value.get("delivery_issue"), bool):
-        checks.append(("delivery", value["delivery_issue"] or category != "delivery_delay"))
-    if sentiment in SENTIMENTS and "would_recommend" in value:
-        checks.append(("recommend", value["would_recommend"] is not (sentiment == "negative")))
+    if isinstance(value.get("delivery_issue"), bool):
+        if category in COMPLAINT_CATEGORIES:
+            checks.append(("delivery", value["delivery_issue"] or category != "delivery_delay"))
+        if reading.complaints or reading.positive:
+            checks.append(("delivery in the review", value["delivery_issue"] == reading.delivery_problem))
+    if "would_recommend" in value:
+        if reading.recommends is not None:
+            checks.append(("recommend in the review", value["would_recommend"] is reading.recommends))
+        elif sentiment in SENTIMENTS:
+            checks.append(("recommend", value["would_recommend"] is not (sentiment == "negative")))
     if value.get("urgency") == "high" and isinstance(value.get("requires_response"), bool):
         checks.append(("urgency", value["requires_response"]))
+    complains = bool(reading.complaints & review_cues.STRONG_COMPLAINTS) or reading.recommends is False
+    if complains or reading.positive or reading.neutral:  # a review whose words say something
+        if isinstance(value.get("requires_response"), bool):
+            checks.append(("response to the review", value["requires_response"] is complains))
+        if value.get("urgency") in URGENCIES:
+            checks.append(("urgency of the review", (value["urgency"] == "low") is not complains))
     if not checks:
         return 0.0, "no fields to check"
     failed = [name for name, ok in checks if not ok]
@@ -252,7 +333,7 @@ def _consistency(value: dict) -> tuple[float, str]:
 
 
 EVIDENCE = (("phrases", _phrases_evidence), ("summary", _summary_evidence), ("product", _product_evidence),
-            ("sentiment_cue", _sentiment_evidence))
+            ("sentiment_cue", _sentiment_evidence), ("category_cue", _category_evidence))
 
 
 def score(completion: str, reference: dict | None, context: dict, fields: dict | None = None) -> tuple[dict, dict, dict, object]:
@@ -287,11 +368,12 @@ def score(completion: str, reference: dict | None, context: dict, fields: dict |
         # nothing to find evidence in: only the form can be judged, and it is worth little alone
         details["evidence"] = "no review in context: nothing to ground the answer in"
         return {**dict.fromkeys(weights, 0.0), "format": fmt, "schema": schema}, weights, details, value
+    reading = review_cues.read(review)
     components = {}
     for name, judge in EVIDENCE:
-        components[name], details[name] = judge(value, review)
-    evidence = (components["phrases"] + components["summary"]) / 2
-    components["consistency"], details["consistency"] = _consistency(value)
+        components[name], details[name] = judge(value, review, reading)
+    evidence = sum(components.values()) / len(components)
+    components["consistency"], details["consistency"] = _consistency(value, reading)
     components["consistency"] *= evidence
     components["format"], components["schema"] = fmt * evidence, schema * evidence
     return components, weights, details, value

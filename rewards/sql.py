@@ -10,29 +10,38 @@ parses and runs but returns the wrong result earns at most 0.15, and one whose r
 constant (it reads no table, or selects only literals) matches nothing.
 
 Without a reference, `question_match` (what of the question the SQL addresses: the tables its
-words point at, its values compared against columns, the aggregate it asks for;
-`rewards.sql_question`) carries most of the weight, and schema linking and execution earn credit
-only in its proportion: a query that ignores the question earns almost nothing, and an empty or
-NULL result earns half the execution credit.
+words point at, its values compared against columns with the operator the question means, the
+aggregate it asks for, the rows it is made of; `rewards.sql_question`) carries most of the
+weight, and `result_shape` (rows at all; one figure for a count or an average, N rows for a
+ranking of N, a row per group; no spread of figures nobody asked for) and schema linking are paid
+only in its proportion: a query that ignores the question earns almost nothing.
+
+A query that errors or times out keeps half of its form and nothing else, so it scores below
+any query that runs: RL is never led towards errors. Completions are read in time linear in
+their length: a query is at most `MAX_SQL_LINES` lines, and what runs past that is not part of it.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
-from functools import lru_cache
 from pathlib import Path
 
 from sqlglot import exp
 
 from common.commerce import SCHEMA_COLUMNS
 from rewards.parsing import split_think, strip_fences
-from rewards.sql_question import is_constant, question_match
+from rewards.sql_question import Cues, is_constant, question_cues, question_match
 from rewards.sql_sandbox import QueryResult, check_readonly, execute_readonly
 
+# `reference_ran` (weight 0) says whether the reference itself ran: when it did not, the answer
+# was not judged on content, which is undecided rather than wrong
 WEIGHTS_WITH_REFERENCE = {"format": 0.02, "safety": 0.0, "parse": 0.03, "schema_link": 0.05, "executes": 0.05,
-                          "execution_match": 0.85}
-WEIGHTS_WITHOUT_REFERENCE = {"format": 0.05, "safety": 0.0, "parse": 0.05, "schema_link": 0.15, "executes": 0.15,
-                             "question_match": 0.6}
+                          "execution_match": 0.85, "reference_ran": 0.0}
+WEIGHTS_WITHOUT_REFERENCE = {"format": 0.03, "safety": 0.0, "parse": 0.03, "schema_link": 0.1, "executes": 0.09,
+                             "question_match": 0.55, "result_shape": 0.2}
+ERROR_PAID = 0.5  # what a query that fails or times out keeps of its form: below any query that runs
+MAX_SQL_LINES = 60  # the longest reference query has 12 lines
+MAX_SQL_CHARS = 4_000
 SQL_START = re.compile(r"\b(SELECT|WITH)\b", re.I)
 # A text that opens with any statement verb is SQL from its first word: nothing is cut, so
 # "CREATE TABLE t AS SELECT ..." is judged (and refused) whole.
@@ -55,11 +64,25 @@ def extract_sql(completion: str) -> tuple[str, bool]:
     lines = sql.splitlines()
     # Prose after the query ("Espero ter ajudado."): keep the longest run of leading lines that
     # parses. Dropped lines are never executed, so this cannot smuggle a second statement in.
+    # A query is at most MAX_SQL_LINES lines and MAX_SQL_CHARS characters: what runs past them is
+    # not part of it, and the search stays bounded (each try re-parses the prefix).
+    if len(lines) > MAX_SQL_LINES or len(sql) > MAX_SQL_CHARS:
+        lines = _bounded(lines)
     while len(lines) > 1 and not check_readonly("\n".join(lines)).parsed:
         lines.pop()
     sql = "\n".join(lines).strip().rstrip(";").strip()
     wrapped = thought.think is not None or fenced or sql != completion.strip().rstrip(";").strip()
     return sql, wrapped
+
+
+def _bounded(lines: list[str]) -> list[str]:
+    kept, size = [], 0
+    for line in lines[:MAX_SQL_LINES]:
+        size += len(line) + 1
+        if size > MAX_SQL_CHARS:
+            break
+        kept.append(line)
+    return kept or [lines[0][:MAX_SQL_CHARS]]
 
 
 def schema_link(tree: exp.Expression) -> tuple[float, str]:
@@ -104,15 +127,25 @@ def _rows(result: QueryResult) -> list[tuple]:
     return [tuple(_normalise(v) for v in row) for row in result.rows]
 
 
-@lru_cache(maxsize=4096)
-def _reference_result(db_path: str, sql: str, timeout_s: float, row_cap: int) -> tuple[tuple[tuple, ...], bool] | None:
+_REFERENCE_RESULTS: dict[tuple, tuple[tuple[tuple, ...], bool]] = {}
+
+
+def _reference_result(db_path: str, sql: str, timeout_s: float, row_cap: int) -> tuple[tuple[tuple, ...], bool] | str:
+    """The reference's rows and whether order counts, or why it could not be run. Only results are
+    kept: a reference that failed (a time-out under load, say) is run again next time."""
+    key = (db_path, sql, timeout_s, row_cap)
+    if key in _REFERENCE_RESULTS:
+        return _REFERENCE_RESULTS[key]
     checked = check_readonly(sql)
     if not checked.ok:
-        return None
+        return f"the reference is refused: {checked.reason}"
     result = execute_readonly(Path(db_path), sql, timeout_s=timeout_s, row_cap=row_cap)
     if result.error:
-        return None
-    return tuple(_rows(result)), checked.tree.args.get("order") is not None
+        return f"the reference failed: {result.error}"
+    if len(_REFERENCE_RESULTS) >= 4096:
+        _REFERENCE_RESULTS.clear()
+    _REFERENCE_RESULTS[key] = (tuple(_rows(result)), checked.tree.args.get("order") is not None)
+    return _REFERENCE_RESULTS[key]
 
 
 def _canonical(row: tuple) -> tuple:
@@ -138,12 +171,37 @@ def _limits(context: dict) -> tuple[float, int]:
         raise ValueError("scoring SQL needs context['timeout_s'] and context['row_cap'] (the query limits)") from None
 
 
+def result_shape(result: QueryResult, cues: Cues) -> tuple[float, str]:
+    """Whether the result has the shape the question asks for: rows at all, one number for a
+    count or an average, as many rows as a ranking of N asks, a row per group, and not a spread
+    of figures the question did not ask for."""
+    rows = result.rows
+    if not rows or all(all(v is None for v in row) for row in rows):
+        return 0.0, "empty or NULL result"
+    columns = len(result.columns)
+    wanted_columns = max(1, len(cues.aggregates)) + (1 if cues.grouped or cues.ranked or cues.entity else 0)
+    if columns > wanted_columns + 1:
+        return 0.25, f"{columns} columns where the question asks for {wanted_columns}"
+    if cues.count is not None:
+        return (1.0, f"{len(rows)} rows for a ranking of {cues.count}") if len(rows) == cues.count or (
+            0 < len(rows) < cues.count and not result.truncated) else (0.25, f"{len(rows)} rows where {cues.count} are asked for")
+    if cues.grouped:
+        return (1.0, f"{len(rows)} groups") if len(rows) > 1 else (0.5, "one row where a row per group is asked for")
+    if cues.aggregates and not cues.ranked:
+        return (1.0, "one figure, as asked") if len(rows) == 1 else (0.25, f"{len(rows)} rows where one figure is asked for")
+    return 1.0, f"{len(rows)} rows"
+
+
 def score(completion: str, reference: dict | None, context: dict, db_path: Path) -> tuple[dict, dict, dict, object]:
     sql, wrapped = extract_sql(completion)
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE
     components = dict.fromkeys(weights, 0.0)
     components["format"] = 0.5 if wrapped else 1.0
     details = {"format": "SQL was wrapped in think/fences/prose" if wrapped else "bare SQL"}
+    timeout_s, row_cap = _limits(context)
+    expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap) if reference else None
+    if reference and not isinstance(expected, str):
+        components["reference_ran"] = 1.0
     if not sql:
         details["safety"] = "no SQL found"
         components["format"] = 0.0
@@ -152,33 +210,36 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
     details["safety"] = checked.reason
     if not checked.parsed:  # partial credit for naming real tables and columns
         components["schema_link"], details["schema_link"] = identifier_link(sql)
+        components["format"] *= ERROR_PAID
         return components, weights, details, sql
     if not checked.ok:  # refused: a write or anything but one SELECT earns nothing at all
         return dict.fromkeys(weights, 0.0), weights, details, sql
     components["safety"] = components["parse"] = 1.0
     components["schema_link"], details["schema_link"] = schema_link(checked.tree)
-    timeout_s, row_cap = _limits(context)
     result = execute_readonly(db_path, sql, timeout_s=timeout_s, row_cap=row_cap)
     if result.error:
         details["executes"] = f"error: {result.error}"
-        return components, weights, details, sql
+        # an error or a time-out earns less than any query that runs, so RL is never led to one
+        paid = {k: v * ERROR_PAID for k, v in components.items()}
+        if reference:
+            paid["reference_ran"] = components["reference_ran"]
+        return paid, weights, details, sql
     components["executes"] = 1.0
     details["executes"] = f"{len(result.rows)} rows" + (" (capped)" if result.truncated else "")
     if not reference:
-        if not result.rows or all(v is None for v in result.rows[0]):
-            components["executes"], details["executes"] = 0.5, "runs, but its result is empty or NULL"
+        cues = question_cues(str(context.get("question", "")), KNOWN_NAMES)
         used = {t.name.lower() for t in checked.tree.find_all(exp.Table)} & set(TABLES)
-        match, details["question_match"] = question_match(str(context.get("question", "")), checked.tree, used, KNOWN_NAMES)
+        match, details["question_match"] = question_match(cues, checked.tree, used)
         components["question_match"] = match
+        components["result_shape"], details["result_shape"] = result_shape(result, cues)
+        components["result_shape"] *= match  # the shape of an answer to another question is worth nothing
         components["schema_link"] *= match  # reference-free credit only for what the question asks
-        components["executes"] *= match
         return components, weights, details, sql
-    expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap)
     if is_constant(checked.tree):
         details["execution_match"] = "the result is a constant: it does not come from the data"
-    elif expected is None:
-        details["execution_match"] = "the reference query itself fails; content not scored"
-        components["execution_match"] = 0.0
+    elif isinstance(expected, str):
+        # undecided, not wrong: `reference_ran` says so, and the next scoring runs the reference again
+        details["execution_match"] = f"{expected}; content not scored"
     else:
         components["execution_match"], details["execution_match"] = execution_match(_rows(result), *expected)
     return components, weights, details, sql

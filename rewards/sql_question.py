@@ -56,12 +56,39 @@ RANKING = re.compile(r"\b(mais|menos)\b(?! de\b)|\b(maior|maiores|menor|menores|
 PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Like, exp.ILike, exp.Between, exp.Is)
 
 
+# the question excludes something: a value may then be used with != or NOT IN
+NEGATION = re.compile(r"\b(exceto|fora d[eoa]s?|nao|sem|diferentes? d[eoa]s?|excluindo|menos [oa]s?)\b")
+# words before a number that say how to compare with it
+ABOVE = re.compile(r"\b(acima de|mais de|maior(es)? (que|do que)|superior(es)? a|pelo menos|no minimo|a partir de|"
+                   r"mais que|passa de|ultrapassa)\s*(r\$\s*)?$")
+BELOW = re.compile(r"\b(abaixo de|menos de|menor(es)? (que|do que)|inferior(es)? a|ate|no maximo|menos que)\s*(r\$\s*)?$")
+# what a grouped or ranked answer is made of ("as 5 cidades", "por estado"): the columns that name it
+ENTITY_WORDS: dict[str, frozenset[str]] = {
+    "cidade": frozenset({"customer_city", "seller_city"}),
+    "estado": frozenset({"customer_state", "seller_state"}),
+    "categoria": frozenset({"product_category_name", "product_category_name_english"}),
+    "vendedor": frozenset({"seller_id"}),
+    "produto": frozenset({"product_id"}),
+    "cliente": frozenset({"customer_id", "customer_unique_id"}),
+    "status": frozenset({"order_status"}),
+    "tipo de pagamento": frozenset({"payment_type"}),
+    "forma de pagamento": frozenset({"payment_type"}),
+}
+ENTITY = re.compile(r"\b(?:por|cada|os|as|quais|top|\d+|dois|duas|tres|cinco|dez)\s+(?:\d+\s+|cinco\s+|dez\s+|tres\s+)?"
+                    r"(cidade|estado|categoria|vendedor|produto|cliente|status|tipo de pagamento|forma de pagamento)")
+COUNT_OF = re.compile(r"\b(?:os|as|top)\s+(\d+|dois|duas|tres|cinco|dez)\s+\w+")
+
+
 class Cues(NamedTuple):
     tables: tuple[frozenset[str], ...]  # for each table word: the tables that answer for it
     values: tuple[str, ...]  # folded texts the SQL must use as compared values or LIMIT
     aggregates: tuple[str, ...] = ()  # aggregate functions the question asks for
     grouped: bool = False  # it asks for one row per group
     ranked: bool = False  # it asks for the most or least of something
+    negated: bool = False  # it excludes something ("exceto SP"): != and NOT IN are then its meaning
+    comparisons: tuple[tuple[str, str], ...] = ()  # (number, "above" | "below") where the question says so
+    entity: frozenset[str] = frozenset()  # the columns a grouped or ranked answer is made of
+    count: int | None = None  # how many rows it asks for ("as 5 cidades")
 
 
 def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
@@ -81,7 +108,18 @@ def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
     aggregates = tuple(name for cues, name in AGGREGATE_WORDS if any(re.search(rf"\b{c}\b", folded) for c in cues))
     if "avg" in aggregates:  # "quantos dias, em média": the average of a count-like quantity
         aggregates = tuple(a for a in aggregates if a != "count")
-    return Cues(tables, tuple(dict.fromkeys(values)), aggregates, bool(GROUPING.search(folded)), bool(RANKING.search(folded)))
+    comparisons = []
+    for match in NUMBER.finditer(folded):
+        before = folded[max(0, match.start() - 30):match.start()]
+        side = "above" if ABOVE.search(before) else ("below" if BELOW.search(before) else None)
+        if side:
+            comparisons.append((match.group(1).replace(",", "."), side))
+    entity = ENTITY.search(folded)
+    count = COUNT_OF.search(folded)
+    grouped, ranked = bool(GROUPING.search(folded)), bool(RANKING.search(folded))
+    return Cues(tables, tuple(dict.fromkeys(values)), aggregates, grouped, ranked, bool(NEGATION.search(folded)),
+                tuple(comparisons), ENTITY_WORDS[entity.group(1)] if entity and (grouped or ranked) else frozenset(),
+                int(NUMBER_WORDS.get(count.group(1), count.group(1))) if count else None)
 
 
 def is_constant(tree: exp.Expression) -> bool:
@@ -92,15 +130,43 @@ def is_constant(tree: exp.Expression) -> bool:
     return all(not list(e.find_all(exp.Column, exp.AggFunc, exp.Star)) for e in select.expressions)
 
 
-def compared_literals(tree: exp.Expression) -> list[str]:
-    """The literals the query uses: compared against a column, or its LIMIT."""
+OPERATORS = {exp.GT: "above", exp.GTE: "above", exp.LT: "below", exp.LTE: "below", exp.NEQ: "excluded"}
+
+
+def compared_literals(tree: exp.Expression) -> list[tuple[str, str]]:
+    """The literals the query uses, each with how: compared against a column ("equal", "above",
+    "below", "between", "excluded" for != and NOT ...), or "limit"."""
     used = []
     for predicate in tree.find_all(*PREDICATES):
-        if predicate.find(exp.Column) is not None:
-            used += [str(literal.this) for literal in predicate.find_all(exp.Literal)]
+        if predicate.find(exp.Column) is None:
+            continue
+        how = OPERATORS.get(type(predicate), "between" if isinstance(predicate, exp.Between) else "equal")
+        if isinstance(predicate.parent, exp.Not):
+            how = "excluded"
+        used += [(str(literal.this), how) for literal in predicate.find_all(exp.Literal)]
     for limit in tree.find_all(exp.Limit):
-        used += [str(literal.this) for literal in limit.find_all(exp.Literal)]
+        used += [(str(literal.this), "limit") for literal in limit.find_all(exp.Literal)]
     return used
+
+
+def _meant(how: str, value: str, cues: Cues) -> bool:
+    """Whether a value is used with the operator the question means."""
+    if how == "excluded":
+        return cues.negated
+    wanted = dict(cues.comparisons).get(value)
+    return wanted is None or how in (wanted, "between")
+
+
+def answer_columns(tree: exp.Expression) -> set[str]:
+    """The columns the answer is made of: what it groups by and what it selects."""
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None:
+        return set()
+    columns = {c.name.lower() for e in select.expressions for c in e.find_all(exp.Column)}
+    group = select.args.get("group")
+    if group is not None:
+        columns |= {c.name.lower() for c in group.find_all(exp.Column)}
+    return columns
 
 
 def _dumps_a_table(tree: exp.Expression) -> bool:
@@ -112,8 +178,7 @@ def _dumps_a_table(tree: exp.Expression) -> bool:
     return not any(select.args.get(k) for k in shaped) and select.find(exp.AggFunc) is None
 
 
-def question_match(question: str, tree: exp.Expression, tables_used: set[str], schema_names: frozenset[str]
-                   ) -> tuple[float, str]:
+def question_match(cues: Cues, tree: exp.Expression, tables_used: set[str]) -> tuple[float, str]:
     """How much of what the question asks the SQL addresses, as the product of its parts, so
     missing one part costs its share however well the rest is done: a table its words point at
     (words are loose, so any one will do; the `orders_enriched` view answers for all), each value
@@ -125,8 +190,7 @@ def question_match(question: str, tree: exp.Expression, tables_used: set[str], s
         return 0.0, "it returns a table's rows as stored: no filter, grouping, aggregate or limit"
     if any(predicate.find(exp.Column) is None for predicate in tree.find_all(*PREDICATES)):
         return 0.0, "it compares literals with each other: a condition that does not read the data"
-    cues = question_cues(question, schema_names)
-    used_values = fold(" ".join(compared_literals(tree)))
+    literals = compared_literals(tree)
     parts, said = [], []
     if cues.tables:
         named = frozenset().union(*cues.tables)
@@ -134,7 +198,8 @@ def question_match(question: str, tree: exp.Expression, tables_used: set[str], s
         parts.append(1.0 if hit else 0.0)
         said.append("reads a table the question names" if hit else f"reads none of {sorted(named)}")
     if cues.values:
-        found = [v for v in cues.values if re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", used_values)]
+        found = [v for v in cues.values if any(_meant(how, v, cues) and re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", fold(text))
+                                               for text, how in literals)]
         parts.append(len(found) / len(cues.values))
         missing = [v for v in cues.values if v not in found]
         said.append(f"{len(found)}/{len(cues.values)} values of the question used in the query" + (f" (missing {missing[:4]})" if missing else ""))
@@ -150,6 +215,10 @@ def question_match(question: str, tree: exp.Expression, tables_used: set[str], s
         ranked = tree.find(exp.Order) is not None or tree.find(exp.Max, exp.Min) is not None
         parts.append(1.0 if ranked else 0.0)
         said.append("ranked, as asked" if ranked else "not ranked, though the question asks for the most or least")
+    if cues.entity:
+        made_of = bool(cues.entity & answer_columns(tree))
+        parts.append(1.0 if made_of else 0.0)
+        said.append("its rows are what the question asks for" if made_of else f"its rows are not {sorted(cues.entity)}")
     if not parts:
         return 0.5, "the question names no table or value to check against"
     return math.prod(parts), "; ".join(said)
