@@ -1,9 +1,11 @@
 """Push-notification reward: JSON `{"title", "body"}` judged by the copy rules of PRODUCT §2,
 each its own component (lengths, key information early in the body, emoji, caps, exclamations,
 an action verb, payload bytes, PT-BR), and by what the copy says of its context: `personalised`
-(the customer's name and the product), `offer` (the discount as "N%", the coupon code, the
-deadline), `intent` (what the campaign is about, in words: a cart waiting, a price that fell, a
-coupon...) and `fluency` (sentences, not a dump of the context's fields or their names).
+(the customer's name and the product, as whole words), `offer` (the discount said as a discount,
+"15% off", the coupon code, the deadline), `intent` (the campaign's own message in words: a cart
+waiting, a price that fell, a coupon...; and no other campaign's, which would mislead) and
+`fluency` (sentences of real Portuguese words, not a dump of the context's fields or their
+names, nor garbles such as "voio": each word that is no Portuguese word halves it).
 
 The name and the offer count only in fluent copy, and a quarter of it when the copy never says
 what the campaign is about; the rules are paid in proportion to what of the name and offer it
@@ -29,7 +31,7 @@ from common.tasks import (
     PUSH_TITLE_MAX,
 )
 from rewards.parsing import format_score, parse_json_object
-from rewards.text import content_f1, fold, ptbr_score, words
+from rewards.text import content_f1, fold, ptbr_score, unknown_words, words
 
 RULES = {"format": 0.04, "title_length": 0.04, "body_length": 0.04, "key_info_early": 0.06, "emoji": 0.02, "caps": 0.03,
          "exclamations": 0.03, "action_verb": 0.06, "payload_bytes": 0.02, "ptbr": 0.06}
@@ -39,18 +41,32 @@ WEIGHTS_WITH_REFERENCE = {**{k: v * 0.65 for k, v in WEIGHTS.items()}, "referenc
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF]")
 SHOUTING = re.compile(rf"\b[A-ZÀ-Ý]{{{PUSH_MAX_CAPS_LETTERS + 1},}}\b")
 VERBS = frozenset(PUSH_ACTION_VERBS)
-# What each campaign is about, as folded word stems: copy for it says at least one.
+# What each campaign is about, as folded word beginnings: copy for it says at least one.
 CAMPAIGN_WORDS: dict[str, tuple[str, ...]] = {
     "carrinho_abandonado": ("carrinho", "finaliz", "esquec", "espera", "complete"),
     "queda_de_preco": ("preco", "caiu", "baixou", "abaixou", "mais barato", "reduz"),
-    "volta_ao_estoque": ("estoque", "voltou", "disponivel", "chegou de novo", "de volta"),
+    "volta_ao_estoque": ("voltou", "de volta", "disponivel", "chegou de novo", "reposto", "reabastec", "novamente"),
     "pedido_enviado": ("enviado", "saiu", "a caminho", "despach", "rastre", "transport"),
     "pedido_entregue": ("entregue", "chegou", "entrega"),
     "cupom": ("cupom",),
     "black_friday": ("black friday", "blackfriday"),
     "pedir_avaliacao": ("avali", "opiniao", "conta pra gente", "nota", "conte"),
 }
-assert set(CAMPAIGN_WORDS) == set(PUSH_CAMPAIGNS)
+# What only one campaign says: copy that says another campaign's message misleads its reader
+# (a price that fell, in a request for a review). Narrower than CAMPAIGN_WORDS, whose general
+# words ("carrinho", "estoque", "entrega") other campaigns' copy uses too.
+CAMPAIGN_CLAIMS: dict[str, tuple[str, ...]] = {
+    "carrinho_abandonado": ("esquec", "te espera", "deixou no carrinho", "finalize sua compra"),
+    "queda_de_preco": ("preco caiu", "caiu o preco", "baixou", "abaixou", "mais barato"),
+    "volta_ao_estoque": ("voltou ao estoque", "de volta ao estoque", "disponivel de novo", "disponivel novamente", "reposto"),
+    "pedido_enviado": ("enviado", "a caminho", "despach", "saiu para entrega", "pedido saiu"),
+    "pedido_entregue": ("entregue",),
+    "cupom": ("cupom",),
+    "black_friday": ("black friday", "blackfriday"),
+    "pedir_avaliacao": ("avali", "opiniao", "conta pra gente", "de uma nota"),
+}
+assert set(CAMPAIGN_WORDS) == set(PUSH_CAMPAIGNS) == set(CAMPAIGN_CLAIMS)
+DISCOUNT_WORDS = re.compile(r"(?<!\w)(off|desconto|descontos|menos|economiz\w*|abaixo|oferta\w*|cupom|baixou|caiu)(?!\w)")
 # Raw field names or identifiers in the copy: the context dumped, not written.
 FIELD_DUMP = re.compile(r"\b[a-z]+_[a-z_]+\b|\b(campanha|cliente|produto|desconto \(%\)|cupom|prazo)\s*:", re.I)
 
@@ -77,35 +93,66 @@ def _length(text: str, limit: int) -> float:
     return 1.0 if len(text) <= limit else max(0.0, 1.0 - (len(text) - limit) / limit)
 
 
+def _said(phrase: str, folded_text: str) -> re.Match | None:
+    return re.search(rf"(?<!\w){re.escape(phrase)}", folded_text)
+
+
+def _discount_credit(percent: str, folded_text: str) -> float:
+    """1.0 for the discount said as one ("15% off", "desconto de 15%"); half for the figure alone."""
+    at = folded_text.find(percent)
+    if at < 0:
+        at = folded_text.find(percent.replace("%", " %"))
+    if at < 0:
+        return 0.0
+    near = folded_text[max(0, at - 25):at + len(percent) + 25]
+    return 1.0 if DISCOUNT_WORDS.search(near) else 0.5
+
+
 def _offer(context: dict, folded_text: str) -> tuple[float, str]:
-    wanted = []
+    credits = []
     if context.get("discount_pct") not in (None, ""):
-        wanted.append(fold(f"{context['discount_pct']}%"))
+        credits.append(_discount_credit(fold(f"{context['discount_pct']}%"), folded_text))
     for key in ("coupon", "deadline"):
         if context.get(key):
-            wanted.append(fold(str(context[key])))
-    if not wanted:
+            credits.append(1.0 if fold(str(context[key])) in folded_text else 0.0)
+    if not credits:
         return 1.0, "no discount, coupon or deadline to say"
-    found = [w for w in wanted if w in folded_text or w.replace("%", " %") in folded_text]
-    return len(found) / len(wanted), f"{len(found)}/{len(wanted)} of discount/coupon/deadline present"
+    return sum(credits) / len(credits), f"{sum(credits):g}/{len(credits)} of discount (as a discount)/coupon/deadline said"
 
 
 def _intent(context: dict, folded_text: str) -> tuple[float, str]:
-    stems = CAMPAIGN_WORDS.get(str(context.get("campaign", "")))
+    """The campaign's own message, and no other campaign's."""
+    campaign = str(context.get("campaign", ""))
+    stems = CAMPAIGN_WORDS.get(campaign)
     if not stems:
         return 1.0, "no known campaign"
-    said = [s for s in stems if s in folded_text]
-    return (1.0, f"says {said[0]!r}") if said else (0.0, f"nothing of {context['campaign']}")
+    said = [s for s in stems if _said(s, folded_text)]
+    if not said:
+        return 0.0, f"nothing of {campaign}"
+    own = folded_text
+    for phrase in CAMPAIGN_CLAIMS[campaign] + tuple(said):  # its own words are no other campaign's
+        own = own.replace(phrase, " ")
+    others = [other for other, claims in CAMPAIGN_CLAIMS.items() if other != campaign
+              and not (other == "cupom" and context.get("coupon")) and any(_said(c, own) for c in claims)]
+    if others:
+        return 1.0 / (1 + 2 * len(others)), f"says {said[0]!r}, and the message of {', '.join(others)} too"
+    return 1.0, f"says {said[0]!r}"
 
 
-def _fluency(title: str, body: str) -> tuple[float, str]:
+def _fluency(title: str, body: str, context: dict) -> tuple[float, str]:
+    """Sentences of real PT-BR words: each word that is no Portuguese word (a garble such as
+    "voio"; the context's names and codes aside) halves the credit."""
     text = f"{title} {body}"
     if FIELD_DUMP.search(text):
         return 0.0, "field names or identifiers in the copy"
     body_words = words(body)
     if len(body_words) < 4:
         return 0.0, "the body is not a sentence"
-    return ptbr_score(text), "sentences"
+    given = " ".join(str(context.get(k) or "") for k in ("customer_name", "product", "coupon", "deadline"))
+    unknown = unknown_words(text, given)
+    if unknown:
+        return ptbr_score(text) * 0.5 ** len(unknown), f"not Portuguese words: {unknown[:4]}"
+    return ptbr_score(text), "sentences of Portuguese words"
 
 
 def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
@@ -124,12 +171,12 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
 
     # what the copy says of its context
     wanted = [str(context[k]) for k in ("customer_name", "product") if context.get(k)]
-    found = [w for w in wanted if fold(w) in folded_text]
+    found = [w for w in wanted if re.search(rf"(?<!\w){re.escape(fold(w))}(?!\w)", folded_text)]
     components["personalised"] = len(found) / len(wanted) if wanted else 1.0
     details["personalised"] = f"{len(found)}/{len(wanted)} of name/product present"
     components["offer"], details["offer"] = _offer(context, folded_text)
     components["intent"], details["intent"] = _intent(context, folded_text)
-    components["fluency"], details["fluency"] = _fluency(title, body)
+    components["fluency"], details["fluency"] = _fluency(title, body, context)
     # facts dumped without prose are not copy; copy that never says what the campaign is about is weak
     about = 0.25 + 0.75 * components["intent"]
     components["personalised"] *= components["fluency"] * about

@@ -6,6 +6,8 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 
+from wordfreq import zipf_frequency
+
 WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 ASCII_WORD = re.compile(r"[a-z]+")
 PT_WORDS = frozenset(
@@ -103,6 +105,22 @@ def ptbr_score(text: str) -> float:
     if pt + en == 0:
         return 0.0 if not tokens else 0.5
     return pt / (pt + en)
+
+
+@lru_cache(maxsize=65536)
+def is_ptbr_word(word: str) -> bool:
+    """Whether a (lower-case) word is attested in written Portuguese: wordfreq's word list for
+    "pt", built from subtitles, news, Wikipedia and the web; it holds the loanwords PT-BR copy
+    uses ("app", "off", "black friday") and not a garble like "voio"."""
+    return zipf_frequency(word, "pt") > 0
+
+
+def unknown_words(text: str, allowed: str = "") -> list[str]:
+    """The words of a text (letters only, two or more) that are not Portuguese words, leaving out
+    those of `allowed` (the names and codes a text is given: a customer, a product, a coupon)."""
+    given = set(words(allowed))
+    tokens = WORD.findall(text.lower())
+    return [w for w in tokens if len(w) >= 2 and fold(w) not in given and not is_ptbr_word(w)]
 
 
 def clear_caches() -> None:
