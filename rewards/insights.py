@@ -12,10 +12,14 @@ component: it says each thing once (a line that repeats an earlier one, its figu
 paid nothing: a half-trained model that loops until the token limit cites the data over and over,
 and scored as well as a real analysis while taking minutes to answer), and it selects (an answer
 that names most rows of a longer table lists the data instead of analysing it, and is paid the
-share that a selective answer names). A third scales every component too: it relates the rows (a
-sentence names a row with where it stands: it leads, is the largest or the last, is ahead of
-another); an answer that only restates rows, each with its figure, cites the data and names its
-rows as an analysis does, and without this would be paid as one on a short table.
+share that a selective answer names).
+
+What it claims must be true of the data (`claims`): a row said to lead, be the largest or the
+smallest, the first or last of the list, or ahead of another row, must be so in some numeric
+column, and "entre os N registros" must count the rows. Each false claim multiplies every
+component by `FALSE_CLAIM_PAID`, which costs more than claiming nothing (an answer that only
+restates rows is paid `UNRELATED_PAID`). A figure must sit beside the row it belongs to: on a
+line that names rows, it is grounded only as a value of the row named nearest before it.
 """
 from __future__ import annotations
 
@@ -37,11 +41,21 @@ CITED_ENOUGH = 3  # figures (or rows, when fewer) an analysis cites for full gro
 # whole (the store's analysts name four rows, the general style two or three; no reference and no
 # answer of the demo model names more).
 SELECTIVE = 5
-# Words that place a row among the others (folded stems): every reference of every split has a
-# sentence naming a row with one, a restated row ("SP tem pedidos de 163") has none.
-RANKING = re.compile(r"(?<!\w)(?:maior|menor|mais|menos|lider|destac|frente|ponta|acima|abaixo|pior|melhor|primeir|ultim"
-                     r"|pico|topo|supera|maxim|minim|cresc|queda)\w*")
 UNRELATED_PAID = 0.5  # what an answer that relates no row to the others is paid of each component
+CLAIM_REACH = 60  # characters between a superlative and the row it speaks of
+FALSE_CLAIM_PAID = 0.4  # each false claim multiplies every component by this: worse than saying nothing
+NUMBER_WORDS = {"dois": "2", "duas": "2", "tres": "3", "quatro": "4", "cinco": "5", "seis": "6", "sete": "7", "oito": "8",
+                "nove": "9", "dez": "10"}
+_N = r"(\d+|" + "|".join(NUMBER_WORDS) + ")"
+# "entre os 15 registros", "as 5 linhas", "os dados têm 8 estados" is not read: only the data's rows as such
+COUNT_CLAIM = re.compile(rf"(?<!\w)(?:entre|dos|das|nos|nas|os|as|sao|temos|tenho|ha)\s+(?:os\s+|as\s+)?{_N}\s+(registros|linhas)(?!\w)")
+# what places a row among the others (folded): the named row nearest before it is the subject
+CLAIM = re.compile(
+    r"(?<!\w)(?:(?P<first>primeir[oa] da (?:lista|tabela))|(?P<last>ultim[oa] da (?:lista|tabela))"
+    r"|(?P<ahead>a frente d[eoa]s?|supera|acima d[eoa]s?)|(?P<behind>atras d[eoa]s?|abaixo d[eoa]s?)"
+    r"|(?P<max>lidera\w*|lider\w*|maior|maiores|mais alt[oa]s?|topo|no pico|maxim[oa])"
+    r"|(?P<min>menor|menores|mais baix[oa]s?|minim[oa]|lanterna)"
+    r"|(?P<end>destaca\w*|outra ponta|pior|piores|melhor|melhores))(?!\w)")
 
 
 def read_number(token: str) -> set[float]:
@@ -80,18 +94,52 @@ def prose_lines(answer: str) -> list[str]:
             if len(WORD.findall(line)) >= 2 and line.lstrip()[:1] not in "{[" and '":' not in line and '",' not in line]
 
 
-def grounding(answer: str, context: dict) -> tuple[float, str]:
+def _row_values(row) -> list[float]:
+    cells = row if isinstance(row, (list, tuple)) else (list(row.values()) if isinstance(row, dict) else [row])
+    values = []
+    for cell in cells:
+        if isinstance(cell, (int, float)) and not isinstance(cell, bool):
+            values.append(float(cell))
+        elif isinstance(cell, str):
+            values += [v for token in NUMBER.findall(cell) for v in read_number(token)]
+    return values
+
+
+def grounding(answer: str, context: dict, labels: list[str]) -> tuple[float, str]:
+    """The figures cited in sentences are the data's, each beside the row it belongs to: a figure
+    on a line that names rows must be a value of the row named nearest before it (or after, when
+    none is before); on a line that names none, any value of the data."""
     rows = context.get("rows")
     if not rows:
         return 0.0, "no data rows given: nothing to ground in"
     values = _data_values(context)
-    cited = [read_number(t) for line in prose_lines(answer) for t in NUMBER.findall(line)]
-    cited = [r for r in cited if r and not all(float(x).is_integer() and 0 <= x <= 12 for x in r)]  # counts, ordinals
+    per_row = [_row_values(r) for r in rows] if len(labels) == len(rows) else None
+    cited = good = misplaced = 0
+    for line in prose_lines(answer):
+        folded = fold(line)
+        mentions = _mentions(folded, labels) if per_row else []
+        counts = [m.span(1) for m in COUNT_CLAIM.finditer(folded)]
+        for match in NUMBER.finditer(folded):
+            reading = read_number(match.group())
+            if not reading or all(float(x).is_integer() and 0 <= x <= 12 for x in reading):
+                continue  # counts, ordinals
+            if any(start <= match.start() < end for start, end in counts):
+                continue  # a claim of how many rows there are: `claims` checks it
+            cited += 1
+            before = [i for at, i in mentions if at < match.start()]
+            after = [i for at, i in mentions if at > match.start()]
+            row = before[-1] if before else (after[0] if after else None)
+            if row is None:
+                good += _grounded(reading, values)
+            elif _grounded(reading, per_row[row]):
+                good += 1
+            else:
+                misplaced += _grounded(reading, values)
     if not cited:
         return 0.0, "no figures from the data are cited in sentences"
-    good = sum(_grounded(r, values) for r in cited)
     enough = min(1.0, good / min(CITED_ENOUGH, len(rows)))
-    return good / len(cited) * enough, f"{good}/{len(cited)} figures found in the data"
+    return good / cited * enough, f"{good}/{cited} figures found in the data beside their rows" + (
+        f" ({misplaced} beside the wrong row)" if misplaced else "")
 
 
 def _labels(context: dict) -> list[str]:
@@ -139,12 +187,82 @@ def selection(named: list[str], labels: list[str]) -> tuple[float, str]:
     return (SELECTIVE / len(named)) ** 2, f"names {len(named)} of {len(labels)} rows: lists the data (an analysis names at most {SELECTIVE})"
 
 
-def relates(answer: str, labels: list[str]) -> tuple[bool, str]:
-    """Whether a sentence names a row with a word that places it among the others."""
+def _numeric_columns(rows: list) -> list[list[float | None]]:
+    """Each numeric column of the data, row by row (None where a row has no number there)."""
+    table = [list(r) if isinstance(r, (list, tuple)) else (list(r.values()) if isinstance(r, dict) else [r]) for r in rows]
+    width = max((len(r) for r in table), default=0)
+    columns = []
+    for i in range(width):
+        cells = [r[i] if i < len(r) else None for r in table]
+        numbers = [float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else None for c in cells]
+        if sum(n is not None for n in numbers) >= 2:
+            columns.append(numbers)
+    return columns
+
+
+def _mentions(folded: str, labels: list[str]) -> list[tuple[int, int]]:
+    """(position, row index) of every row label the folded text names, in order."""
+    found = []
+    for index, label in enumerate(labels):
+        found += [(m.start(), index) for m in re.finditer(rf"(?<!\w){re.escape(fold(label))}(?!\w)", folded)]
+    return sorted(found)
+
+
+def _extreme(index: int, columns: list[list[float | None]], side: str) -> bool:
+    """Whether a row holds the largest ("max"), smallest ("min") or either ("end") value of some column."""
+    for values in columns:
+        value, present = values[index], [v for v in values if v is not None]
+        if value is None:
+            continue
+        if (side in ("max", "end") and value == max(present)) or (side in ("min", "end") and value == min(present)):
+            return True
+    return False
+
+
+def claims(answer: str, context: dict, labels: list[str]) -> tuple[int, list[str]]:
+    """The answer's claims about the data that can be checked, and the false ones: a row that
+    leads, is the largest, smallest, first or last (of the list), or ahead of another; and how
+    many rows there are ("entre os 15 registros"). A superlative is about the row named nearest
+    to it, a comparison about the rows named before and after it; either is true when it holds
+    in some numeric column."""
+    rows = context.get("rows") or []
+    columns, true, false = _numeric_columns(rows), 0, []
     for line in prose_lines(answer):
-        if RANKING.search(fold(line)) and named_rows(line, labels):
-            return True, "a sentence places a named row among the others"
-    return False, "no sentence places a named row among the others: it restates the data"
+        folded = fold(line)
+        for match in COUNT_CLAIM.finditer(folded):
+            said = int(NUMBER_WORDS.get(match.group(1), match.group(1)))
+            if said == len(rows):
+                true += 1
+            else:
+                false.append(f"says {said} {match.group(2)}, the data has {len(rows)}")
+        mentions = _mentions(folded, labels)
+        if not mentions or not columns or any(k in folded for k in CONCLUSION):
+            continue  # a recommendation speaks of plans ("frete menor em MG"), not of the data
+        for match in CLAIM.finditer(folded):
+            kind = next(k for k, v in match.groupdict().items() if v)
+            before = [i for at, i in mentions if at < match.start()]
+            after = [i for at, i in mentions if at >= match.end()]
+            if kind in ("ahead", "behind"):
+                if not before or not after:
+                    continue
+                a, b = before[-1], after[0]
+                ok = any(v[a] is not None and v[b] is not None and (v[a] > v[b] if kind == "ahead" else v[a] < v[b]) for v in columns)
+                subject = f"{labels[a]} {'ahead of' if kind == 'ahead' else 'behind'} {labels[b]}"
+            else:
+                near = [(abs(at - match.start()), i) for at, i in mentions if abs(at - match.start()) <= CLAIM_REACH]
+                if not near:
+                    continue
+                subject_index = min(near)[1]
+                if kind in ("first", "last"):
+                    ok = subject_index == (0 if kind == "first" else len(labels) - 1)
+                else:
+                    ok = _extreme(subject_index, columns, kind)
+                subject = f"{labels[subject_index]} is {kind}"
+            if ok:
+                true += 1
+            else:
+                false.append(f"false: {subject}")
+    return true, false
 
 
 def relevance(answer: str, context: dict) -> tuple[float, str]:
@@ -195,7 +313,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
         return components, WEIGHTS, details, answer
     labels = _labels(context)
     named = named_rows(answer, labels)  # read once: entities pay for it, selection for not overdoing it
-    components["grounding"], details["grounding"] = grounding(answer, context)
+    components["grounding"], details["grounding"] = grounding(answer, context, labels)
     components["entities"], details["entities"] = entities(named, labels)
     components["relevance"], details["relevance"] = relevance(answer, context)
     content = sum(components[name] * weight for name, weight in CONTENT.items()) / sum(CONTENT.values())
@@ -205,9 +323,12 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     components.update({name: credit * content for name, credit in form.items()})
     repeated, details["repetition"] = repetition(answer)
     selective, details["selection"] = selection(named, labels)
-    related, details["relation"] = relates(answer, labels)
-    paid = (1.0 - repeated) * selective * (1.0 if related else UNRELATED_PAID)
+    true, false = claims(answer, context, labels)
+    relation = FALSE_CLAIM_PAID ** len(false) if false else (1.0 if true else UNRELATED_PAID)
+    details["claims"] = f"{true} true, {len(false)} false" + (f": {'; '.join(false[:3])}" if false else "") + \
+        ("" if true or false else " (it restates the data: no row is placed among the others)")
+    paid = (1.0 - repeated) * selective * relation
     if paid < 1.0:
-        details["paid"] = f"every component paid at {paid:.2f} (repetition, selection, relation)"
+        details["paid"] = f"every component paid at {paid:.2f} (repetition, selection, claims)"
         components = {name: credit * paid for name, credit in components.items()}
     return components, WEIGHTS, details, answer

@@ -16,7 +16,7 @@ from pathlib import Path
 from common.tasks import EXTRACTION_FIELDS, PUSH_BODY_MAX, PUSH_TITLE_MAX, TASKS
 from rewards import extraction, insights, push, sql
 
-REWARD_VERSION = "5"
+REWARD_VERSION = "6"
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x, on every score

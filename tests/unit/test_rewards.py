@@ -247,7 +247,7 @@ def test_insights_pays_a_listing_of_a_long_table_less_than_an_analysis_that_sele
     analysis = score("insights", CITIES_ANALYSIS, None, CITIES)
     assert analysis.details["selection"] == "names 4 of 10 rows" and listing.components["grounding"] < 0.25
     # (5/10)^2 for naming every row, a half for relating none of them (below)
-    assert listing.details["paid"] == "every component paid at 0.12 (repetition, selection, relation)"
+    assert listing.details["paid"] == "every component paid at 0.12 (repetition, selection, claims)"
     assert listing.total <= 0.2 * analysis.total
     six = {**CITIES, "rows": CITIES["rows"][:6]}
     assert score("insights", every_row, None, six).details["selection"].startswith("names 6 of 6 rows: lists the data")
@@ -265,12 +265,13 @@ def test_insights_pays_half_for_rows_restated_that_no_sentence_relates():
                 + "\n".join(f"- {city} tem pedidos de {n}." for city, n in short_table["rows"]) + "\nRecomendação: priorizar as vendas.")
     related = restated.replace("- sorocaba tem pedidos de 203.", "- sorocaba lidera, com pedidos de 203.")
     plain, ranked = score("insights", restated, None, short_table), score("insights", related, None, short_table)
-    assert plain.details["relation"].startswith("no sentence places a named row") and "relation" in plain.details["paid"]
-    assert ranked.details["relation"] == "a sentence places a named row among the others" and "paid" not in ranked.details
+    assert plain.details["claims"].endswith("(it restates the data: no row is placed among the others)")
+    assert "claims" in plain.details["paid"]
+    assert ranked.details["claims"] == "1 true, 0 false" and "paid" not in ranked.details
     assert plain.total == pytest.approx(0.5 * ranked.total, abs=0.02)
     # the ranking word and the row must share a sentence: a word of rank about no row relates nothing
     apart = restated.replace("Os pedidos por cidade:", "As maiores cidades lideram os pedidos:")
-    assert score("insights", apart, None, short_table).details["relation"].startswith("no sentence")
+    assert score("insights", apart, None, short_table).details["claims"].endswith("no row is placed among the others)")
 
 
 def test_sql_scores_reference_free_and_with_reference():
