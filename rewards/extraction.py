@@ -231,7 +231,9 @@ def _summary_evidence(value: dict, review: str, reading: review_cues.Reading) ->
     false = review_cues.complaints_said(summary) - reading.complaints
     truthful = 0.3 if false else 1.0
     own = _own_words(summary, review)
-    credit = min(1.0, 2.0 * about) * _not_copied(summary, review) * own * stated * truthful
+    # a summary is about the review when it shares its words, or states its facts in other words
+    related = 1.0 if facts and facts & spoken else min(1.0, 2.0 * about)
+    credit = related * _not_copied(summary, review) * own * stated * truthful
     return credit, (f"{about:.0%} of its content words from the review, {own:.0%} of the own-words share met, "
                     f"{'states' if stated == 1.0 else 'misses'} the review's facts {sorted(facts)}"
                     + (f", claims {sorted(false)} the review does not make" if false else ""))
@@ -313,11 +315,8 @@ def _consistency(value: dict, reading: review_cues.Reading) -> tuple[float, str]
             checks.append(("delivery", value["delivery_issue"] or category != "delivery_delay"))
         if reading.complaints or reading.positive:
             checks.append(("delivery in the review", value["delivery_issue"] == reading.delivery_problem))
-    if "would_recommend" in value:
-        if reading.recommends is not None:
-            checks.append(("recommend in the review", value["would_recommend"] is reading.recommends))
-        elif sentiment in SENTIMENTS:
-            checks.append(("recommend", value["would_recommend"] is not (sentiment == "negative")))
+    if "would_recommend" in value:  # null is "not said": a review that does not say gets null
+        checks.append(("recommend in the review", value["would_recommend"] is reading.recommends))
     if value.get("urgency") == "high" and isinstance(value.get("requires_response"), bool):
         checks.append(("urgency", value["requires_response"]))
     complains = bool(reading.complaints & review_cues.STRONG_COMPLAINTS) or reading.recommends is False

@@ -35,6 +35,7 @@ WEIGHTS = {**FORM, **CONTENT}
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 CONCLUSION = ("recomend", "sugest", "conclus", "proximo passo", "acao", "portanto", "priorizar")
+RECOMMENDATION = re.compile(r"(?<!\w)(?:" + "|".join(CONCLUSION) + ")")
 WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 CITED_ENOUGH = 3  # figures (or rows, when fewer) an analysis cites for full grounding
 # An analysis names at most this many of a table's rows; a table this size or smaller may be named
@@ -236,7 +237,7 @@ def claims(answer: str, context: dict, labels: list[str]) -> tuple[int, list[str
             else:
                 false.append(f"says {said} {match.group(2)}, the data has {len(rows)}")
         mentions = _mentions(folded, labels)
-        if not mentions or not columns or any(k in folded for k in CONCLUSION):
+        if not mentions or not columns or RECOMMENDATION.search(folded):
             continue  # a recommendation speaks of plans ("frete menor em MG"), not of the data
         for match in CLAIM.finditer(folded):
             kind = next(k for k, v in match.groupdict().items() if v)
@@ -246,7 +247,7 @@ def claims(answer: str, context: dict, labels: list[str]) -> tuple[int, list[str
                 if not before or not after:
                     continue
                 a, b = before[-1], after[0]
-                ok = any(v[a] is not None and v[b] is not None and (v[a] > v[b] if kind == "ahead" else v[a] < v[b]) for v in columns)
+                ok = any(v[a] is not None and v[b] is not None and (v[a] >= v[b] if kind == "ahead" else v[a] <= v[b]) for v in columns)
                 subject = f"{labels[a]} {'ahead of' if kind == 'ahead' else 'behind'} {labels[b]}"
             else:
                 near = [(abs(at - match.start()), i) for at, i in mentions if abs(at - match.start()) <= CLAIM_REACH]

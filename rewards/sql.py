@@ -230,9 +230,9 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
         cues = question_cues(str(context.get("question", "")), KNOWN_NAMES)
         used = {t.name.lower() for t in checked.tree.find_all(exp.Table)} & set(TABLES)
         match, details["question_match"] = question_match(cues, checked.tree, used)
-        components["question_match"] = match
-        components["result_shape"], details["result_shape"] = result_shape(result, cues)
-        components["result_shape"] *= match  # the shape of an answer to another question is worth nothing
+        shape, details["result_shape"] = result_shape(result, cues)
+        # an answer to the question has its shape, and the shape of an answer to another question is worth nothing
+        components["question_match"] = components["result_shape"] = match * shape
         components["schema_link"] *= match  # reference-free credit only for what the question asks
         return components, weights, details, sql
     if is_constant(checked.tree):

@@ -74,7 +74,7 @@ ENTITY_WORDS: dict[str, frozenset[str]] = {
     "tipo de pagamento": frozenset({"payment_type"}),
     "forma de pagamento": frozenset({"payment_type"}),
 }
-ENTITY = re.compile(r"\b(?:por|cada|os|as|quais|top|\d+|dois|duas|tres|cinco|dez)\s+(?:\d+\s+|cinco\s+|dez\s+|tres\s+)?"
+ENTITY = re.compile(r"\b(?:por|cada|o|a|os|as|qual|quais|top|\d+|dois|duas|tres|cinco|dez)\s+(?:\d+\s+|cinco\s+|dez\s+|tres\s+)?"
                     r"(cidade|estado|categoria|vendedor|produto|cliente|status|tipo de pagamento|forma de pagamento)")
 COUNT_OF = re.compile(r"\b(?:os|as|top)\s+(\d+|dois|duas|tres|cinco|dez)\s+\w+")
 
@@ -153,6 +153,8 @@ def _meant(how: str, value: str, cues: Cues) -> bool:
     """Whether a value is used with the operator the question means."""
     if how == "excluded":
         return cues.negated
+    if how == "limit":  # a LIMIT says how many rows: only the count the question asks for ("os 5 estados")
+        return cues.count is not None and value == str(cues.count)
     wanted = dict(cues.comparisons).get(value)
     return wanted is None or how in (wanted, "between")
 
@@ -205,8 +207,11 @@ def question_match(cues: Cues, tree: exp.Expression, tables_used: set[str]) -> t
         said.append(f"{len(found)}/{len(cues.values)} values of the question used in the query" + (f" (missing {missing[:4]})" if missing else ""))
     if cues.aggregates:
         present = [name for name in cues.aggregates if tree.find(AGGREGATES[name]) is not None]
-        parts.append(len(present) / len(cues.aggregates))
-        said.append(f"{len(present)}/{len(cues.aggregates)} aggregates asked for ({', '.join(cues.aggregates)})")
+        used = [name for name, kind in AGGREGATES.items() if tree.find(kind) is not None]
+        # every aggregate at once is no answer to a question that asks for one of them
+        parts.append(len(present) / len(cues.aggregates) * (len(present) / len(used) if used else 0.0))
+        said.append(f"{len(present)}/{len(cues.aggregates)} aggregates asked for ({', '.join(cues.aggregates)})"
+                    + (f", {len(used)} used" if len(used) > len(present) else ""))
     if cues.grouped:
         grouped = tree.find(exp.Group) is not None
         parts.append(1.0 if grouped else 0.0)

@@ -34,8 +34,30 @@ def _windows(text: str, size: int = 3) -> list[str]:
     return [" ".join(tokens[i:i + size]) for i in range(0, max(1, len(tokens) - size + 1), size)][:5]
 
 
+def _pairs(text: str) -> list[str]:
+    """Two-word substrings of a text, as many as fit: 'key phrases' that carry nothing in particular."""
+    tokens = text.split()
+    return [" ".join(tokens[i:i + 2]).strip(".,!?") for i in range(0, max(1, len(tokens) - 1), 2)]
+
+
+def _shortest_word(text: str) -> str:
+    return min(re.findall(r"\w+", text) or [""], key=len)
+
+
+def _reversed(text: str) -> str:
+    return " ".join(reversed(re.findall(r"\w+", text)))[:200]
+
+
 def extraction_makers(references: list[dict]) -> dict[str, Callable[[dict], str]]:
     modal = _modal_extraction(references)
+
+    def holes(task_input: dict, sentiment: str | None = None, phrases: int = 5) -> str:
+        """Every cheap hole at once: a one-letter 'product' found in the review, two-word substrings
+        as key phrases, the review's words reversed as its summary."""
+        review = task_input["review"]
+        return json.dumps({**modal, "sentiment": sentiment or modal["sentiment"], "product_mentioned": _shortest_word(review),
+                           "key_phrases": _pairs(review)[:phrases], "summary": _reversed(review)}, ensure_ascii=False)
+
     return {
         "empty": lambda _: "",
         "empty object": lambda _: "{}",
@@ -44,11 +66,24 @@ def extraction_makers(references: list[dict]) -> dict[str, Callable[[dict], str]
             {**modal, "key_phrases": _sentences(task_input["review"])[:5], "summary": task_input["review"][:200]}, ensure_ascii=False),
         "review echoed in 3-word windows": lambda task_input: json.dumps(
             {**modal, "key_phrases": _windows(task_input["review"]), "summary": task_input["review"][:200]}, ensure_ascii=False),
+        "a one-letter product, two-word substrings, the review reversed": holes,
+        "the same holes with a constant neutral sentiment": lambda task_input: holes(task_input, "neutral"),
+        "the same holes with more than five key phrases (schema-invalid)": lambda task_input: holes(task_input, phrases=12),
     }
 
 
 def _question_values(question: str) -> str:
     return " ".join(re.findall(r"\b(?:[A-Z]{2}|\d+(?:[.,]\d+)?|[a-z]+_[a-z_]+)\b", question)) or question[:40]
+
+
+def _excluded_and_stuffed(task_input: dict) -> str:
+    """The question's states excluded instead of chosen, grouped, ranked and every aggregate at once:
+    a query shaped like an answer that answers nothing."""
+    states = re.findall(r"\b[A-Z]{2}\b", task_input["question"]) or ["SP"]
+    count = (re.findall(r"\b(\d+)\b", task_input["question"]) or ["5"])[0]
+    listed = ", ".join(f"'{s}'" for s in states)
+    return ("SELECT customer_state, COUNT(*), AVG(price), SUM(price) FROM orders_enriched WHERE customer_state NOT IN "
+            f"({listed}) GROUP BY customer_state ORDER BY 2 DESC LIMIT {count}")
 
 
 SQL_MAKERS: dict[str, Callable[[dict], str]] = {
@@ -61,6 +96,8 @@ SQL_MAKERS: dict[str, Callable[[dict], str]] = {
     "the question's values in a tautology": lambda task_input: (
         "SELECT COUNT(*) FROM orders_enriched WHERE '" + _question_values(task_input["question"]).replace("'", "")
         + "' = '" + _question_values(task_input["question"]).replace("'", "") + "'"),
+    "the question's values excluded, every aggregate, grouped and ranked": _excluded_and_stuffed,
+    "a query that errors": lambda _: "SELECT customer_state, COUNT(*) FROM olist_orders_dataset GROUP BY customer_state",
 }
 
 
@@ -78,12 +115,23 @@ def _fact_template(task_input: dict) -> str:
     return json.dumps({"title": f"{name}, novidade pra você"[:40], "body": body[:140]}, ensure_ascii=False)
 
 
+def _every_campaign(task_input: dict) -> str:
+    """One copy that says every campaign's message, with the name, product and discount."""
+    name = task_input.get("customer_name") or "Oi"
+    discount = f"{task_input['discount_pct']}% off" if task_input.get("discount_pct") else "ofertas"
+    product = task_input.get("product") or "seu produto"
+    body = (f"{discount} em {product}: preço caiu, voltou ao estoque, cupom no carrinho, pedido enviado e entregue; "
+            "avalie e aproveite a Black Friday.")
+    return json.dumps({"title": f"{name}, confira", "body": body[:140]}, ensure_ascii=False)
+
+
 PUSH_MAKERS: dict[str, Callable[[dict], str]] = {
     "empty": lambda _: "",
     "empty object": lambda _: "{}",
     "constant copy": lambda _: json.dumps({"title": "Novidades pra você", "body": "Confira as ofertas de hoje no app."}, ensure_ascii=False),
     "the context's fields dumped": _field_dump,
     "the context's values in a fixed template": _fact_template,
+    "one copy that says every campaign's message": _every_campaign,
 }
 
 FIXED_INSIGHT = ("<think>\nVou resumir os dados.\n</think>\n\nResumo: os dados mostram diferenças entre os grupos.\n"
@@ -113,6 +161,21 @@ def _listed_rows(task_input: dict) -> str:
             + "\n".join(lines) + "\nRecomendação: priorizar os maiores.")
 
 
+def _false_leader(task_input: dict) -> str:
+    """The smallest row called the leader, figures moved to the next row, and a wrong count: an
+    analysis in shape whose every claim is false."""
+    rows = [r for r in task_input.get("rows") or [] if isinstance(r, (list, tuple)) and len(r) >= 2]
+    columns = task_input.get("columns") or ["", ""]
+    if len(rows) < 2:
+        return FIXED_INSIGHT
+    ranked = sorted(rows, key=lambda r: r[-1] if isinstance(r[-1], (int, float)) else 0)
+    low, high = ranked[0], ranked[-1]
+    return ("<think>\nAnaliso.\n</think>\n\n"
+            f"Resumo: entre os {len(rows) - 1} registros, {low[0]} lidera em {columns[-1]} com {high[-1]}.\n"
+            f"- {high[0]} é o menor, com {low[-1]}.\n- {rows[1][0]} tem {columns[-1]} de {rows[0][-1]}.\n"
+            "Recomendação: priorizar o líder.")
+
+
 INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
     "empty": lambda _: "",
     "fixed text with a closed think block": lambda _: FIXED_INSIGHT,
@@ -121,6 +184,7 @@ INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
         {"columns": task_input.get("columns", []), "rows": task_input.get("rows", [])}, ensure_ascii=False),
     "one statement repeated until the token limit": _looped_statement,
     "every row restated": _listed_rows,
+    "the smallest row called the leader, figures on the wrong rows, a wrong count": _false_leader,
 }
 
 
