@@ -244,11 +244,29 @@ class FeedbackCounts(BaseModel):
     negative: int
 
 
+class Calibration(BaseModel):
+    """How far the served (reference-free) score can be trusted, measured on labelled answers."""
+    n: int = Field(description="Labelled answers with a reference or correction.")
+    rank_correlation: float | None = Field(description="Spearman's rho of the served score against the reference score of the "
+                                                       "same answers; null below 10 answers.")
+    liked: int = Field(description="Answers rated +1.")
+    corrected: int = Field(description="Answers corrected or rated -1.")
+    separation: float | None = Field(description="Probability that a liked answer has a higher served score than a corrected "
+                                                 "one (ROC AUC); 0.5 is a coin; null below 10 verdicts.")
+    weak: bool | None = Field(description="True where either measure is below 0.7: the served score is not a measure of "
+                                          "quality here. Null: too few labels to say.")
+
+
+class TaskCalibration(Calibration):
+    versions: dict[str, Calibration] = Field(description="The same per adapter version that served the labelled answers.")
+
+
 class TaskStats(BaseModel):
     requests: int
     mean_reward: float | None
     versions: list[VersionSeries] = Field(description="Per version that answered in the window, most requests first.")
     feedback: FeedbackCounts
+    calibration: TaskCalibration = Field(description="The served score against the team's labels (newest labels).")
 
 
 class Stats(BaseModel):

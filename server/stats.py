@@ -1,6 +1,8 @@
 """Time series of served traffic for `/v1/stats` (the dashboard's charts): per task and per
 adapter version, requests and mean served reward in equal buckets over a window, from the
-records; and per task the feedback its labels hold. Pure functions over what the store returned."""
+records; per task the feedback its labels hold, and how well the served score agrees with those
+labels (`rewards.calibration`), overall and per version. Pure functions over what the store
+returned and the pairs the route scored."""
 from __future__ import annotations
 
 import statistics
@@ -8,7 +10,8 @@ from collections import defaultdict
 
 from common.records import Label, RecordPoint
 from common.tasks import TASKS
-from server.schemas import FeedbackCounts, SeriesPoint, Stats, TaskStats, VersionSeries
+from rewards.calibration import Pair, calibrate
+from server.schemas import Calibration, FeedbackCounts, SeriesPoint, Stats, TaskCalibration, TaskStats, VersionSeries
 
 
 def _mean(values: list[float]) -> float | None:
@@ -23,8 +26,17 @@ def feedback_counts(labels: list[Label]) -> FeedbackCounts:
                           negative=sum((label.rating or 0) < 0 for label in labels))
 
 
+def calibration(pairs: list[tuple[str, Pair]]) -> TaskCalibration:
+    """A task's calibration from (served version, pair), overall and per version."""
+    by_version: dict[str, list[Pair]] = defaultdict(list)
+    for version, pair in pairs:
+        by_version[version].append(pair)
+    return TaskCalibration(**calibrate(p for _, p in pairs).as_dict(),
+                           versions={v: Calibration(**calibrate(p).as_dict()) for v, p in sorted(by_version.items())})
+
+
 def series(points: list[RecordPoint], labels: dict[str, list[Label]], start: float, end: float, buckets: int,
-           truncated: bool) -> Stats:
+           truncated: bool, pairs: dict[str, list[tuple[str, Pair]]] | None = None) -> Stats:
     bucket_s = (end - start) / buckets
     # task -> version -> bucket index -> rewards (and invalid counts)
     rewards: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
@@ -47,6 +59,6 @@ def series(points: list[RecordPoint], labels: dict[str, list[Label]], start: flo
         versions.sort(key=lambda v: -v.requests)
         every = [r for v in rewards[task].values() for values in v.values() for r in values]
         tasks[task] = TaskStats(requests=len(every), mean_reward=_mean(every), versions=versions,
-                                feedback=feedback_counts(labels.get(task, [])))
+                                feedback=feedback_counts(labels.get(task, [])), calibration=calibration((pairs or {}).get(task, [])))
     return Stats(start=start, end=end, bucket_s=bucket_s, records=sum(t.requests for t in tasks.values()),
                  truncated=truncated, tasks=tasks)

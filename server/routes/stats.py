@@ -1,5 +1,8 @@
-"""GET /v1/stats: served traffic and reward over time per task and adapter version, and feedback
-counts (what the dashboard draws)."""
+"""GET /v1/stats: served traffic and reward over time per task and adapter version, feedback
+counts, and the served score's calibration against the team's labels (what the dashboard draws).
+Calibration scores the newest `CALIBRATION_LABELS` labels of each task twice (without and with their
+reference); each score is kept per label, its last change and the reward version, so a dashboard
+that polls pays only for new labels."""
 from __future__ import annotations
 
 import time
@@ -7,12 +10,33 @@ import time
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
+from common.records import Label
+from common.settings import Settings
 from common.tasks import TASKS
+from rewards import REWARD_VERSION, score
+from rewards.calibration import Pair, pairs_of
 from server.deps import User
 from server.schemas import ErrorResponse, Stats
 from server.stats import series
 
 router = APIRouter(tags=["stats"])
+CALIBRATION_LABELS = 300
+_SCORES: dict[tuple, float] = {}  # (label id, its last change, reward version, with reference) -> total
+
+
+def _calibration_pairs(settings: Settings, task: str, labels: list[Label]) -> list[tuple[str, Pair]]:
+    newest = [label for label in labels if label.answer is not None or label.rating is not None][-CALIBRATION_LABELS:]
+    pairs = []
+    for label in newest:
+        def scored(completion: str, reference, task_input: dict, label=label) -> float:
+            key = (label.id, label.updated, REWARD_VERSION, reference is not None)
+            if key not in _SCORES:
+                if len(_SCORES) > 20 * CALIBRATION_LABELS * len(TASKS):
+                    _SCORES.clear()
+                _SCORES[key] = score(task, completion, reference, settings.reward_context(task_input)).total
+            return _SCORES[key]
+        pairs += [(label.served_version, pair) for pair in pairs_of([label], scored)]
+    return pairs
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 422, 429, 503)}
 
 
@@ -25,7 +49,9 @@ async def stats(caller: User, window_s: int = Query(86_400, ge=60, le=90 * 86_40
 
     def read():
         points, truncated = store.record_points(start, limit)
-        return points, truncated, {task: store.labels(task) for task in TASKS}
+        labels = {task: store.labels(task) for task in TASKS}
+        pairs = {task: _calibration_pairs(caller.state.settings, task, labels[task]) for task in TASKS}
+        return points, truncated, labels, pairs
 
-    points, truncated, labels = await run_in_threadpool(read)
-    return series(points, labels, start, end, buckets, truncated)
+    points, truncated, labels, pairs = await run_in_threadpool(read)
+    return series(points, labels, start, end, buckets, truncated, pairs)

@@ -97,7 +97,7 @@ def test_a_summary_of_the_reviews_words_reversed_or_of_a_complaint_it_does_not_m
 def test_sentiment_and_category_follow_the_review():
     assert _extraction(sentiment="positive").components["sentiment_cue"] == 0.5  # a mixed review
     praise = "Produto de ótima qualidade, chegou antes do prazo. Recomendo!"
-    said = lambda **c: score("extraction", json.dumps({**HONEST_EXTRACTION, **c}, ensure_ascii=False), None, {"review": praise})  # noqa: E731
+    said = lambda **c: score("extraction", json.dumps({**HONEST_EXTRACTION, **c}, ensure_ascii=False), None, {"review": praise})
     assert said(sentiment="negative").components["sentiment_cue"] == 0.0
     assert said(sentiment="positive").components["sentiment_cue"] == 1.0
     assert said(complaint_category="none").components["category_cue"] == 1.0
