@@ -200,6 +200,20 @@ function renderRoute() {
     ["canary", route.canary ? `${route.canary} at ${Math.round(route.canary_share * 100)}% since ${when(route.canary_started)}` : "none"]]);
 }
 
+function renderCalibration() {
+  // beside the served-reward curve: how far that reward agrees with the team's labels
+  const el = document.getElementById("calibration");
+  const stats = state.stats && state.stats.tasks[state.task];
+  const c = stats && stats.calibration;
+  el.classList.toggle("weak", Boolean(c && c.weak));
+  if (!c) { el.textContent = ""; return; }
+  const measures = `rank correlation with the labels ${fmt(c.rank_correlation)} (${c.n} answers), ` +
+    `liked above corrected ${fmt(c.separation)} (${c.liked} liked, ${c.corrected} corrected)`;
+  if (c.weak === null) el.textContent = `Calibration: too few labels to say (${measures}).`;
+  else if (c.weak) el.textContent = `Weak calibration: this served reward does not follow the team's labels here; read it with care (${measures}).`;
+  else el.textContent = `Calibrated against the team's labels: ${measures}.`;
+}
+
 function renderFeedback() {
   const stats = state.stats && state.stats.tasks[state.task];
   if (!stats) { definitions("feedback", [["state", state.errors.stats || "unknown"]]); return; }
@@ -259,7 +273,7 @@ function renderLastRound() {
 
 function render() {
   tabs();
-  renderTraffic(); renderLearning(); renderRoute(); renderFeedback(); renderLineage(); renderLastRound();
+  renderTraffic(); renderCalibration(); renderLearning(); renderRoute(); renderFeedback(); renderLineage(); renderLastRound();
 }
 
 async function act(action, query, question) {

@@ -106,6 +106,10 @@ def test_the_charts_hold_what_the_api_returns(browser, gateway, served, built):
     candidate = page.evaluate("""() => window.tucano.charts['learning-chart'].data.datasets
         .find(d => d.label === 'candidate').data.map(point => point.y)""")
     assert candidate == judged and served["tasks"]["push"]["decision"]["candidate_mean"] in candidate
+    calibration = stats["calibration"]  # beside the served-reward curve, saying whether to trust it
+    said = page.inner_text("#calibration")
+    verdict = "too few labels" if calibration["weak"] is None else ("Weak calibration" if calibration["weak"] else "Calibrated")
+    assert verdict in said and f"({calibration['n']} answers)" in said
     feedback = stats["feedback"]
     text = page.inner_text("#feedback")
     assert f"{feedback['ratings']} ({feedback['positive']} up, {feedback['negative']} down)" in text
@@ -169,6 +173,7 @@ def test_no_rounds_and_no_traffic_read_as_such(browser, built, engines, tmp_path
             page = open_page(browser, fresh.url)
             show_task(page, "insights")
             assert "No insights traffic in this window." in page.inner_text("#traffic-empty")
+            assert "too few labels to say (rank correlation with the labels - (0 answers)" in page.inner_text("#calibration")
             assert "No round has judged" in page.inner_text("#learning-empty")
             assert "No insights adapter yet" in page.inner_text("#lineage")
             assert "base model" in page.inner_text("#route")
