@@ -413,6 +413,35 @@ def bench_trivial(
     _report(settings, "trivial", results, bench.table(results))
 
 
+@bench_app.command("calibration")
+def bench_calibration(
+    answers: Annotated[str | None, typer.Option(help="A JSONL file of answers with references (`bench trivial --save-answers`).")] = None,
+    team: Annotated[bool, typer.Option(help="Also the labels of the team's traffic in Redis (needs TUCANO_REDIS_URL or a running serve).")] = False,
+) -> None:
+    """The served score against labels: rank correlation with the reference score, and liked above corrected."""
+    from pathlib import Path
+
+    from deploy.bench import calibration as bench
+
+    settings = _settings()
+    if answers is None and not team:
+        raise _fail("give --answers FILE, --team, or both")
+    path = Path(answers) if answers else None
+    if path is not None and not path.is_file():
+        raise _fail(f"no answers file at {path}")
+    store = None
+    if team:
+        from common.store import Store
+
+        if not settings.redis_url:
+            raise _fail("--team reads the Redis that `tucano serve` uses: set TUCANO_REDIS_URL to it")
+        store = Store(settings.redis_url)
+        if not store.ping():
+            raise _fail(f"Redis at {settings.redis_url} does not answer: start `tucano serve` or set TUCANO_REDIS_URL")
+    results = bench.run(settings, path, store)
+    _report(settings, "calibration", results, bench.table(results))
+
+
 @bench_app.command("gateway")
 def bench_gateway(
     concurrency: Annotated[list[int], typer.Option(help="Concurrency levels (repeat the option).")] = [1, 8, 32],  # noqa: B006

@@ -63,3 +63,16 @@ def test_the_served_score_ranks_the_demo_models_answers_as_their_references_do(t
                   score(task, r["completion"], r["reference"], ctx(**r["input"])).total, None) for r in rows]
     result = calibrate(pairs)
     assert result.rank_correlation >= 0.7, f"{task}: {result}"
+
+
+def test_bench_calibration_tables_each_source_with_an_interval():
+    from deploy.bench import calibration as bench
+
+    pairs = [Pair(i / 30, (i + (3 if i % 2 else 0)) / 33, "liked" if i > 15 else "corrected") for i in range(30)]
+    s = bench.summary(pairs)
+    low, high = s["rank_correlation_ci95"]
+    assert low <= s["rank_correlation"] <= high and s["n"] == 30 and s["separation"] > 0.9
+    results = {"answers": {"sql": s}, "team": {"sql": {**s, "versions": {"sql-v1": s}}}}
+    lines = bench.table(results).splitlines()
+    assert len(lines) == 5 and lines[2].startswith("| answers | sql | all | 30 |") and lines[4].startswith("| team | sql | sql-v1 |")
+    assert bench.summary([])["rank_correlation"] is None
