@@ -6,17 +6,26 @@ rolled back when the 95% interval of either difference lies wholly below zero (t
 worse beyond doubt), promoted otherwise (it already passed the gate and shadow replay; the
 canary guards against a regression on live traffic). A canary that has not served enough when `canary_max_minutes` is up is rolled
 back: too little traffic says nothing about it.
+
+Where the team has labelled enough of the period's traffic (`MIN_LABELLED` records per arm whose
+input carries a reference or correction), the reward compared is those records' answers scored
+against their labels rather than the served (reference-free) score: the figures say which.
 """
 from __future__ import annotations
 
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.datasets import input_hash
 from common.records import Record
+from common.settings import Settings
+from rewards import score
 
 MIN_RATINGS = 10  # ratings per arm before they are compared
+MIN_LABELLED = 10  # labelled records per arm before the labels, not the served score, are compared
 RESAMPLES = 2000
 
 
@@ -36,7 +45,8 @@ def difference_interval(a: list[float], b: list[float], seed: int = 0) -> tuple[
 
 
 def judge(records: list[Record], canary: str, started: float, min_requests: int, max_minutes: float,
-          now: float | None = None) -> Verdict:
+          now: float | None = None, labelled: Callable[[Record], float | None] | None = None) -> Verdict:
+    """`labelled(record)` is the record's answer scored against its label, or None without one."""
     now = time.time() if now is None else now
     canary_arm = [r for r in records if r.arm == "canary" and r.adapter == canary]
     active_arm = [r for r in records if r.arm in ("active", "base")]
@@ -47,12 +57,19 @@ def judge(records: list[Record], canary: str, started: float, min_requests: int,
             return Verdict("rollback", f"after {max_minutes} min only {len(canary_arm)} canary and {len(active_arm)} active "
                                        f"requests (< {min_requests}): not enough to judge", figures)
         return Verdict("wait", f"{len(canary_arm)} of {min_requests} canary requests", figures)
-    reward, low, high = difference_interval([r.reward.total for r in canary_arm], [r.reward.total for r in active_arm])
+    canary_rewards, active_rewards = [r.reward.total for r in canary_arm], [r.reward.total for r in active_arm]
+    basis = "live reward"
+    if labelled is not None:
+        by_labels = [[x for x in map(labelled, arm) if x is not None] for arm in (canary_arm, active_arm)]
+        figures.update(canary_labelled=len(by_labels[0]), active_labelled=len(by_labels[1]))
+        if min(map(len, by_labels)) >= MIN_LABELLED:
+            (canary_rewards, active_rewards), basis = by_labels, "reward by the team's labels"
+    figures["basis"] = basis
+    reward, low, high = difference_interval(canary_rewards, active_rewards)
     figures.update(reward_difference=round(reward, 4), reward_interval=[round(low, 4), round(high, 4)],
-                   canary_reward=round(statistics.fmean(r.reward.total for r in canary_arm), 4),
-                   active_reward=round(statistics.fmean(r.reward.total for r in active_arm), 4))
+                   canary_reward=round(statistics.fmean(canary_rewards), 4), active_reward=round(statistics.fmean(active_rewards), 4))
     if high < 0:
-        return Verdict("rollback", f"live reward {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}] "
+        return Verdict("rollback", f"{basis} {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}] "
                                    "wholly below zero", figures)
     rated = {arm: [r.feedback.rating for r in rs if r.feedback and r.feedback.rating in (-1, 1)]
              for arm, rs in (("canary", canary_arm), ("active", active_arm))}
@@ -62,5 +79,17 @@ def judge(records: list[Record], canary: str, started: float, min_requests: int,
         if r_high < 0:
             return Verdict("rollback", f"ratings {rating:+.3f} vs active, 95% interval [{r_low:+.3f}, {r_high:+.3f}] "
                                        "wholly below zero", figures)
-    return Verdict("promote", f"live reward {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}]: not worse, "
+    return Verdict("promote", f"{basis} {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}]: not worse, "
                               f"over {len(canary_arm)} canary requests", figures)
+
+
+def labelled_scorer(settings: Settings, store, task: str) -> Callable[[Record], float | None]:
+    """A record's answer scored against the team's label of its input (a reference or a
+    correction), or None where its input has none: what `judge` compares once enough are labelled."""
+    answers = {label.input_hash: label.answer for label in store.labels(task) if label.answer is not None}
+
+    def scored(record: Record) -> float | None:
+        answer = answers.get(input_hash(task, record.input))
+        return None if answer is None else score(task, record.raw, answer, settings.reward_context(record.input)).total
+
+    return scored

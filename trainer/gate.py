@@ -117,11 +117,13 @@ def request_key(prompt: str, sampling: Sampling, json_schema: dict | None) -> st
 
 
 async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], seed: int,
-                 store=None) -> list[Score]:
+                 store=None, reference_free: list | None = None) -> list[Score]:
     """Each row answered by `version` (None: the base model) with the task's serving prompt,
     sampling and schema and the row's seed, scored against the row's reference. With a store, an
     answer this model already gave to the same request is read back instead of asked again: the
-    incumbent of a gate answers the same rows round after round, and a version never changes."""
+    incumbent of a gate answers the same rows round after round, and a version never changes.
+    `reference_free`, when given, receives each answer's reference-free score where the row is the
+    team's and has a reference (None elsewhere): what `labelled_check` compares."""
     spec = REGISTRY[task]
     prompts = [pool.template.render(build_messages(task, row.input)) for row in rows]
     samplings = [spec.sampling.override(seed=row_seed(seed, row.id)) for row in rows]
@@ -143,6 +145,9 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     await asyncio.gather(*(ask(i) for i in missing))
     if store is not None:
         store.cache_answers(scope, {keys[i]: texts[i] for i in missing})
+    if reference_free is not None:
+        reference_free += [score(task, text, None, settings.reward_context(row.input)) if row.source == "team" and row.reference
+                           is not None else None for text, row in zip(texts, rows)]
     return [score(task, text, row.reference, settings.reward_context(row.input)) for text, row in zip(texts, rows)]
 
 
@@ -161,6 +166,28 @@ def parts(s: Score) -> dict[str, float]:
     return {**s.components, **{f"field:{name}": value for name, value in s.fields.items()}}
 
 
+def labelled_check(free_candidate: list, free_incumbent: list, candidate: list[Score], incumbent: list[Score],
+                   settings: Settings, seed: int = 0) -> dict:
+    """Whether a reference-free gain is matched by the labels, on the team's labelled eval rows: each
+    row's answers scored without and with its reference. A candidate that gains on the served score
+    but not by the labels' measure learned to please the reward, not the team; it fails when the
+    95% interval of its labelled gain lies wholly below half its reference-free gain. Fewer than
+    `gate_min_rows` such rows check nothing (and say so)."""
+    rows = [(fc.total - fi.total, c.total - i.total)
+            for fc, fi, c, i in zip(free_candidate, free_incumbent, candidate, incumbent) if fc is not None and fi is not None]
+    if len(rows) < settings.gate_min_rows:
+        return {"checked": False, "n": len(rows), "matched": True,
+                "reason": f"{len(rows)} team rows with a label, fewer than the {settings.gate_min_rows} the check needs"}
+    free = statistics.fmean(f for f, _ in rows)
+    labelled, low, high = mean_interval([r for _, r in rows], seed=seed)
+    matched = not (free > settings.promote_margin and high < free / 2)
+    return {"checked": True, "n": len(rows), "matched": matched, "reference_free_difference": round(free, 4),
+            "labelled_difference": round(labelled, 4), "labelled_interval": [round(low, 4), round(high, 4)],
+            "reason": (f"reference-free gain {free:+.4f} on {len(rows)} team rows with a label; by their labels "
+                       f"{labelled:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]"
+                       + ("" if matched else ": not matched (wholly below half the reference-free gain)"))}
+
+
 @dataclass
 class Decision:
     promote: bool
@@ -175,13 +202,14 @@ class Decision:
     seconds: float = 0.0
     planned: int = 0  # rows sampled (`decide`: n); n < planned when a look stopped the gate early
     looks: int = 1
+    labelled: dict = field(default_factory=dict)  # `labelled_check` on the team's labelled rows
 
     def as_dict(self) -> dict:
         return {"promote": self.promote, "reason": self.reason, "n": self.n, "rows": self.rows,
                 "candidate_mean": round(self.candidate_mean, 4), "incumbent_mean": round(self.incumbent_mean, 4),
                 "difference": round(self.difference, 4), "interval": [round(v, 4) for v in self.interval],
                 "components": self.components, "seconds": round(self.seconds, 2), "planned": self.planned,
-                "looks": self.looks}
+                "looks": self.looks, "labelled": self.labelled}
 
 
 def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], settings: Settings, seed: int = 0) -> Decision:
@@ -273,13 +301,23 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
     incumbent's answers read back where it gave them in an earlier round."""
     started = time.perf_counter()
     rows = sample_rows(eval_rows(settings, store, task), settings.gate_max_rows, round_seed)
+    free_candidate: list = []
+    free_incumbent: list = []
+    scored: dict[str, list[Score]] = {"candidate": [], "incumbent": []}
 
     async def score_block(block: list[EvalRow]) -> tuple[list[Score], list[Score]]:
         # both versions at once: the engine batches their requests together
-        return await asyncio.gather(answer(pool, settings, task, candidate, block, settings.seed, store),
-                                    answer(pool, settings, task, incumbent, block, settings.seed, store))
+        pair = await asyncio.gather(answer(pool, settings, task, candidate, block, settings.seed, store, free_candidate),
+                                    answer(pool, settings, task, incumbent, block, settings.seed, store, free_incumbent))
+        scored["candidate"] += pair[0]
+        scored["incumbent"] += pair[1]
+        return pair
 
     decision = await sequential(score_block, rows, settings, round_seed)
+    decision.labelled = labelled_check(free_candidate, free_incumbent, scored["candidate"], scored["incumbent"], settings, round_seed)
+    if decision.promote and not decision.labelled["matched"]:
+        decision.promote = False
+        decision.reason = f"the served score's gain is not matched by the team's labels: {decision.labelled['reason']}"
     decision.seconds = time.perf_counter() - started
     return decision
 

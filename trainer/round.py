@@ -134,8 +134,9 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         passed, reason = decision.promote, decision.reason
         if passed and settings.shadow_records:
             held = gate.held_out_inputs(settings, store, task)
-            recent = shadow.distinct_recent(store.recent_records(task, 20 * settings.shadow_records), held, settings.shadow_records)
-            replay = await shadow.replay(pool, settings, task, version, recent, seed)
+            recent, labels = shadow.choose(task, store.recent_records(task, 20 * settings.shadow_records), held,
+                                           settings.shadow_records, shadow.eval_labels(store, task))
+            replay = await shadow.replay(pool, settings, task, version, recent, seed, labels)
             timings["shadow"] = replay["seconds"]
             outcome["shadow"] = replay
             say(f"{task}: shadow replay {replay['reason']}")

@@ -3,13 +3,17 @@ inputs of its task (the newest distinct ones, unlabelled), and its reference-fre
 compared, input by input, with that of what the incumbent actually served for them (re-scored
 by the current rewards). A candidate worse on live inputs is rejected even if it won on the eval
 set: the eval set may not look like this team's traffic.
+
+Where the team has labelled enough of those inputs in its eval share (`MIN_LABELLED` recent inputs
+whose label holds a reference or correction, never trained on), the replay is of those, and both
+answers are scored against the label: the served score is trusted only where nothing better is.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 
-from common.datasets import input_key
+from common.datasets import input_hash, input_key
 from common.records import Record
 from common.settings import Settings
 from rewards import score
@@ -17,6 +21,24 @@ from router.engine_client import EnginePool
 from router.prompts import build_messages
 from router.registry import REGISTRY
 from trainer.gate import CONCURRENCY, mean_interval
+
+MIN_LABELLED = 10
+
+
+def eval_labels(store, task: str) -> dict[str, object]:
+    """input hash -> the answer of each of the team's eval-split labels that has one."""
+    return {label.input_hash: label.answer for label in store.labels(task) if label.split == "eval" and label.answer is not None}
+
+
+def choose(task: str, records: list[Record], excluded: frozenset[str], count: int, labels: dict[str, object]
+           ) -> tuple[list[Record], dict[str, object]]:
+    """The recent inputs to replay and the labels to score them by: the labelled ones where there
+    are at least `MIN_LABELLED`, else the newest distinct ones (no labels)."""
+    recent = distinct_recent(records, excluded, len(records))
+    labelled = [r for r in recent if input_hash(task, r.input) in labels][:count]
+    if len(labelled) >= MIN_LABELLED:
+        return labelled, labels
+    return recent[:count], {}
 
 
 def distinct_recent(records: list[Record], excluded: frozenset[str], count: int) -> list[Record]:
@@ -32,7 +54,11 @@ def distinct_recent(records: list[Record], excluded: frozenset[str], count: int)
     return out
 
 
-async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str, records: list[Record], seed: int) -> dict:
+async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str, records: list[Record], seed: int,
+                 labels: dict[str, object] | None = None) -> dict:
+    """The candidate against what was served, input by input; scored against `labels` (input hash ->
+    answer) where given, else reference-free."""
+    labels = labels or {}
     started = time.perf_counter()
     spec = REGISTRY[task]
     gate = asyncio.Semaphore(CONCURRENCY)
@@ -44,13 +70,14 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
                                           frequency_penalty=record.sampling.frequency_penalty)
         async with gate:
             completion = await pool.complete(prompt, candidate, sampling, spec.json_schema)
-        context = settings.reward_context(record.input)
-        return score(task, completion.text, None, context).total - score(task, record.raw, None, context).total
+        context, reference = settings.reward_context(record.input), labels.get(input_hash(task, record.input))
+        return score(task, completion.text, reference, context).total - score(task, record.raw, reference, context).total
 
     diffs = await asyncio.gather(*(one(r) for r in records))
     mean, low, high = mean_interval(list(diffs), seed=seed)
     worse = bool(diffs) and high < -settings.shadow_margin
+    basis = "reward by the team's labels" if labels else "reference-free reward"
     return {"n": len(diffs), "difference": round(mean, 4), "interval": [round(low, 4), round(high, 4)], "worse": worse,
-            "served_versions": sorted({r.version for r in records}), "seconds": round(time.perf_counter() - started, 2),
-            "reason": (f"on {len(diffs)} recent inputs the candidate's reference-free reward differs by {mean:+.4f}, "
+            "basis": basis, "served_versions": sorted({r.version for r in records}), "seconds": round(time.perf_counter() - started, 2),
+            "reason": (f"on {len(diffs)} recent inputs the candidate's {basis} differs by {mean:+.4f}, "
                        f"95% interval [{low:+.4f}, {high:+.4f}]" + (f": worse beyond {settings.shadow_margin}" if worse else ""))}

@@ -14,7 +14,7 @@ from common.records import Feedback, Reward
 from common.settings import load_settings
 from rewards import Score
 from tests.unit.test_shapes_and_routing import make_record
-from trainer import canary
+from trainer import canary, gate
 from trainer.diagnostics import stop_conditions
 from trainer.gate import EvalRow, decide, look_ends, mean_interval, row_seed, sample_rows, sequential
 from trainer.kto import class_weights
@@ -282,3 +282,58 @@ def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(
     before = gate.model_scope(str(tmp_path), None, "cpu-fp32")
     (tmp_path / "config.json").write_text("{}")  # a checkpoint rebuilt at the same path is another model
     assert gate.model_scope(str(tmp_path), None, "cpu-fp32") != before
+
+
+# --- decisions on the team's labels, where there are enough -------------------------------------
+
+def scores(values: list[float]) -> list[Score]:
+    return [Score(v, {}, True, True) for v in values]
+
+
+def test_a_reference_free_gain_the_labels_do_not_match_is_named_and_fails():
+    rng = random.Random(9)
+    free_incumbent = scores([rng.uniform(0.3, 0.5) for _ in range(30)])
+    free_candidate = scores([s.total + 0.4 for s in free_incumbent])  # the served score says +0.4
+    incumbent = scores([rng.uniform(0.4, 0.6) for _ in range(30)])
+    flat = scores([s.total + rng.uniform(-0.02, 0.02) for s in incumbent])  # the labels say nothing changed
+    check = gate.labelled_check(free_candidate, free_incumbent, flat, incumbent, SETTINGS)
+    assert check["checked"] and not check["matched"] and "not matched" in check["reason"]
+    real = scores([s.total + 0.35 for s in incumbent])
+    assert gate.labelled_check(free_candidate, free_incumbent, real, incumbent, SETTINGS)["matched"]
+    # rows without a label (None) are not checked, and too few labelled rows check nothing
+    few = gate.labelled_check([None] * 25 + free_candidate[:5], [None] * 25 + free_incumbent[:5], flat, incumbent, SETTINGS)
+    assert not few["checked"] and few["matched"] and few["n"] == 5
+
+
+def labelled_record(arm: str, adapter: str | None, served: float, question: str):
+    record = live(arm, adapter, served)
+    record.input = {"question": question}
+    return record
+
+
+def test_a_canary_is_judged_on_the_teams_labels_when_enough_are_there():
+    # the served score prefers the canary; the team's labels say it is worse
+    active = [labelled_record("active", "sql-v1", 0.5, f"q{i}") for i in range(40)]
+    canary_arm = [labelled_record("canary", "sql-v2", 0.9, f"q{i}") for i in range(40, 80)]
+    by_labels = {id(r): (0.3 if r.arm == "canary" else 0.8) for r in active + canary_arm}
+    served = canary.judge(active + canary_arm, "sql-v2", 0.0, 30, 60, now=60.0)
+    assert served.action == "promote" and served.figures["basis"] == "live reward"
+    judged = canary.judge(active + canary_arm, "sql-v2", 0.0, 30, 60, now=60.0, labelled=lambda r: by_labels[id(r)])
+    assert judged.action == "rollback" and judged.figures["basis"] == "reward by the team's labels"
+    few = canary.judge(active + canary_arm, "sql-v2", 0.0, 30, 60, now=60.0,
+                       labelled=lambda r: by_labels[id(r)] if r.input["question"] in {"q1", "q41"} else None)
+    assert few.action == "promote" and few.figures["canary_labelled"] == 1
+
+
+def test_shadow_replays_the_teams_labelled_inputs_when_enough_are_there():
+    from common.datasets import input_hash
+    from trainer import shadow
+
+    records = [labelled_record("active", "sql-v1", 0.5, f"q{i}") for i in range(40)]
+    for record in records:
+        record.task = "sql"
+    labels = {input_hash("sql", {"question": f"q{i}"}): {"sql": "SELECT 1"} for i in range(0, 40, 3)}  # 14 labelled
+    chosen, by = shadow.choose("sql", records, frozenset(), 12, labels)
+    assert len(chosen) == 12 and by is labels and all(input_hash("sql", r.input) in labels for r in chosen)
+    chosen, by = shadow.choose("sql", records, frozenset(), 12, dict(list(labels.items())[:5]))
+    assert len(chosen) == 12 and by == {}  # too few labelled: the newest inputs, reference-free
