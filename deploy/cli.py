@@ -558,6 +558,9 @@ def bench_learn(
     no_canary: Annotated[bool, typer.Option("--no-canary", help="Skip the canary run.")] = False,
     label_curve: Annotated[list[int] | None, typer.Option(min=2, help="Also SFT from the base model on the first K requests' "
                                                             "references, per task (repeatable): label-bound or model-bound.")] = None,
+    traffic_only: Annotated[bool, typer.Option("--traffic-only", help="No corrections and no ratings: the rounds learn from the "
+                                               "traffic alone (GRPO on the reference-free rewards); the held-out reward is still "
+                                               "scored with references.")] = False,
     name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "learn",
 ) -> None:
     """Play a team (traffic, corrections, ratings) for R rounds against the real stack; served reward per round on held-out rows."""
@@ -567,6 +570,8 @@ def bench_learn(
     settings = _built_settings()
     tasks = tuple(task or TASKS)
     unknown = [t for t in tasks + tuple(ablation or ()) if t not in TASKS]
+    if traffic_only:
+        correction_rate = rating_rate = 0.0
     if unknown or correction_rate + rating_rate > 1:
         raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
     results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
