@@ -22,8 +22,7 @@ from common.settings import Settings
 from common.tasks import TASKS
 from rewards import score
 from rewards.calibration import Pair, calibrate, pairs_of
-
-RESAMPLES = 2000
+from trainer.gate import RESAMPLES
 
 
 def _interval(pairs: list[Pair]) -> list[float] | None:
