@@ -23,7 +23,6 @@ import json
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
-from functools import lru_cache
 
 from rewards.scoring import Score, score
 
@@ -36,10 +35,23 @@ def completion_text(completion) -> str:
     return completion if isinstance(completion, str) else ""
 
 
-@lru_cache(maxsize=8192)
+_SCORES: dict[tuple[str, str, str, str], Score] = {}
+CACHED_SCORES = 8192
+
+
 def _score(task: str, completion: str, reference_json: str, context_json: str) -> Score:
+    """Scores are kept (a group repeats completions), except an undecided one: a SQL reference that
+    failed (a time-out under load) is run again the next time, never remembered as a failure."""
+    key = (task, completion, reference_json, context_json)
+    if key in _SCORES:
+        return _SCORES[key]
     reference = json.loads(reference_json) if reference_json else None
-    return score(task, completion, reference, json.loads(context_json) if context_json else {})
+    result = score(task, completion, reference, json.loads(context_json) if context_json else {})
+    if result.components.get("reference_ran", 1.0) == 1.0:
+        if len(_SCORES) >= CACHED_SCORES:
+            _SCORES.clear()
+        _SCORES[key] = result
+    return result
 
 
 def _as_json(value) -> str:

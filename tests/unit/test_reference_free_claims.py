@@ -214,3 +214,15 @@ def test_a_figure_must_sit_beside_the_row_it_belongs_to():
     moved = TRUE_ANALYSIS.replace("- MG soma 82.682,02.", "- MG soma 86.627,69.")
     result = score("insights", moved, None, STATES)
     assert "beside the wrong row" in result.details["grounding"] and result.components["grounding"] < 1.0
+
+
+def test_the_grpo_reward_does_not_remember_an_undecided_score():
+    from rewards import trl
+
+    slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(*) FROM n"
+    answer = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(i) FROM n"
+    reference, hurried, patient = json.dumps({"sql": slow}), json.dumps({**ctx(), "timeout_s": 0.001}), json.dumps({**ctx(), "timeout_s": 30.0})
+    assert trl._score("sql", answer, reference, hurried).components["reference_ran"] == 0.0
+    assert (("sql", answer, reference, hurried)) not in trl._SCORES
+    assert trl._score("sql", answer, reference, patient).components["execution_match"] == 1.0
+    assert ("sql", answer, reference, patient) in trl._SCORES
