@@ -78,6 +78,8 @@ class Record(msgspec.Struct):
     reference: Any = None  # as sent with the request; a correction replaces it when read back
     key_id: str | None = None  # a hash of the API key that made the request (feedback ownership)
     feedback: Feedback | None = None  # merged in when read; never part of the stored entry
+    examples: list[str] = []  # the labels (record ids) whose answers the prompt showed as demonstrations
+    answered_from: str | None = None  # an exact repeat of a corrected input: the label whose correction answered it
 
     @property
     def version(self) -> str:
@@ -102,6 +104,7 @@ class Label(msgspec.Struct):
     rating: int | None = None  # -1, 0 or 1
     key_id: str | None = None
     updated: float = 0.0  # when its answer or rating last changed
+    retired_by: str | None = None  # the adapter version that absorbed it: no longer retrieved as an example
 
 
 def label_of(record: Record, eval_share: float) -> Label:

@@ -91,6 +91,14 @@ class Settings(BaseSettings):
     stats_max_records: int = Field(50_000, ge=100, le=1_000_000, description="Newest records `/v1/stats` (the dashboard's "
                                    "time series) reads per call; older ones in its window are left out and it says so.")
 
+    # Corrections that act at once
+    examples_tasks: list[str] = Field(["extraction", "sql", "push"], description="Tasks whose prompts carry the team's most "
+                                      "similar corrected or liked answers as demonstrations (JSON list; [] turns retrieval off).")
+    examples_k: int = Field(3, ge=1, le=8, description="Demonstrations per prompt, the most similar first (BM25 over the inputs).")
+    exact_repeats: bool = Field(True, description="Answer an exact repeat of a corrected input with its correction, without "
+                                                  "asking the model (the response and the record say so).")
+    examples_poll_s: float = Field(1.0, gt=0, le=60, description="How often a gateway looks for changed labels to re-index.")
+
     # Training rounds
     train_interval_minutes: float = Field(60.0, gt=0, description="How often `serve` runs a training round.")
     train_enabled: bool = Field(True, description="Whether `serve` runs periodic rounds.")
@@ -188,9 +196,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return [u.rstrip("/") for u in urls]
 
-    @field_validator("task_training")
+    @field_validator("task_training", "examples_tasks")
     @classmethod
-    def _known_tasks(cls, value: dict[str, TaskTraining]) -> dict[str, TaskTraining]:
+    def _known_tasks(cls, value):
         from common.tasks import TASKS
 
         unknown = sorted(set(value) - set(TASKS))

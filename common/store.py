@@ -75,7 +75,10 @@ return {count, redis.call('TTL', KEYS[1])}
 ADD_RECORD = """
 local id = redis.call('XADD', KEYS[1], '*', 'record', ARGV[1])
 redis.call('SET', KEYS[2], id)
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], ARGV[3], ARGV[2]) end
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[3], ARGV[3], ARGV[2])
+  redis.call('INCR', KEYS[4])
+end
 return id
 """
 
@@ -98,6 +101,12 @@ def _feedback_key(record_id: str) -> str:
 
 def _labels_key(task: str) -> str:
     return f"tucano:labels:{task}"
+
+
+def _labels_version_key(task: str) -> str:
+    """A counter that every change of a task's labels increments: readers rebuild what they derive
+    from the labels (the example index) only when it moved."""
+    return f"tucano:labels:version:{task}"
 
 
 class TooManyCorrections(ValueError):
@@ -142,7 +151,8 @@ class Store:
         """Write a record atomically (stream entry, id index and its label if it has one, one Lua
         call): all exist or none. Raise StoreUnavailable when Redis cannot take it."""
         try:
-            entry_id = await self._script("record")(keys=[RECORDS, _record_key(record.id), _labels_key(record.task)],
+            entry_id = await self._script("record")(keys=[RECORDS, _record_key(record.id), _labels_key(record.task),
+                                                          _labels_version_key(record.task)],
                                     args=[encode(record), encode(label) if label else "", record.id])
         except redis.RedisError as error:
             raise StoreUnavailable(str(error)) from None
@@ -211,6 +221,7 @@ class Store:
                 pipe.multi()
                 pipe.hset(_feedback_key(record_id), mapping=mapping)
                 pipe.hset(_labels_key(record.task), record_id, encode(label))
+                pipe.incr(_labels_version_key(record.task))
 
             self.redis.transaction(attach, _feedback_key(record_id), _labels_key(record.task))
         except redis.RedisError as error:
@@ -286,6 +297,28 @@ class Store:
     def labels(self, task: str) -> list[Label]:
         """Every label of a task, oldest first."""
         return sorted((decode_label(raw) for raw in self.redis.hvals(_labels_key(task))), key=lambda label: label.time)
+
+    def labels_version(self, task: str) -> int:
+        return int(self.redis.get(_labels_version_key(task)) or 0)
+
+    def retire_labels(self, task: str, record_ids: list[str], version: str) -> int:
+        """Mark labels as absorbed by an adapter version (they stay labels; retrieval skips them)."""
+        retired = 0
+
+        def mark(pipe: redis.client.Pipeline) -> None:
+            nonlocal retired
+            raws = pipe.hmget(_labels_key(task), record_ids) if record_ids else []
+            labels = [decode_label(raw) for raw in raws if raw]
+            pipe.multi()
+            for label in labels:
+                label.retired_by = version
+                pipe.hset(_labels_key(task), label.id, encode(label))
+            if labels:
+                pipe.incr(_labels_version_key(task))
+            retired = len(labels)
+
+        self.redis.transaction(mark, _labels_key(task))
+        return retired
 
     def read_new_records(self, consumer: str, count: int = 1000) -> list[StoredRecord]:
         """Records never delivered to the trainers' group; re-delivers this consumer's pending ones first."""

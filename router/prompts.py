@@ -70,8 +70,13 @@ def user_message(task: str, task_input: dict) -> str:
     raise KeyError(task)
 
 
-def build_messages(task: str, task_input: dict) -> list[dict[str, str]]:
+def build_messages(task: str, task_input: dict, demonstrations: tuple[tuple[dict, str], ...] = ()) -> list[dict[str, str]]:
+    """The chat of one request; `demonstrations` ((input, answer) pairs: the team's corrected or
+    liked answers to similar inputs) come first as earlier turns of the same chat."""
+    shown = [turn for example_input, answer in demonstrations
+             for turn in ({"role": "user", "content": user_message(task, example_input)}, {"role": "assistant", "content": answer})]
     return [
         {"role": "system", "content": SYSTEM_PROMPTS[task]},
+        *shown,
         {"role": "user", "content": user_message(task, task_input)},
     ]

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +17,7 @@ from rewards import REWARD_VERSION, score
 from rewards.parsing import split_think
 from rewards.sql_sandbox import run_readonly
 from router.engine_client import Completion, EngineTimeout, EngineUnavailable
+from router.examples import Example
 from router.prompts import build_messages
 from router.registry import REGISTRY
 from server import metrics
@@ -41,16 +42,22 @@ class Prepared:
     source: str
     key_id: str | None
     started: float
+    examples: list[str] = field(default_factory=list)  # the labels shown as demonstrations
+    repeat: Example | None = None  # an exact repeat of a corrected input: answered with this correction
 
 
-def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str,
-            key_id: str | None = None) -> Prepared:
+async def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str,
+                  key_id: str | None = None) -> Prepared:
+    started = time.perf_counter()
     spec = REGISTRY[task]
     pool = state.pools[spec.engine]
     adapter, arm = state.routes.adapter_for(task)
-    prompt = pool.template.render(build_messages(task, task_input))
+    # reads labels from Redis and may re-index them: off the event loop
+    repeat, shown = await run_in_threadpool(state.examples.for_request, task, task_input)
+    prompt = pool.template.render(build_messages(task, task_input, tuple((e.input, e.answer) for e in shown)))
     return Prepared(task, task_input, prompt, pool.template.sha256, adapter, arm,
-                    spec.sampling.override(**sampling_overrides), reference, source, key_id, time.perf_counter())
+                    spec.sampling.override(**sampling_overrides), reference, source, key_id, started,
+                    [e.id for e in shown], repeat)
 
 
 def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailable) -> ApiError:
@@ -104,7 +111,8 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
         usage=Usage(completion.prompt_tokens, completion.completion_tokens), finish_reason=completion.finish_reason,
         latency_ms=round((time.perf_counter() - prepared.started) * 1000, 2),
         reward=Reward(scored.total, scored.components, scored.reference_used, scored.details),
-        reward_version=REWARD_VERSION, reference=prepared.reference, key_id=prepared.key_id,
+        reward_version=REWARD_VERSION, reference=prepared.reference, key_id=prepared.key_id, examples=prepared.examples,
+        answered_from=prepared.repeat.id if prepared.repeat else None,
     )
     label = label_of(record, state.settings.team_eval_share) if record.reference is not None else None
     try:
@@ -119,7 +127,17 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
     return record
 
 
+CORRECTION = "correction"  # the engine and model a record names when a correction answered it
+
+
+def from_correction(prepared: Prepared) -> Completion:
+    """The answer to an exact repeat of a corrected input: the correction itself, no engine asked."""
+    return Completion(prepared.repeat.answer, 0, 0, "stop", CORRECTION, CORRECTION)
+
+
 async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> Record:
+    if prepared.repeat is not None:
+        return await finish(state, prepared, from_correction(prepared), execute, include_think)
     pool = state.pools[REGISTRY[prepared.task].engine]
     called = time.perf_counter()
     try:
@@ -134,7 +152,17 @@ async def answer(state: GatewayState, prepared: Prepared, execute: bool = False,
 
 async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator[str], dict]:
     """Text deltas from the engine; after the last one, `done["record"]` holds the written Record.
-    The first delta is awaited before returning, so an engine that is down still gets a 503."""
+    The first delta is awaited before returning, so an engine that is down still gets a 503.
+    An exact repeat of a corrected input streams its correction as one delta."""
+    if prepared.repeat is not None:
+        done: dict = {}
+        completion = from_correction(prepared)
+
+        async def whole() -> AsyncIterator[str]:
+            yield completion.text
+            done["record"] = await finish(state, prepared, completion)
+
+        return whole(), done
     pool = state.pools[REGISTRY[prepared.task].engine]
     info: dict = {}
     deltas = pool.stream(prepared.prompt, prepared.adapter, prepared.sampling, REGISTRY[prepared.task].json_schema, info)

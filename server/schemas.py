@@ -106,6 +106,10 @@ class TaskResponse(BaseModel):
     scores: Scores
     usage: Usage
     latency_ms: float
+    examples: list[str] = Field(default_factory=list, description="Ids of the team's labelled answers shown to the model as "
+                                                                   "demonstrations (the most similar corrections and liked answers).")
+    answered_from: str | None = Field(None, description="Set when this input was corrected before: the id of the record whose "
+                                                        "correction is the answer (no model was asked).")
 
 
 class FeedbackRequest(BaseModel):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from common.settings import Settings
 from common.store import Store
 from router.engine_client import EnginePool
+from router.examples import Examples
 from router.routing import RouteTable
 
 AdapterAction = Callable[[str, str], Awaitable[dict]]  # (action, task or version) -> result
@@ -20,3 +21,9 @@ class GatewayState:
     routes: RouteTable
     pools: dict[str, EnginePool]  # "base", "think"
     adapter_action: AdapterAction | None = None
+    examples: Examples | None = None  # the team's corrections at once; built from the settings when not handed in
+
+    def __post_init__(self):
+        if self.examples is None:
+            s = self.settings
+            self.examples = Examples(self.store, s.examples_tasks, s.examples_k, s.exact_repeats, s.examples_poll_s)

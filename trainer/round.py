@@ -41,7 +41,7 @@ from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from trainer import data as round_data
-from trainer import gate, methods, shadow
+from trainer import gate, methods, retire, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
 from trainer.diagnostics import stop_conditions
 from trainer.policy import QuantizationUnavailable
@@ -116,15 +116,22 @@ def _round_seed(round_id: str) -> int:
     return zlib.crc32(round_id.encode())
 
 
-async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say) -> dict:
-    """Gate, shadow replay, then canary, promotion or rejection. Returns what it decided and found."""
+def _pool(settings: Settings, fleet: Fleet, task: str) -> EnginePool:
+    kind = TASK_ENGINE[task]
+    return EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
+
+
+async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say,
+                 trained: set[str] = frozenset()) -> dict:
+    """Gate, shadow replay, then canary, promotion or rejection (a promotion retires the examples
+    the new version absorbed from `trained`, the labels it trained on). Returns what it decided and found."""
     task, version, kind = candidate.task, candidate.version, TASK_ENGINE[candidate.task]
     timings: dict[str, float] = {}
     started = time.perf_counter()
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     timings["load"] = time.perf_counter() - started
     incumbent = store.routes()[1].get(task, {}).get("active")
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
+    pool = _pool(settings, fleet, task)
     say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)
@@ -154,6 +161,13 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         await fleet.promote(version)
         status = "promoted"
         say(f"{task}: promoted {version} ({reason})")
+        if trained:
+            pool = _pool(settings, fleet, task)
+            try:
+                outcome["retired"] = await retire.retire_absorbed(pool, settings, store, task, version, set(trained), seed)
+            finally:
+                await pool.close()
+            say(f"{task}: examples retired: {outcome['retired']['reason']}")
     else:
         store.update_adapter(version, status="rejected", reason=reason)
         await fleet.unload(version, kind)
@@ -206,7 +220,9 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     store.update_adapter(candidate.version, training={**candidate.training, "stop_conditions": flags})
     entry.update(version=candidate.version, method=candidate.method, training=candidate.training["methods"],
                  stop_conditions=flags, trained_on=data.sources())
-    judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say))
+    sources = data.sources()
+    trained = set(sources["sft"]) | set(sources["pairs"]) | set(sources["kto"])
+    judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say, trained))
     entry["seconds"].update(judged.pop("seconds"))
     entry.update(judged)
     store.mark_trained(task)

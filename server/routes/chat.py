@@ -113,7 +113,7 @@ async def chat_completions(body: ChatRequest, caller: User):
     overrides = {"temperature": body.temperature, "top_p": body.top_p,
                  "max_tokens": body.max_completion_tokens or body.max_tokens, "seed": body.seed,
                  "frequency_penalty": body.frequency_penalty}
-    prepared = answering.prepare(state, task, task_input, overrides, None, "chat", caller.key_id)
+    prepared = await answering.prepare(state, task, task_input, overrides, None, "chat", caller.key_id)
     public_model = f"tucano-{task}"
 
     if not body.stream:

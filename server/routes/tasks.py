@@ -42,7 +42,7 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
     options = body.options
     overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed,
                  "frequency_penalty": options.frequency_penalty}
-    prepared = answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id)
+    prepared = await answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id)
     record = await answering.answer(caller.state, prepared, execute=options.execute and task == "sql",
                                     include_think=options.include_think)
     reward = record.reward
@@ -51,5 +51,5 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
         route=Route(model=record.model, adapter=record.adapter, version=record.version),
         scores=Scores(total=reward.total, components=reward.components, reference_used=reward.reference_used),
         usage=Usage(prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens),
-        latency_ms=record.latency_ms,
+        latency_ms=record.latency_ms, examples=record.examples, answered_from=record.answered_from,
     )

@@ -1,0 +1,124 @@
+"""Corrections that act at once (router/examples.py): what becomes an example, what is retrieved
+for a request, an exact repeat of a corrected input, and the prompt that shows the examples."""
+from __future__ import annotations
+
+import json
+
+from common.datasets import input_hash
+from common.records import Label
+from router.examples import ExampleBook, Examples
+from router.prompts import build_messages
+
+
+def label(i: int, review: str, answer=None, source=None, rating=None, split="train", retired_by=None, at=None) -> Label:
+    task_input = {"review": review}
+    return Label(id=f"r{i}", task="extraction", input=task_input, input_hash=input_hash("extraction", task_input), split=split,
+                 served='{"sentiment": "neutral"}', served_version="base", time=float(at or i), answer=answer,
+                 answer_source=source, rating=rating, updated=float(at or i), retired_by=retired_by)
+
+
+FIXED = {"sentiment": "negative", "complaint_category": "product_defect"}
+LABELS = [
+    label(1, "O fone chegou quebrado e não liga.", FIXED, "correction"),
+    label(2, "A entrega atrasou duas semanas.", {"sentiment": "negative", "complaint_category": "delivery_delay"}, "reference"),
+    label(3, "Amei a cadeira, super confortável.", rating=1),
+    label(4, "O relógio veio com defeito na pulseira.", FIXED, "correction", split="eval"),
+    label(5, "A mochila rasgou no primeiro dia.", FIXED, "correction", retired_by="extraction-v2"),
+    label(6, "Produto razoável, nada de especial.", rating=-1),
+]
+
+
+def test_similar_inputs_retrieve_the_teams_answers_but_never_eval_or_retired_ones():
+    book = ExampleBook("extraction", LABELS)
+    assert {e.id for e in book.examples} == {"r1", "r2", "r3"}  # r4 is eval, r5 retired, r6 disliked
+    similar = book.similar({"review": "Meu fone de ouvido chegou quebrado."}, k=2)
+    assert similar[0].id == "r1" and similar[0].answer == json.dumps(FIXED, ensure_ascii=False)
+    liked = book.similar({"review": "Amei a cadeira nova."}, k=1)
+    assert liked[0].id == "r3" and liked[0].source == "liked" and liked[0].answer == '{"sentiment": "neutral"}'
+    assert book.similar({"review": "xyz"}, k=3) == []  # nothing in common: nothing shown
+    assert all(e.id != "r1" for e in book.similar({"review": "O fone chegou quebrado e não liga."}, k=3))  # never itself
+
+
+def test_an_exact_repeat_of_a_corrected_input_is_answered_by_its_newest_correction():
+    newer = label(7, "O fone chegou quebrado e não liga.", {"sentiment": "negative", "complaint_category": "wrong_item"},
+                  "correction", at=10)
+    book = ExampleBook("extraction", LABELS + [newer])
+    repeat = book.correction_for({"review": "O fone chegou quebrado e não liga."})
+    assert repeat.id == "r7" and "wrong_item" in repeat.answer
+    assert book.correction_for({"review": "O relógio veio com defeito na pulseira."}).id == "r4"  # eval: still answered
+    assert book.correction_for({"review": "A entrega atrasou duas semanas."}) is None  # a reference, not a correction
+
+
+class CountingStore:
+    def __init__(self, labels):
+        self.labels_list, self.version, self.reads = labels, 1, 0
+
+    def labels_version(self, task):
+        return self.version
+
+    def labels(self, task):
+        self.reads += 1
+        return self.labels_list
+
+
+def test_the_index_is_rebuilt_only_when_the_labels_change():
+    store = CountingStore(LABELS)
+    examples = Examples(store, ["extraction"], k=2, exact_repeats=True, poll_s=0.0)
+    repeat, shown = examples.for_request("extraction", {"review": "O fone chegou quebrado e não liga."})
+    assert repeat.id == "r1" and shown == []
+    repeat, shown = examples.for_request("extraction", {"review": "Meu fone veio quebrado."})
+    assert repeat is None and shown[0].id == "r1" and store.reads == 1
+    store.version = 2
+    store.labels_list = LABELS + [label(8, "Meu fone veio quebrado.", FIXED, "correction")]
+    assert examples.for_request("extraction", {"review": "Meu fone veio quebrado."})[0].id == "r8" and store.reads == 2
+    off = Examples(store, [], k=2, exact_repeats=True, poll_s=0.0)  # retrieval off: repeats still answered
+    assert off.for_request("extraction", {"review": "Meu fone de ouvido veio quebrado."}) == (None, [])
+
+
+def test_demonstrations_come_before_the_request_as_earlier_turns():
+    messages = build_messages("sql", {"question": "Quantos pedidos em SP?"}, (({"question": "Quantos pedidos em RJ?"},
+                                                                               "SELECT COUNT(*) FROM orders_enriched WHERE customer_state = 'RJ'"),))
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "Pergunta: Quantos pedidos em RJ?" and messages[-1]["content"] == "Pergunta: Quantos pedidos em SP?"
+    assert build_messages("sql", {"question": "x"}) == [messages[0], {"role": "user", "content": "Pergunta: x"}]
+
+
+def test_a_promoted_version_retires_the_examples_it_answers_right_on_its_own():
+    import asyncio
+
+    from router.engine_client import Completion
+    from trainer import retire
+
+    class Template:
+        def render(self, messages):
+            return messages[-1]["content"]
+
+    from tests.unit.test_reference_free_claims import HONEST_EXTRACTION
+
+    whole = [label(1, "O fone chegou quebrado e não liga.", HONEST_EXTRACTION, "correction"),
+             label(2, "A entrega atrasou duas semanas.", HONEST_EXTRACTION, "reference")]
+
+    class Pool:
+        template = Template()
+
+        async def complete(self, prompt, version, sampling, schema):
+            right = "quebrado" in prompt  # the version learned the first, not the second
+            answer = HONEST_EXTRACTION if right else {**HONEST_EXTRACTION, "sentiment": "positive", "complaint_category": "none"}
+            return Completion(json.dumps(answer), 1, 1, "stop", "e", "m")
+
+    class Store:
+        def __init__(self):
+            self.retired = None
+
+        def labels(self, task):
+            return whole
+
+        def retire_labels(self, task, ids, version):
+            self.retired = (ids, version)
+            return len(ids)
+
+    assert [label.id for label in retire.candidates(LABELS, {"r1", "r2", "r3", "r5"})] == ["r2", "r1"]  # r3 liked, r5 retired
+    store = Store()
+    settings = type("S", (), {"reward_context": staticmethod(lambda task_input: task_input)})()
+    outcome = asyncio.run(retire.retire_absorbed(Pool(), settings, store, "extraction", "extraction-v3", {"r1", "r2"}, seed=1))
+    assert store.retired == (["r1"], "extraction-v3") and outcome["checked"] == 2 and outcome["retired"] == 1
