@@ -18,6 +18,10 @@ same `rewards/`; the decision reads the per-row paired differences.
   rejects) and it costs the power of a candidate that would have just cleared at the end. On two
   cores the candidate's answers are most of a round's time after its training.
 
+Both versions answer as they would be served: each row's prompt shows the team's examples most
+similar to it (router/examples.py; the team's eval labels are never among them), so the baseline
+a candidate must beat is the incumbent together with the corrections that already act at once.
+
 A candidate that is the incumbent's own weights under a new name answers every row as the
 incumbent does, so its interval is [0, 0] and it is never promoted.
 
@@ -45,6 +49,7 @@ from common.records import Sampling
 from common.settings import Settings
 from rewards import Score, score
 from router.engine_client import EnginePool, EngineUnavailable
+from router.examples import ExampleBook
 from router.prompts import build_messages
 from router.registry import REGISTRY
 
@@ -116,16 +121,26 @@ def request_key(prompt: str, sampling: Sampling, json_schema: dict | None) -> st
     return hashlib.sha256(json.dumps(sent, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
+def demonstrations(settings: Settings, store, task: str, rows: list[EvalRow]) -> dict[str, tuple]:
+    """What serving would show each row's prompt (the team's most similar examples), by row id:
+    the gate compares candidate and incumbent as they are served, each with its examples."""
+    if store is None or task not in settings.examples_tasks:
+        return {}
+    book = ExampleBook(task, store.labels(task))
+    return {row.id: tuple((e.input, e.answer) for e in book.similar(row.input, settings.examples_k)) for row in rows}
+
+
 async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], seed: int,
-                 store=None, reference_free: list | None = None) -> list[Score]:
+                 store=None, reference_free: list | None = None, shown: dict[str, tuple] | None = None) -> list[Score]:
     """Each row answered by `version` (None: the base model) with the task's serving prompt,
     sampling and schema and the row's seed, scored against the row's reference. With a store, an
     answer this model already gave to the same request is read back instead of asked again: the
     incumbent of a gate answers the same rows round after round, and a version never changes.
     `reference_free`, when given, receives each answer's reference-free score where the row is the
-    team's and has a reference (None elsewhere): what `labelled_check` compares."""
-    spec = REGISTRY[task]
-    prompts = [pool.template.render(build_messages(task, row.input)) for row in rows]
+    team's and has a reference (None elsewhere): what `labelled_check` compares. `shown`: each
+    row's demonstrations (`demonstrations`), as serving would show them."""
+    spec, shown = REGISTRY[task], shown or {}
+    prompts = [pool.template.render(build_messages(task, row.input, shown.get(row.id, ()))) for row in rows]
     samplings = [spec.sampling.override(seed=row_seed(seed, row.id)) for row in rows]
     keys = [request_key(prompt, sampling, spec.json_schema) for prompt, sampling in zip(prompts, samplings)]
     if store is not None:
@@ -301,14 +316,15 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
     incumbent's answers read back where it gave them in an earlier round."""
     started = time.perf_counter()
     rows = sample_rows(eval_rows(settings, store, task), settings.gate_max_rows, round_seed)
+    shown = demonstrations(settings, store, task, rows)  # the incumbent as served: with its examples
     free_candidate: list = []
     free_incumbent: list = []
     scored: dict[str, list[Score]] = {"candidate": [], "incumbent": []}
 
     async def score_block(block: list[EvalRow]) -> tuple[list[Score], list[Score]]:
         # both versions at once: the engine batches their requests together
-        pair = await asyncio.gather(answer(pool, settings, task, candidate, block, settings.seed, store, free_candidate),
-                                    answer(pool, settings, task, incumbent, block, settings.seed, store, free_incumbent))
+        pair = await asyncio.gather(answer(pool, settings, task, candidate, block, settings.seed, store, free_candidate, shown),
+                                    answer(pool, settings, task, incumbent, block, settings.seed, store, free_incumbent, shown))
         scored["candidate"] += pair[0]
         scored["incumbent"] += pair[1]
         return pair

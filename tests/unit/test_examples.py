@@ -122,3 +122,17 @@ def test_a_promoted_version_retires_the_examples_it_answers_right_on_its_own():
     settings = type("S", (), {"reward_context": staticmethod(lambda task_input: task_input)})()
     outcome = asyncio.run(retire.retire_absorbed(Pool(), settings, store, "extraction", "extraction-v3", {"r1", "r2"}, seed=1))
     assert store.retired == (["r1"], "extraction-v3") and outcome["checked"] == 2 and outcome["retired"] == 1
+
+
+def test_the_gate_shows_each_row_the_examples_serving_would_show():
+    from common.settings import load_settings
+    from trainer.gate import EvalRow, demonstrations
+
+    class Store:
+        def labels(self, task):
+            return LABELS
+
+    rows = [EvalRow("e1", "team", {"review": "Meu fone veio quebrado."}, None), EvalRow("e2", "bootstrap", {"review": "xyz"}, None)]
+    shown = demonstrations(load_settings(examples_k=1), Store(), "extraction", rows)
+    assert [inp for inp, _ in shown["e1"]] == [LABELS[0].input] and shown["e2"] == ()
+    assert demonstrations(load_settings(examples_tasks=[]), Store(), "extraction", rows) == {}
