@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from server import answering, errors, metrics
 from server.errors import error_response
-from server.routes import adapters, chat, dashboard, feedback, health, rounds, stats, tasks
+from server.routes import adapters, chat, dashboard, feedback, health, review, rounds, stats, tasks
 from server.state import GatewayState
 
 # an escaped surrogate, or one encoded as bytes (which `json.loads` reads with surrogatepass)
@@ -122,7 +122,7 @@ def create_app(state: GatewayState) -> FastAPI:
                   description="PT-BR e-commerce analysis on vLLM: extraction, text-to-SQL, push copy, insights.")
     app.state.gateway = state
     errors.install(app)
-    for module in (tasks, chat, feedback, adapters, rounds, stats, health, dashboard):
+    for module in (tasks, chat, feedback, adapters, rounds, stats, review, health, dashboard):
         app.include_router(module.router)
     app.mount("/dashboard/assets", dashboard.assets, name="dashboard-assets")
     app.add_middleware(BodyGuard, max_bytes=state.settings.max_request_bytes)

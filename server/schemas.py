@@ -280,3 +280,30 @@ class Stats(BaseModel):
     records: int = Field(description="Records read in the window.")
     truncated: bool = Field(description="The window held more records than TUCANO_STATS_MAX_RECORDS: the oldest were left out.")
     tasks: dict[str, TaskStats]
+
+
+# --- the review queue ----------------------------------------------------------------------
+
+class SqlResult(BaseModel):
+    columns: list[str]
+    rows: list[list[Any]] = Field(description="At most 20 rows.")
+    error: str | None
+
+
+class ReviewItem(BaseModel):
+    id: str = Field(description="The record: what /v1/feedback takes.")
+    time: float
+    input: dict[str, Any]
+    output: Any
+    raw: str
+    version: str
+    score: float = Field(description="The served score.")
+    components: dict[str, float]
+    priority: float = Field(description="How much a label would help; the queue is sorted by it.")
+    why: list[str] = Field(description="What raised its priority.")
+    executed: SqlResult | None = Field(None, description="sql: the answer run read-only, as the reviewer should see it.")
+
+
+class ReviewQueue(BaseModel):
+    task: TaskName
+    items: list[ReviewItem]

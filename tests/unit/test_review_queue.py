@@ -1,0 +1,71 @@
+"""The review queue (server/review.py, /v1/review/{task}, /review): which answers a label would
+help most, who may see them, and readable refusals of bad queries or a store that is down."""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from common.datasets import input_hash
+from common.records import Label, Reward
+from server.review import rank, weakest_components
+from tests.unit.test_access import app_for
+from tests.unit.test_shapes_and_routing import make_record
+
+
+def served(rid: str, total: float, question: str = "q", raw: str = "SELECT 1", key_id: str | None = "k1", arm: str = "base",
+           components: dict | None = None, **changes):
+    return make_record(id=rid, input={"question": question}, raw=raw, key_id=key_id, arm=arm,
+                       reward=Reward(total, components or {}, False), **changes)
+
+
+def labelled(rid: str, rating=None, source=None) -> Label:
+    return Label(id=rid, task="sql", input={"question": "q"}, input_hash=input_hash("sql", {"question": "q"}), split="train",
+                 served="", served_version="base", time=0.0, rating=rating, answer={"sql": "SELECT 2"} if source else None,
+                 answer_source=source)
+
+
+def test_low_scores_disagreements_weak_components_and_canaries_come_first():
+    records = [
+        served("high", 0.95, "a"),
+        served("low", 0.30, "b"),
+        served("twice-1", 0.9, "c", raw="SELECT 1"), served("twice-2", 0.9, "c", raw="SELECT 2"),
+        served("canary", 0.8, "d", arm="canary", adapter="sql-v2"),
+        served("weak", 0.85, "e", components={"question_match": 0.2}),
+    ]
+    rounds = [{"tasks": {"sql": {"decision": {"components": {"question_match": {"difference": -0.1}, "parse": {"difference": 0.2}}}}}}]
+    ranked = rank("sql", records, [], rounds, "k1", False, 10)
+    order = [record.id for record, _, _ in ranked]
+    assert order[0] == "low" and order[-1] == "high"
+    assert order.index("twice-1") < order.index("high") and order.index("canary") < order.index("high")
+    why = {record.id: reasons for record, _, reasons in ranked}
+    assert "the same input was served different answers" in why["twice-1"]
+    assert any("question_match" in reason for reason in why["weak"]) and any("canary" in reason for reason in why["canary"])
+    assert weakest_components(rounds, "sql") == {"question_match"} and weakest_components([], "sql") == set()
+
+
+def test_labelled_answers_others_keys_and_answers_from_corrections_are_left_out():
+    records = [served("rated", 0.1), served("corrected", 0.1), served("liked-ref", 0.2), served("theirs", 0.1, key_id="k2"),
+               served("repeat", 0.1, answered_from="corrected"), served("open", 0.5)]
+    labels = [labelled("rated", rating=-1), labelled("corrected", source="correction"), labelled("liked-ref", source="reference")]
+    mine = [record.id for record, _, _ in rank("sql", records, labels, [], "k1", False, 10)]
+    assert mine == ["liked-ref", "open"]  # a reference sent with the request is no review
+    assert [r.id for r, _, _ in rank("sql", records, labels, [], None, True, 10)] == ["theirs", "liked-ref", "open"]
+    assert len(rank("sql", records, labels, [], None, True, 1)) == 1
+
+
+@pytest.fixture(scope="module")
+def down():
+    with TestClient(app_for(None, None)) as client:
+        yield client
+
+
+def test_the_page_is_served_and_bad_queries_are_refused_readably(down):
+    page = down.get("/review")
+    assert page.status_code == 200 and "/dashboard/assets/review.js" in page.text
+    assert down.get("/dashboard/assets/review.js").status_code == 200 and down.get("/dashboard/assets/review.css").status_code == 200
+    assert down.get("/v1/review/poetry").status_code == 404
+    for query in ("limit=0", "limit=201", "limit=x"):
+        response = down.get(f"/v1/review/sql?{query}")
+        assert response.status_code == 422 and response.json()["error"]["type"] == "invalid_request"
+    response = down.get("/v1/review/sql")
+    assert response.status_code == 503 and response.json()["error"]["type"] == "store_unavailable"
