@@ -442,6 +442,25 @@ def bench_calibration(
     _report(settings, "calibration", results, bench.table(results))
 
 
+@bench_app.command("fix")
+def bench_fix(
+    task: Annotated[list[str] | None, typer.Option(help="Tasks (repeatable; default sql and push).")] = None,
+    corrections: Annotated[int, typer.Option(min=4, help="Corrections per task.")] = 30,
+    measure_rows: Annotated[int, typer.Option(min=8, help="Held-out rows per task the served reward is measured on.")] = 40,
+) -> None:
+    """Time-to-fix: served reward on held-out rows at once (examples), after the next round, and both."""
+    from common.tasks import TASKS
+    from deploy.bench import fix as bench
+
+    settings = _built_settings()
+    tasks = tuple(task or ("sql", "push"))
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise _fail(f"unknown task {unknown}; tasks are {', '.join(TASKS)}", 2)
+    results = bench.run(settings, tasks, corrections, measure_rows, say=lambda text: console.print(text, highlight=False))
+    _report(settings, "fix", results, bench.table(results))
+
+
 @bench_app.command("gateway")
 def bench_gateway(
     concurrency: Annotated[list[int], typer.Option(help="Concurrency levels (repeat the option).")] = [1, 8, 32],  # noqa: B006

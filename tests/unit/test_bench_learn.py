@@ -300,3 +300,18 @@ def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
     assert engine_failures(None) == []
     [gone] = engine_failures(Gone())
     assert "could not be read" in gone["error"] and "Connection refused" in gone["error"]
+
+
+def test_bench_fix_tables_each_state_and_the_time_to_fix():
+    from deploy.bench import fix
+
+    state = {"mean": 0.5, "ci95": [0.4, 0.6], "n": 40}
+    gained = {**state, "gain": {"mean": 0.2, "ci95": [0.1, 0.3], "n": 40}}
+    results = {"tasks": {"sql": {"before": state, "at once": gained, "after the round": gained, "both": gained,
+                                 "repeats": {"corrections": 30, "answered_from_correction": 30, "repeats_better": 27,
+                                             "seconds_to_better": {"mean": 1.4, "ci95": [1.2, 1.6], "n": 27}},
+                                 "round": {"status": "promoted", "seconds": 300.0}}}}
+    lines = fix.table(results).splitlines()
+    assert lines[2] == "| sql | before | 0.500 [0.400, 0.600] | - |"
+    assert lines[3] == "| sql | at once | 0.500 [0.400, 0.600] | +0.200 [+0.100, +0.300] |"
+    assert lines[-1] == "| sql | 30 | 30 | 27 | 1.40 [1.20, 1.60] | promoted in 300.0 s |"
