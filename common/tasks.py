@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 TASKS = ("extraction", "sql", "push", "insights")
 # Which vLLM server answers a task: the Base model with one LoRA per task, or the Think model.
 TASK_ENGINE: dict[str, str] = {"extraction": "base", "sql": "base", "push": "base", "insights": "think"}
-ENGINE_KINDS = ("base", "think")
 assert set(TASK_ENGINE) == set(TASKS)
 
 SENTIMENTS = ("positive", "neutral", "negative")

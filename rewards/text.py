@@ -1,9 +1,8 @@
-"""Small text measures the task rewards share: normalisation, token overlap, PT-BR-ness."""
+"""Small text measures the task rewards share: normalisation, content-word overlap, PT-BR-ness, Portuguese words."""
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections import Counter
 from functools import lru_cache
 
 from wordfreq import zipf_frequency
@@ -48,29 +47,6 @@ def words(text: str) -> tuple[str, ...]:
     folded = fold(text)
     # folded ASCII text has only a-z for letters, and that class matches twice as fast
     return tuple((ASCII_WORD if folded.isascii() else WORD).findall(folded))
-
-
-@lru_cache(maxsize=65536)
-def _types(text: str) -> frozenset[str]:
-    return frozenset(words(text))
-
-
-def token_f1(predicted: str, reference: str) -> float:
-    """F1 of the two texts' words as multisets."""
-    p_words, r_words = words(predicted), words(reference)
-    if not p_words and not r_words:
-        return 1.0
-    p_types, r_types = _types(predicted), _types(reference)
-    shared = p_types & r_types
-    if len(p_types) == len(p_words) or len(r_types) == len(r_words):  # a side without repeats: each shared word counts once
-        common = len(shared)
-    else:
-        p, r = Counter(p_words), Counter(r_words)
-        common = sum(min(p[word], r[word]) for word in shared)
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(p_words), common / len(r_words)
-    return 2 * precision * recall / (precision + recall)
 
 
 # Words that say nothing of a text's content: function words of either language, and the
@@ -125,5 +101,5 @@ def unknown_words(text: str, allowed: str = "") -> list[str]:
 
 def clear_caches() -> None:
     """Forget memoised tokenisations (benchmarks measure cold text, not cache hits)."""
-    for cached in (fold, words, _types, content_words):
+    for cached in (fold, words, content_words):
         cached.cache_clear()

@@ -63,7 +63,6 @@ def _project_labelled_positions_only() -> None:
 
 
 _project_labelled_positions_only()
-METHODS = ("sft", "dpo", "kto", "grpo")
 # log keys of TRL's trainers kept per step with the round
 STEP_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "entropy", "eval_loss", "mean_token_accuracy",
              "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
