@@ -48,6 +48,7 @@ def judge(records: list[Record], canary: str, started: float, min_requests: int,
           now: float | None = None, labelled: Callable[[Record], float | None] | None = None) -> Verdict:
     """`labelled(record)` is the record's answer scored against its label, or None without one."""
     now = time.time() if now is None else now
+    records = [r for r in records if not r.answered_from]  # answered by a correction, not by either arm's model
     canary_arm = [r for r in records if r.arm == "canary" and r.adapter == canary]
     active_arm = [r for r in records if r.arm in ("active", "base")]
     figures = {"canary_requests": len(canary_arm), "active_requests": len(active_arm), "minutes": round((now - started) / 60, 2)}

@@ -45,7 +45,7 @@ def distinct_recent(records: list[Record], excluded: frozenset[str], count: int)
     out, seen = [], set()
     for record in records:
         key = input_key(record.input)
-        if key in seen or key in excluded:
+        if key in seen or key in excluded or record.answered_from:  # a correction answered it: no model's answer to compare
             continue
         seen.add(key)
         out.append(record)

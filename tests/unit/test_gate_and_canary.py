@@ -337,3 +337,16 @@ def test_shadow_replays_the_teams_labelled_inputs_when_enough_are_there():
     assert len(chosen) == 12 and by is labels and all(input_hash("sql", r.input) in labels for r in chosen)
     chosen, by = shadow.choose("sql", records, frozenset(), 12, dict(list(labels.items())[:5]))
     assert len(chosen) == 12 and by == {}  # too few labelled: the newest inputs, reference-free
+
+
+def test_answers_given_by_a_correction_are_no_arms_and_no_shadow_inputs():
+    from trainer import shadow
+
+    corrected = [live("active", "sql-v1", 1.0) for _ in range(40)]
+    for record in corrected:
+        record.answered_from = "r0"
+    judged = canary.judge(corrected + [live("canary", "sql-v2", 0.6) for _ in range(40)] + [live("active", "sql-v1", 0.6) for _ in range(40)],
+                          "sql-v2", 0.0, 30, 60, now=60.0)
+    assert judged.action == "promote" and judged.figures["active_requests"] == 40  # the corrections' 1.0s do not count
+    fresh = labelled_record("active", "sql-v1", 0.5, "new")
+    assert shadow.distinct_recent(corrected + [fresh], frozenset(), 10) == [fresh]
