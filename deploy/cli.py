@@ -577,6 +577,8 @@ def bench_learn(
     no_canary: Annotated[bool, typer.Option("--no-canary", help="Skip the canary run.")] = False,
     label_curve: Annotated[list[int] | None, typer.Option(min=2, help="Also SFT from the base model on the first K requests' "
                                                             "references, per task (repeatable): label-bound or model-bound.")] = None,
+    label_choice: Annotated[str, typer.Option(help="Which answers the team labels: `random`, or `queue` (the review queue's "
+                                                   "order: the answers a label would help most first).")] = "random",
     traffic_only: Annotated[bool, typer.Option("--traffic-only", help="No corrections and no ratings: the rounds learn from the "
                                                "traffic alone (GRPO on the reference-free rewards); the held-out reward is still "
                                                "scored with references.")] = False,
@@ -589,13 +591,16 @@ def bench_learn(
     settings = _built_settings()
     tasks = tuple(task or TASKS)
     unknown = [t for t in tasks + tuple(ablation or ()) if t not in TASKS]
+    if label_choice not in ("random", "queue"):
+        raise _fail(f"--label-choice takes random or queue, not {label_choice!r}", 2)
     if traffic_only:
         correction_rate = rating_rate = 0.0
     if unknown or correction_rate + rating_rate > 1:
         raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
     results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
                         () if no_ablation else tuple(ablation or ("push",)), None if no_canary else canary,
-                        tuple(label_curve or ()), keep=settings.bench_dir / name, say=lambda text: console.print(text, highlight=False))
+                        tuple(label_curve or ()), keep=settings.bench_dir / name, say=lambda text: console.print(text, highlight=False),
+                        label_choice=label_choice)
     settings.bench_dir.mkdir(parents=True, exist_ok=True)
     bench.plot(results, settings.bench_dir / f"{name}.png")
     _report(settings, name, results, bench.table(results) + f"\n\n![learning curves]({name}.png)")

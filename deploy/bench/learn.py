@@ -73,8 +73,9 @@ class Team:
     with the reference, another share rated; measured on the test split (never sent, never in the
     demo model's bootstrap)."""
 
-    def __init__(self, settings: Settings, gateway_url: str, tasks: tuple[str, ...], measure_rows: int, seed: int):
-        self.settings, self.url, self.rng = settings, gateway_url, random.Random(seed)
+    def __init__(self, settings: Settings, gateway_url: str, tasks: tuple[str, ...], measure_rows: int, seed: int,
+                 label_choice: str = "random"):
+        self.settings, self.url, self.rng, self.label_choice = settings, gateway_url, random.Random(seed), label_choice
         self.held_out: dict[str, list[dict]] = {}
         self.pool: dict[str, list[dict]] = {}
         for task in tasks:
@@ -96,6 +97,10 @@ class Team:
             answers = await asyncio.gather(*(ask(row) for row in rows))
             order = list(range(len(rows)))
             self.rng.shuffle(order)
+            if self.label_choice == "queue":  # the review queue's order: the answers a label would help most first
+                queue = (await client.get(f"{self.url}/v1/review/{task}", params={"limit": 200})).json()["items"]
+                rank = {item["id"]: i for i, item in enumerate(queue)}
+                order.sort(key=lambda i: rank.get(answers[i]["id"], len(rank)))
             corrected = order[:round(correction_rate * len(rows))]
             rated = order[len(corrected):len(corrected) + round(rating_rate * len(rows))]
             feedback = []
@@ -276,7 +281,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
 
 def run(settings: Settings, rounds: int, requests: int, correction_rate: float, rating_rate: float, measure_rows: int,
         tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, label_curve: tuple[int, ...] = (),
-        keep: Path | None = None, say=print) -> dict:
+        keep: Path | None = None, say=print, label_choice: str = "random") -> dict:
     """The run's results. With `keep` (`<data dir>/bench/<name>`), what it measured so far is kept
     after each round, and a run that fails keeps its processes' logs (`keep_what_ran`)."""
     with ExitStack() as stack:
@@ -301,8 +306,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
             gateway_url = f"http://127.0.0.1:{port}"
             wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log", timeout_s=300)
             fleet = HotSwap.for_settings(store, bench, drain="later")  # as `tucano train` runs it
-            team = Team(bench, gateway_url, tasks, measure_rows, settings.seed)
-            results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate,
+            team = Team(bench, gateway_url, tasks, measure_rows, settings.seed, label_choice)
+            results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate, "label_choice": label_choice,
                                     "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
                                     "recipe": bench.model_dump(mode="json", include={"train_method", "train_time_budget_s", "train_learning_rate",
                                                                                       "task_training", "grpo_advantage", "promote_margin",
@@ -483,11 +488,28 @@ def table(results: dict) -> str:
         c = results["canary"]
         lines.append(f"\ncanary of {c['version']} ({c['task']}, half the traffic): {c['outcome']} after {c['requests']} requests "
                      f"in {c['seconds']} s ({c['reason']})")
+    for task, line in labels_per_gain(results).items():
+        lines.append(f"\n{task}: {line}")
     s = results["settings"]
     lines.append(f"\n{s['rounds']} rounds of {s['requests']} requests per task, {s['correction_rate']:.0%} corrected, "
                  f"{s['rating_rate']:.0%} rated; served reward on the test split (never sent as traffic, never in the bootstrap) "
                  f"({s['measure_rows']}), fixed seed per row, 95% intervals by bootstrap over rows (gains paired by row).")
     return "\n".join(lines)
+
+
+def labels_per_gain(results: dict) -> dict[str, str]:
+    """Per task, the labels the team gave (corrections and ratings, every round) and how many of
+    them each +0.01 of served reward on the held-out rows cost: what `--label-choice` compares."""
+    out = {}
+    for task, entry in results["tasks"].items():
+        given = sum(r["tasks"][task]["traffic"]["corrected"] + r["tasks"][task]["traffic"]["rated"] for r in results["rounds"]
+                    if task in r["tasks"])
+        gain = entry.get("gain", {}).get("mean")
+        if not given or gain is None:
+            continue
+        cost = f"{given / (gain * 100):.1f} labels per +0.01" if gain > 0 else "no gain"
+        out[task] = f"{given} labels chosen by {results['settings'].get('label_choice', 'random')}, gain {gain:+.3f}: {cost}"
+    return out
 
 
 TARGETS = {"gain": 0.10, "sql_execution_match": 0.15, "loop_share": 0.5, "round_seconds": 300.0}

@@ -315,3 +315,14 @@ def test_bench_fix_tables_each_state_and_the_time_to_fix():
     assert lines[2] == "| sql | before | 0.500 [0.400, 0.600] | - |"
     assert lines[3] == "| sql | at once | 0.500 [0.400, 0.600] | +0.200 [+0.100, +0.300] |"
     assert lines[-1] == "| sql | 30 | 30 | 27 | 1.40 [1.20, 1.60] | promoted in 300.0 s |"
+
+
+def test_labels_per_gain_counts_every_rounds_labels_against_the_gain():
+    from deploy.bench.learn import labels_per_gain
+
+    traffic = {"corrected": 12, "rated": 18}
+    results = {"settings": {"label_choice": "queue"}, "rounds": [{"tasks": {"sql": {"traffic": traffic}}}] * 2,
+               "tasks": {"sql": {"gain": {"mean": 0.2}}, "push": {"gain": {"mean": -0.01}}}}
+    assert labels_per_gain(results) == {"sql": "60 labels chosen by queue, gain +0.200: 3.0 labels per +0.01"}
+    results["rounds"] = [{"tasks": {"sql": {"traffic": traffic}, "push": {"traffic": traffic}}}]
+    assert labels_per_gain(results)["push"].endswith("no gain")
