@@ -11,26 +11,6 @@ const state = { task: sessionStorage.getItem("tucano-task") || TASKS[0], stats: 
 const charts = {};
 window.tucano = { state, charts };
 
-function key() { return sessionStorage.getItem("tucano-key") || ""; }
-
-async function api(path, options = {}) {
-  const headers = { ...(options.headers || {}) };
-  if (key()) headers.Authorization = `Bearer ${key()}`;
-  let response;
-  try {
-    response = await fetch(path, { ...options, headers });
-  } catch (error) {
-    throw new Error(`the gateway did not answer (${error.message})`);
-  }
-  const body = await response.json().catch(() => null);
-  if (!response.ok) {
-    const message = body && body.error ? `${body.error.type}: ${body.error.message}` : `HTTP ${response.status}`;
-    const error = new Error(message);
-    error.status = response.status;
-    throw error;
-  }
-  return body;
-}
 
 function when(epoch) {
   if (!epoch) return "-";

@@ -15,25 +15,6 @@ const BOOLEANS = { delivery_issue: false, requires_response: false, would_recomm
 const state = { task: sessionStorage.getItem("tucano-review-task") || TASKS[0], items: [], index: 0, done: {} };
 window.tucano = { state };
 
-function key() { return sessionStorage.getItem("tucano-key") || ""; }
-
-async function api(path, options = {}) {
-  const headers = { "content-type": "application/json", ...(options.headers || {}) };
-  if (key()) headers.Authorization = `Bearer ${key()}`;
-  let response;
-  try {
-    response = await fetch(path, { ...options, headers });
-  } catch (error) {
-    throw new Error(`the gateway did not answer (${error.message})`);
-  }
-  const body = await response.json().catch(() => null);
-  if (!response.ok) {
-    const error = new Error(body && body.error ? body.error.message : `HTTP ${response.status}`);
-    error.status = response.status;
-    throw error;
-  }
-  return body;
-}
 
 function el(tag, attributes = {}, ...children) {
   const node = document.createElement(tag);
@@ -179,7 +160,8 @@ async function send(rating, withCorrection) {
     showResult(withCorrection ? "Saved: the correction answers this input from now on." : `Saved: ${state.done[item.id]}.`);
     renderQueue();
   } catch (error) {
-    showResult(`Refused: ${error.message}`, true, withCorrection ? fieldOf(error.message) : null);
+    const said = error.detail || error.message;
+    showResult(`Refused: ${said}`, true, withCorrection ? fieldOf(said) : null);
   }
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -36,12 +37,20 @@ def browser(served):
     """Headless Chromium. Playwright's sync API runs an event loop in this thread while it is open,
     so the traffic and the round (which run their own loops) come first, and the rollback of the
     round-loop fixture after it closes."""
+    with chromium() as launched:
+        yield launched
+
+
+@contextmanager
+def chromium():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
-        yield launched
-        launched.close()
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def open_page(browser, url: str, viewport=DESKTOP):

@@ -9,22 +9,18 @@ import time
 
 import pytest
 
-from tests.integration.test_dashboard import DESKTOP, PHONE, chromium_path
+from tests.integration.test_dashboard import DESKTOP, PHONE, chromium
 from tests.integration.test_learning_loop import _send
 
 
 @pytest.fixture(scope="module")
 def browser(gateway):
-    from playwright.sync_api import sync_playwright
-
     # traffic first: Playwright's sync API holds an event loop in this thread while it is open
     questions = [{"input": {"question": f"Quantos pedidos do estado de SP foram feitos em 2017? (revisão {time.time_ns()}-{i})"}}
                  for i in range(4)]
     asyncio.run(_send(gateway.url, gateway.state.store, "sql", questions))
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 def open_review(browser, url: str, viewport=DESKTOP):
