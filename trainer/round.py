@@ -39,7 +39,7 @@ from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
+from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool, EngineUnavailable
 from trainer import data as round_data
 from trainer import gate, methods, retire, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
@@ -161,10 +161,12 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         await fleet.promote(version)
         status = "promoted"
         say(f"{task}: promoted {version} ({reason})")
-        if trained:
+        if trained:  # after the flip: a failure here retires nothing, and the promotion stands
             pool = _pool(settings, fleet, task)
             try:
                 outcome["retired"] = await retire.retire_absorbed(pool, settings, store, task, version, set(trained), seed)
+            except EngineUnavailable as error:
+                outcome["retired"] = {"checked": 0, "retired": 0, "reason": f"not checked: {error}"}
             finally:
                 await pool.close()
             say(f"{task}: examples retired: {outcome['retired']['reason']}")
