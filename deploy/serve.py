@@ -132,7 +132,7 @@ def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> Non
                 continue
             records = store.records_since(route["canary_since"], task)
             verdict = canary.judge(records, route["canary"], route["canary_started"], settings.canary_min_requests,
-                                   settings.canary_max_minutes, labelled=canary.labelled_scorer(settings, store, task))
+                                   settings.canary_max_minutes, labelled=canary.labelled_scorer(settings, store, task, route["canary_started"]))
             store.update_adapter(route["canary"], canary={**verdict.figures, "verdict": verdict.action, "reason": verdict.reason})
             if verdict.action == "promote":
                 asyncio.run(fleet.promote_canary(task, reason=verdict.reason))

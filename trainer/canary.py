@@ -84,10 +84,13 @@ def judge(records: list[Record], canary: str, started: float, min_requests: int,
                               f"over {len(canary_arm)} canary requests", figures)
 
 
-def labelled_scorer(settings: Settings, store, task: str) -> Callable[[Record], float | None]:
+def labelled_scorer(settings: Settings, store, task: str, since: float) -> Callable[[Record], float | None]:
     """A record's answer scored against the team's label of its input (a reference or a
-    correction), or None where its input has none: what `judge` compares once enough are labelled."""
-    answers = {label.input_hash: label.answer for label in store.labels(task) if label.answer is not None}
+    correction), or None where its input has none: what `judge` compares once enough are labelled.
+    Only labels no round trained the canary on count: the team's eval share, and labels that came
+    after the canary started."""
+    answers = {label.input_hash: label.answer for label in store.labels(task)
+               if label.answer is not None and (label.split == "eval" or label.time >= since)}
 
     def scored(record: Record) -> float | None:
         answer = answers.get(input_hash(task, record.input))

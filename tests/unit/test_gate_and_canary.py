@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from common.records import Feedback, Reward
+from common.records import Feedback, Label, Reward
 from common.settings import load_settings
 from rewards import Score
 from tests.unit.test_shapes_and_routing import make_record
@@ -350,3 +350,22 @@ def test_answers_given_by_a_correction_are_no_arms_and_no_shadow_inputs():
     assert judged.action == "promote" and judged.figures["active_requests"] == 40  # the corrections' 1.0s do not count
     fresh = labelled_record("active", "sql-v1", 0.5, "new")
     assert shadow.distinct_recent(corrected + [fresh], frozenset(), 10) == [fresh]
+
+
+def test_the_canary_scores_by_labels_no_round_trained_it_on(small_commerce_db):
+    from common.datasets import input_hash
+
+    def made(question: str, split: str, at: float) -> Label:
+        task_input = {"question": question}
+        return Label(id=question, task="sql", input=task_input, input_hash=input_hash("sql", task_input), split=split,
+                     served="", served_version="base", time=at, answer={"sql": "SELECT 1"}, answer_source="correction")
+
+    class Store:
+        def labels(self, task):
+            return [made("trained", "train", 10.0), made("eval", "eval", 10.0), made("fresh", "train", 100.0)]
+
+    settings = load_settings(data_dir=small_commerce_db.parent)
+    scorer = canary.labelled_scorer(settings, Store(), "sql", since=50.0)
+    scored = {q: scorer(labelled_record("canary", "sql-v2", 0.5, q)) for q in ("trained", "eval", "fresh", "none")}
+    assert scored["trained"] is None and scored["none"] is None
+    assert scored["eval"] is not None and scored["fresh"] is not None
