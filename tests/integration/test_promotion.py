@@ -26,7 +26,7 @@ from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
 from tests.conftest import REPO
 from tests.integration.conftest import RunningServer, fleet, make_state
 from tests.integration.test_serving import make_lora
-from trainer.gate import answer, eval_rows, run_gate, sample_rows
+from trainer.gate import answer, demonstrations, eval_rows, run_gate, sample_rows
 
 
 def register(store, path: str, task: str) -> AdapterMeta:
@@ -84,13 +84,14 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
     async def without_an_engine():
         dead = EnginePool("base", [f"http://127.0.0.1:{free_port()}"], ChatTemplate.load(built.base_model_path))
         rows = sample_rows(eval_rows(settings, store, "push"), settings.gate_max_rows, 19)
+        shown = demonstrations(settings, store, "push", rows)  # the prompts the gate sent: with the team's examples
         try:
-            kept = await answer(dead, settings, "push", original.version, rows, settings.seed, store)
+            kept = await answer(dead, settings, "push", original.version, rows, settings.seed, store, shown=shown)
             with pytest.raises(EngineUnavailable):
-                await answer(dead, settings, "push", "push-v999999", rows, settings.seed, store)
+                await answer(dead, settings, "push", "push-v999999", rows, settings.seed, store, shown=shown)
             store.register_engines("base", [engines["base"].url], "cuda" if engines["base"].numerics != "cuda" else "cpu-fp32")
             with pytest.raises(EngineUnavailable):
-                await answer(dead, settings, "push", original.version, rows, settings.seed, store)
+                await answer(dead, settings, "push", original.version, rows, settings.seed, store, shown=shown)
         finally:
             store.register_engines("base", [engines["base"].url], engines["base"].numerics)
             await dead.close()

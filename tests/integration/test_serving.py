@@ -118,7 +118,7 @@ def test_task_api_answers_each_task_with_its_record(gateway):
         response = httpx.post(f"{gateway.url}/v1/tasks/{task}", json={"input": task_input, "options": options}, timeout=120)
         assert response.status_code == 200, response.text
         body = response.json()
-        assert set(body) == {"id", "task", "output", "raw", "valid", "route", "scores", "usage", "latency_ms"}
+        assert set(body) == {"id", "task", "output", "raw", "valid", "route", "scores", "usage", "latency_ms", "examples", "answered_from"}
         assert body["route"] == {"model": "base" if task != "insights" else "think", "adapter": None, "version": "base"}
         record = record_of(gateway.state.store, body["id"])
         check_record(record, task, gateway.state.settings)
@@ -305,7 +305,9 @@ def test_engine_down_is_503_with_retry_after_and_a_failure_record(built, redis_u
     failures_before = state.store.redis.xlen(FAILURES)
     records_before = state.store.redis.xlen(RECORDS)
     with RunningServer(create_app(state)) as running:
-        response = httpx.post(f"{running.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=30)
+        # an input no one corrected (a corrected one is answered with its correction, engine or not)
+        response = httpx.post(f"{running.url}/v1/tasks/sql", json={"input": {"question": "Quantos pedidos foram cancelados em 2017?"}},
+                              timeout=30)
         assert response.status_code == 503 and response.headers["Retry-After"]
         assert response.json()["error"]["type"] == "engine_unavailable"
         streamed = httpx.post(f"{running.url}/v1/chat/completions", json={
