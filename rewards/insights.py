@@ -73,14 +73,24 @@ def read_number(token: str) -> set[float]:
     return readings
 
 
-def _data_values(context: dict) -> list[float]:
+def _cells(row) -> list:
+    """A data row's cells, whether it came as a list, an object or a bare value."""
+    return list(row) if isinstance(row, (list, tuple)) else (list(row.values()) if isinstance(row, dict) else [row])
+
+
+def _row_values(row) -> list[float]:
+    """Every number of a row: numeric cells, and the figures written in its text cells."""
     values = []
-    for row in context.get("rows") or []:
-        for cell in row if isinstance(row, (list, tuple)) else (row.values() if isinstance(row, dict) else [row]):
-            if isinstance(cell, (int, float)) and not isinstance(cell, bool):
-                values.append(float(cell))
-            elif isinstance(cell, str):
-                values += [v for token in NUMBER.findall(cell) for v in read_number(token)]
+    for cell in _cells(row):
+        if isinstance(cell, (int, float)) and not isinstance(cell, bool):
+            values.append(float(cell))
+        elif isinstance(cell, str):
+            values += [v for token in NUMBER.findall(cell) for v in read_number(token)]
+    return values
+
+
+def _data_values(context: dict) -> list[float]:
+    values = [v for row in context.get("rows") or [] for v in _row_values(row)]
     values += [v for token in NUMBER.findall(str(context.get("question", ""))) for v in read_number(token)]
     return values
 
@@ -93,17 +103,6 @@ def prose_lines(answer: str) -> list[str]:
     """Lines that are sentences, not data: two words or more, and no JSON."""
     return [line for line in answer.splitlines()
             if len(WORD.findall(line)) >= 2 and line.lstrip()[:1] not in "{[" and '":' not in line and '",' not in line]
-
-
-def _row_values(row) -> list[float]:
-    cells = row if isinstance(row, (list, tuple)) else (list(row.values()) if isinstance(row, dict) else [row])
-    values = []
-    for cell in cells:
-        if isinstance(cell, (int, float)) and not isinstance(cell, bool):
-            values.append(float(cell))
-        elif isinstance(cell, str):
-            values += [v for token in NUMBER.findall(cell) for v in read_number(token)]
-    return values
 
 
 def grounding(answer: str, context: dict, labels: list[str]) -> tuple[float, str]:
@@ -147,8 +146,7 @@ def _labels(context: dict) -> list[str]:
     """The data's row labels (each row's text cells), in order."""
     labels = []
     for row in context.get("rows") or []:
-        cells = row if isinstance(row, (list, tuple)) else (row.values() if isinstance(row, dict) else [row])
-        labels += [str(c) for c in cells if isinstance(c, str) and c.strip()][:1]
+        labels += [str(c) for c in _cells(row) if isinstance(c, str) and c.strip()][:1]
     return labels
 
 
@@ -190,7 +188,7 @@ def selection(named: list[str], labels: list[str]) -> tuple[float, str]:
 
 def _numeric_columns(rows: list) -> list[list[float | None]]:
     """Each numeric column of the data, row by row (None where a row has no number there)."""
-    table = [list(r) if isinstance(r, (list, tuple)) else (list(r.values()) if isinstance(r, dict) else [r]) for r in rows]
+    table = [_cells(r) for r in rows]
     width = max((len(r) for r in table), default=0)
     columns = []
     for i in range(width):
