@@ -27,28 +27,14 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.store import Store
-from deploy.bench.learn import _engines, _env, _scratch, interval, measured, paired_gain, post_as_a_client
+from deploy.bench.learn import _engines, _env, _scratch, interval, measured, paired_gain, post_as_a_client, served_scores
 from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
-from rewards import Score, score
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
-from trainer import gate
+from rewards import score
 from trainer.round import run_round
 
 STATES = ("before", "at once", "after the round", "both")
-
-
-async def held_out_scores(settings: Settings, store: Store, fleet: HotSwap, task: str, version: str | None, rows: list[dict],
-                          examples: bool) -> list[Score]:
-    eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
-    shown = gate.demonstrations(settings, store, task, eval_rows) if examples else {}
-    kind = "think" if task == "insights" else "base"
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
-    try:
-        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown)
-    finally:
-        await pool.close()
 
 
 async def correct_and_repeat(settings: Settings, url: str, task: str, rows: list[dict]) -> dict:
@@ -108,11 +94,11 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
             held_out = load_split(settings.datasets_dir, task, "test")[:measure_rows]
             train = load_split(settings.datasets_dir, task, "train")[:corrections]
             entry: dict = {}
-            before = asyncio.run(held_out_scores(bench, store, fleet, task, None, held_out, examples=False))
+            before = asyncio.run(served_scores(bench, fleet, task, None, held_out))
             entry["before"] = measured(before)
             started = time.perf_counter()
             entry["repeats"] = asyncio.run(correct_and_repeat(bench, url, task, train))
-            at_once = asyncio.run(held_out_scores(bench, store, fleet, task, None, held_out, examples=True))
+            at_once = asyncio.run(served_scores(bench, fleet, task, None, held_out, store))
             entry["at once"] = {**measured(at_once), "gain": paired_gain(at_once, before),
                                 "seconds_after_first_correction": round(time.perf_counter() - started, 1)}
             say(f"{task}: before {entry['before']['mean']}, at once {entry['at once']['mean']} ({entry['at once']['gain']['mean']:+.3f})")
@@ -123,8 +109,8 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
             version = store.routes()[1].get(task, {}).get("active")
             entry["round"] = {"seconds": round(time.perf_counter() - round_started, 1), "status": summary["tasks"][task].get("status"),
                               "version": version or "base", "retired": summary["tasks"][task].get("retired")}
-            after = asyncio.run(held_out_scores(bench, store, fleet, task, version, held_out, examples=False))
-            both = asyncio.run(held_out_scores(bench, store, fleet, task, version, held_out, examples=True))
+            after = asyncio.run(served_scores(bench, fleet, task, version, held_out))
+            both = asyncio.run(served_scores(bench, fleet, task, version, held_out, store))
             entry["after the round"] = {**measured(after), "gain": paired_gain(after, before)}
             entry["both"] = {**measured(both), "gain": paired_gain(both, before)}
             say(f"{task}: after the round {entry['after the round']['mean']}, both {entry['both']['mean']}")

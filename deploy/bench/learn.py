@@ -166,13 +166,16 @@ def _retry_after_s(response: httpx.Response) -> float:
         return 1.0
 
 
-async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict]) -> list[Score]:
-    """Each held-out row answered by `version` through the engines, scored with its reference."""
+async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict],
+                        examples_from: Store | None = None) -> list[Score]:
+    """Each held-out row answered by `version` through the engines, scored with its reference;
+    with `examples_from`, each prompt shows that store's examples as the gateway would."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
+    shown = gate.demonstrations(settings, examples_from, task, eval_rows)
     pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
     try:
-        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed)
+        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown)
     finally:
         await pool.close()
 
