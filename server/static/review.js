@@ -33,16 +33,23 @@ function setStatus(text, error = false) {
 }
 
 async function load() {
+  // a tab clicked while another task's queue is in flight: only the last task asked for is shown
+  const task = state.task;
+  state.items = [];
+  state.loaded = null;
   setStatus("Loading…");
+  let items = [];
   try {
-    const queue = await api(`/v1/review/${state.task}?limit=50`);
-    state.items = queue.items;
-    state.index = 0;
-    setStatus(state.items.length ? `${state.items.length} answers to review, the most useful label first` : `No ${state.task} answers to review.`);
+    items = (await api(`/v1/review/${task}?limit=50`)).items;
+    if (task !== state.task) return;
+    setStatus(items.length ? `${items.length} answers to review, the most useful label first` : `No ${task} answers to review.`);
   } catch (error) {
-    state.items = [];
+    if (task !== state.task) return;
     setStatus(error.status === 401 ? "This gateway needs an API key: type the user or admin key above." : error.message, true);
   }
+  state.items = items;
+  state.index = 0;
+  state.loaded = task;
   render();
 }
 

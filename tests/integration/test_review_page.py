@@ -30,7 +30,8 @@ def open_review(browser, url: str, viewport=DESKTOP):
     page.goto(f"{url}/review")
     page.evaluate("() => window.tucano.ready")
     page.click("#tasks button:text-is('sql')")
-    page.wait_for_function("() => window.tucano.state.task === 'sql' && window.tucano.state.items.length > 0")
+    # the first tab's queue may already be on the page: wait for the sql queue itself
+    page.wait_for_function("() => window.tucano.state.loaded === 'sql' && window.tucano.state.items.length > 0")
     return page
 
 
