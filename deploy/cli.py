@@ -1,7 +1,7 @@
-"""The `tucano` console script (PRODUCT §6): serve, train, eval, eval-set, rounds, adapters,
+"""The `tucano` console script (contract §6): serve, train, eval, eval-set, rounds, adapters,
 bootstrap, bench, settings.
 
-Settings come from TUCANO_* variables (see the README); a bad one stops the command with a
+Settings come from TUCANO_* variables (docs/configuration.md); a bad one stops the command with a
 message naming it and exit code 2, as do unknown subcommands and options.
 """
 from __future__ import annotations
@@ -190,6 +190,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     team's, loaded files', the bootstrap's), with each version's mean and 95% interval."""
     import asyncio
 
+    from common.stats import mean_interval
     from common.store import Store
     from common.tasks import TASK_ENGINE, TASKS
     from deploy.hotswap import HotSwap
@@ -225,7 +226,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
                 finally:
                     await pool.close()
                 out[t] = {"rows": {s: sum(1 for r in rows if r.source == s) for s in gate.SOURCES},
-                          "versions": {v: dict(zip(("mean", "low", "high"), (round(x, 4) for x in gate.mean_interval([s.total for s in sc]))))
+                          "versions": {v: dict(zip(("mean", "low", "high"), (round(x, 4) for x in mean_interval([s.total for s in sc]))))
                                        for v, sc in scores.items()}}
             return out
         try:

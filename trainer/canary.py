@@ -1,4 +1,4 @@
-"""Judging a canary (PRODUCT §8-9): the candidate serves a share of its task's live traffic beside
+"""Judging a canary (contract §8-9): the candidate serves a share of its task's live traffic beside
 the active version, each record naming its arm. Once the canary has served
 `canary_min_requests`, its live reward is compared with the active arm's over the same period
 (the two arms draw from the same traffic), and so are the users' ratings where enough were given:
@@ -13,7 +13,6 @@ against their labels rather than the served (reference-free) score: the figures 
 """
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -22,11 +21,11 @@ from dataclasses import dataclass
 from common.datasets import input_hash
 from common.records import Record
 from common.settings import Settings
+from common.stats import difference_interval
 from rewards import score
 
 MIN_RATINGS = 10  # ratings per arm before they are compared
 MIN_LABELLED = 10  # labelled records per arm before the labels, not the served score, are compared
-RESAMPLES = 2000
 
 
 @dataclass
@@ -34,14 +33,6 @@ class Verdict:
     action: str  # wait, promote or rollback
     reason: str
     figures: dict
-
-
-def difference_interval(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its 95% percentile-bootstrap interval (independent samples)."""
-    rng = random.Random(seed)
-    diffs = sorted(statistics.fmean(rng.choices(a, k=len(a))) - statistics.fmean(rng.choices(b, k=len(b)))
-                   for _ in range(RESAMPLES))
-    return statistics.fmean(a) - statistics.fmean(b), diffs[int(0.025 * RESAMPLES)], diffs[int(0.975 * RESAMPLES) - 1]
 
 
 def judge(records: list[Record], canary: str, started: float, min_requests: int, max_minutes: float,

@@ -1,4 +1,4 @@
-"""The promotion gate (PRODUCT §8): candidate and incumbent answer the same eval rows with the
+"""The promotion gate (contract §8): candidate and incumbent answer the same eval rows with the
 same seeds, through the same vLLM engines, prompts and sampling as live traffic, scored by the
 same `rewards/`; the decision reads the per-row paired differences.
 
@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
 from common.datasets import input_key, load_split
 from common.records import Sampling
 from common.settings import Settings
+from common.stats import mean_interval
 from rewards import Score, score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.examples import ExampleBook
@@ -54,7 +54,6 @@ from router.prompts import build_messages
 from router.registry import REGISTRY
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
-RESAMPLES = 2000
 EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
 EARLY_WIN_RESAMPLES = 20_000  # its 0.135% tail is the 27th of them, not the 3rd of 2000
 SOURCES = ("team", "file", "bootstrap")
@@ -166,16 +165,6 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     return [score(task, text, row.reference, settings.reward_context(row.input)) for text, row in zip(texts, rows)]
 
 
-def mean_interval(diffs: list[float], resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
-    """The mean and its percentile-bootstrap interval at `level` (95% unless told)."""
-    if not diffs:
-        return 0.0, 0.0, 0.0
-    values, tail = np.asarray(diffs, dtype=float), (1 - level) / 2
-    draws = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
-    means = np.sort(values[draws].mean(axis=1))
-    return float(values.mean()), float(means[int(tail * resamples)]), float(means[min(resamples - 1, int((1 - tail) * resamples))])
-
-
 def parts(s: Score) -> dict[str, float]:
     """What is compared one by one: every component, and each extraction field on its own."""
     return {**s.components, **{f"field:{name}": value for name, value in s.fields.items()}}
@@ -284,7 +273,7 @@ def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], p
     if not decision.promote or drifting:
         return None
     diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
-    _, low, high = mean_interval(diffs, EARLY_WIN_RESAMPLES, seed, EARLY_WIN_LEVEL)
+    _, low, high = mean_interval(diffs, resamples=EARLY_WIN_RESAMPLES, seed=seed, level=EARLY_WIN_LEVEL)
     if low <= margin:
         return None
     decision.reason = (f"{early}: paired difference {decision.difference:+.4f}, 99.73% interval [{low:+.4f}, {high:+.4f}] "

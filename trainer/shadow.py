@@ -16,11 +16,12 @@ import time
 from common.datasets import input_hash, input_key
 from common.records import Record
 from common.settings import Settings
+from common.stats import mean_interval
 from rewards import score
 from router.engine_client import EnginePool
 from router.prompts import build_messages
 from router.registry import REGISTRY
-from trainer.gate import CONCURRENCY, mean_interval
+from trainer.gate import CONCURRENCY
 
 MIN_LABELLED = 10
 

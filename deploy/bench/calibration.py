@@ -16,13 +16,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import bootstrap, spearmanr
+from scipy.stats import spearmanr
 
 from common.settings import Settings
+from common.stats import block_interval
 from common.tasks import TASKS
 from rewards import score
 from rewards.calibration import Pair, calibrate, pairs_of
-from trainer.gate import RESAMPLES
 
 
 def _interval(pairs: list[Pair]) -> list[float] | None:
@@ -30,10 +30,8 @@ def _interval(pairs: list[Pair]) -> list[float] | None:
     reference = np.array([p.reference for p in pairs if p.reference is not None])
     if len(served) < 10 or len(set(served)) < 2 or len(set(reference)) < 2:
         return None
-    result = bootstrap((served, reference), lambda s, r: spearmanr(s, r).statistic, paired=True, vectorized=False,
-                       n_resamples=RESAMPLES, confidence_level=0.95, method="percentile", random_state=0)
-    low, high = result.confidence_interval
-    return [round(float(low), 4), round(float(high), 4)]
+    low, high = block_interval(list(zip(served, reference)), lambda chosen: spearmanr(*zip(*chosen)).statistic)
+    return [round(low, 4), round(high, 4)]
 
 
 def summary(pairs: list[Pair]) -> dict:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import statistics
 import tempfile
 from collections import Counter
@@ -39,13 +38,13 @@ import httpx
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
+from common.stats import RESAMPLES, block_interval, percentile
 from common.store import Store
 from deploy.bench.stack import Side, drive, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 TASK = "extraction"
 TARGET = {"added_p50_ms": 3.0, "throughput_ratio": 0.95}
-RESAMPLES = 2000
 
 
 def _serve_proxy(engine_url: str, port: str) -> None:
@@ -98,11 +97,6 @@ def _idle_priority() -> None:
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _overhead_counts(text: str) -> dict[str, float]:
     """The gateway's `tucano_gateway_overhead_seconds` histogram for the task, from /metrics:
     sample name (with its `le` bound for buckets) -> value."""
@@ -148,23 +142,24 @@ def _paired(direct_runs: list[dict], side_runs: list[dict]) -> list[float]:
             for straight, ms in zip(direct_run["latencies"], side_run["latencies"])]
 
 
-def _intervals(direct_runs: list[dict], side_runs: list[dict], resamples: int = RESAMPLES, seed: int = 0) -> dict:
+def _intervals(direct_runs: list[dict], side_runs: list[dict], seed: int = 0) -> dict:
     """95% intervals (percentile bootstrap) of what a side adds: its p50 minus vLLM's, the paired
     median, and the throughput ratio. Whole block pairs are resampled, since requests of a block
     share the engine's batch steps and are not independent of each other."""
     pairs = list(zip(direct_runs, side_runs))
-    rng = random.Random(seed)
-    added, paired, ratio = [], [], []
-    for _ in range(resamples):
-        chosen_direct, chosen_side = zip(*(pairs[rng.randrange(len(pairs))] for _ in pairs))
-        added.append(statistics.median(ms for run in chosen_side for ms in run["latencies"])
-                     - statistics.median(ms for run in chosen_direct for ms in run["latencies"]))
-        paired.append(statistics.median(_paired(chosen_direct, chosen_side)))
-        # the same requests on both sides of a pair: the throughput ratio is the ratio of wall times
-        ratio.append(sum(run["wall_s"] for run in chosen_direct) / sum(run["wall_s"] for run in chosen_side))
 
-    def interval(values: list[float], digits: int) -> list[float]:
-        return [round(_percentile(values, 0.025), digits), round(_percentile(values, 0.975), digits)]
+    def added(chosen: list) -> float:
+        return (statistics.median(ms for _, run in chosen for ms in run["latencies"])
+                - statistics.median(ms for run, _ in chosen for ms in run["latencies"]))
+
+    def paired(chosen: list) -> float:
+        return statistics.median(_paired([d for d, _ in chosen], [s for _, s in chosen]))
+
+    def ratio(chosen: list) -> float:  # the same requests on both sides of a pair: the ratio of wall times
+        return sum(d["wall_s"] for d, _ in chosen) / sum(s["wall_s"] for _, s in chosen)
+
+    def interval(statistic, digits: int) -> list[float]:
+        return [round(bound, digits) for bound in block_interval(pairs, statistic, seed=seed)]
 
     return {"added_p50_ci95_ms": interval(added, 2), "added_paired_median_ci95_ms": interval(paired, 2),
             "throughput_ratio_ci95": interval(ratio, 3)}
@@ -187,7 +182,7 @@ def _merge(runs: list[dict]) -> dict:
     wall = sum(run["wall_s"] for run in runs)
     failures = [f for run in runs for f in run["failures"]]
     return {"requests": len(latencies), "failed": len(failures), "first_failure": failures[0] if failures else None,
-            "p50_ms": round(statistics.median(latencies), 2), "p99_ms": round(_percentile(latencies, 0.99), 2),
+            "p50_ms": round(statistics.median(latencies), 2), "p99_ms": round(percentile(latencies, 0.99), 2),
             "throughput_rps": round(len(latencies) / wall, 2)}
 
 

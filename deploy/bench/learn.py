@@ -42,6 +42,7 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.records import AdapterMeta
 from common.settings import Settings
+from common.stats import mean_interval
 from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE
 from deploy.bench.stack import start, wait_ready
@@ -181,7 +182,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
 
 
 def interval(values: list[float]) -> dict:
-    mean, low, high = gate.mean_interval(values)
+    mean, low, high = mean_interval(values)
     return {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)], "n": len(values)}
 
 

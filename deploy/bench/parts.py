@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import sys
 import tempfile
 from collections import Counter
@@ -36,9 +35,10 @@ from pathlib import Path
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
+from common.stats import mean_interval
 from common.store import RECORDS, Store
 from deploy.bench.mock_engine import COMPLETION
-from deploy.bench.peers import RESAMPLES, Requests, sender
+from deploy.bench.peers import Requests, sender
 from deploy.bench.stack import Side, drive, pin, serve_gateway, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
@@ -131,9 +131,8 @@ def differences(with_part: list[float], without_part: list[float] | None, seed: 
     """Mean of the per-round differences (ms per request) and its 95% interval from resampled
     rounds; with no `without_part`, the variant's own mean and interval."""
     values = [a - (b if without_part else 0.0) for a, b in zip(with_part, without_part or with_part)]
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(values) for _ in values) / len(values) for _ in range(RESAMPLES))
-    return {"ms": round(sum(values) / len(values), 4), "ci95": [round(means[int(0.025 * RESAMPLES)], 4), round(means[int(0.975 * RESAMPLES) - 1], 4)]}
+    mean, low, high = mean_interval(values, seed=seed)
+    return {"ms": round(mean, 4), "ci95": [round(low, 4), round(high, 4)]}
 
 
 def run(settings: Settings, levels: list[int], rounds: int, block: int, say=print) -> dict:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -47,8 +46,9 @@ from pathlib import Path
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
+from common.stats import RESAMPLES, block_interval, percentile
 from common.store import RECORDS, Store
-from deploy.bench.gateway import _overhead_counts, _percentile
+from deploy.bench.gateway import _overhead_counts
 from deploy.bench.stack import Side, drive, pin, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
@@ -57,7 +57,6 @@ SIDES = ("direct", "tucano", "python-hop", "litellm", "vllm-router")
 WORKLOADS = ("extraction", "chat")
 KEY = "sk-bench-" + "5f1d" * 8  # LiteLLM refuses to start without a master key; ours gets the same as its user key
 TARGET = {"own_p50_ms": 0.5, "own_p99_ms": 2.0, "rate": 1000, "vs_litellm": 2.0}
-RESAMPLES = 1000
 HOLDS = {"errors": 0.01, "p99_ms": 1000.0, "answered": 0.9}
 
 
@@ -158,23 +157,20 @@ def sender(client, side: Side, answered: Counter):
 
 
 def _stats(latencies: list[float]) -> dict:
-    return {"p50_ms": round(_percentile(latencies, 0.5), 3), "p99_ms": round(_percentile(latencies, 0.99), 3),
-            "p999_ms": round(_percentile(latencies, 0.999), 3)}
+    return {"p50_ms": round(percentile(latencies, 0.5), 3), "p99_ms": round(percentile(latencies, 0.99), 3),
+            "p999_ms": round(percentile(latencies, 0.999), 3)}
 
 
 def _added_intervals(direct_blocks: list[list[float]], side_blocks: list[list[float]], seed: int = 0) -> dict:
     """95% intervals of a side's added p50, p99 and p99.9 (its percentile minus direct's), whole
     blocks resampled (their requests shared the machine's moment)."""
-    rng, pairs = random.Random(seed), list(zip(direct_blocks, side_blocks))
-    draws: dict[str, list[float]] = {"p50": [], "p99": [], "p999": []}
-    for _ in range(RESAMPLES):
-        chosen = [pairs[rng.randrange(len(pairs))] for _ in pairs]
-        direct = [ms for d, _ in chosen for ms in d]
-        side = [ms for _, s in chosen for ms in s]
-        for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
-            draws[name].append(_percentile(side, q) - _percentile(direct, q))
-    return {f"added_{name}_ci95_ms": [round(_percentile(values, 0.025), 3), round(_percentile(values, 0.975), 3)]
-            for name, values in draws.items()}
+    pairs = list(zip(direct_blocks, side_blocks))
+
+    def added(q: float):
+        return lambda chosen: (percentile([ms for _, s in chosen for ms in s], q) - percentile([ms for d, _ in chosen for ms in d], q))
+
+    return {f"added_{name}_ci95_ms": [round(bound, 3) for bound in block_interval(pairs, added(q), seed=seed)]
+            for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))}
 
 
 def _histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> float | None:

@@ -19,13 +19,14 @@ from pathlib import Path
 
 from common.datasets import load_split
 from common.settings import Settings
+from common.stats import mean_interval
 from common.tasks import TASK_ENGINE, TASKS
 from rewards import score
 from rewards.trivial import makers
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from router.prompts import build_messages
 from router.registry import REGISTRY
-from trainer.gate import CONCURRENCY, mean_interval, row_seed
+from trainer.gate import CONCURRENCY, row_seed
 
 MODEL = "the demo model (served)"
 REFERENCE = "the reference answer"

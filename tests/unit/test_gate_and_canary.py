@@ -12,11 +12,12 @@ import pytest
 
 from common.records import Feedback, Label, Reward
 from common.settings import load_settings
+from common.stats import mean_interval
 from rewards import Score
 from tests.unit.test_shapes_and_routing import make_record
 from trainer import canary, gate
 from trainer.diagnostics import stop_conditions
-from trainer.gate import EvalRow, decide, look_ends, mean_interval, row_seed, sample_rows, sequential
+from trainer.gate import EvalRow, decide, look_ends, row_seed, sample_rows, sequential
 from trainer.kto import class_weights
 
 SETTINGS = load_settings(gate_min_rows=16, promote_margin=0.0, component_tolerance=0.01)

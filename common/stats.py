@@ -1,0 +1,88 @@
+"""Bootstrap intervals, in one place: every decision (the gate, shadow replay, canaries) and every
+benchmark table states its uncertainty with these, at one resampling count and one percentile rule.
+
+- `mean_interval`: the mean of one sample (a paired difference is one sample of differences).
+- `difference_interval`: mean(a) - mean(b) of two independent samples (a canary's arm against
+  the active arm's).
+- `block_interval`: any statistic of a list of blocks, whole blocks resampled. Requests of one
+  block of a benchmark shared the machine's moment (and an engine's batch steps) and are not
+  independent of one another, so the block is the unit that is drawn.
+
+All three are `scipy.stats.bootstrap` with the percentile method; the first two vectorised, the
+third over block indices with the statistic called per resample (scipy cannot resample Python
+objects itself). Percentiles of a sample (a latency's p99, say) use `percentile`: numpy's linear
+interpolation, the rule scipy's percentile intervals use too. A sample without spread gives the
+degenerate interval [x, x] (scipy would answer NaN and warn).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy.stats import bootstrap
+
+RESAMPLES = 2000
+LEVEL = 0.95
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0 <= q <= 1) of `values`, linearly interpolated."""
+    return float(np.quantile(np.asarray(values, dtype=float), q))
+
+
+def _interval(data: tuple, statistic: Callable, estimate: float, level: float, resamples: int, seed: int,
+              vectorized: bool) -> tuple[float, float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate resample distribution: handled below
+        result = bootstrap(data, statistic, n_resamples=resamples, confidence_level=level, method="percentile",
+                           vectorized=vectorized, random_state=np.random.default_rng(seed))
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if np.isnan(low) or np.isnan(high):
+        return estimate, estimate
+    return low, high
+
+
+def mean_interval(values: Sequence[float], *, level: float = LEVEL, resamples: int = RESAMPLES,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its percentile-bootstrap interval at `level`; (0, 0, 0) when
+    there are no values."""
+    sample = np.asarray(values, dtype=float)
+    if not len(sample):
+        return 0.0, 0.0, 0.0
+    mean = float(sample.mean())
+    if len(sample) < 2 or np.ptp(sample) == 0:
+        return mean, mean, mean
+    low, high = _interval((sample,), np.mean, mean, level, resamples, seed, vectorized=True)
+    return mean, low, high
+
+
+def _difference_of_means(a, b, axis=-1):
+    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float], *, level: float = LEVEL, resamples: int = RESAMPLES,
+                        seed: int = 0) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), low, high), each sample resampled on its own (independent samples)."""
+    first, second = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not len(first) or not len(second):
+        raise ValueError("a difference of means needs values on both sides")
+    difference = float(first.mean() - second.mean())
+    if (len(first) < 2 or np.ptp(first) == 0) and (len(second) < 2 or np.ptp(second) == 0):
+        return difference, difference, difference
+    low, high = _interval((first, second), _difference_of_means, difference, level, resamples, seed, vectorized=True)
+    return difference, low, high
+
+
+def block_interval(blocks: Sequence[Any], statistic: Callable[[list], float], *, level: float = LEVEL,
+                   resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """(low, high) of `statistic(blocks)` with whole blocks resampled; a block is anything the
+    statistic reads (a block's latencies, a pair of blocks of two sides)."""
+    if not blocks:
+        raise ValueError("an interval over blocks needs at least one block")
+    estimate = float(statistic(list(blocks)))
+    if len(blocks) < 2:
+        return estimate, estimate
+    return _interval((np.arange(len(blocks)),), lambda chosen: statistic([blocks[i] for i in chosen]), estimate, level,
+                     resamples, seed, vectorized=False)
