@@ -1,4 +1,4 @@
-"""The commerce database's schema (PRODUCT §4): the public Olist Brazilian e-commerce dataset's
+"""The commerce database's schema (contract §4): the public Olist Brazilian e-commerce dataset's
 tables and columns, their misspellings included ("lenght"), and the `orders_enriched` view.
 
 One home for these names: the SQL reward links answers against them, the SQL prompt shows them
@@ -101,7 +101,7 @@ SCHEMA_SQL = "\n".join(
 )
 SCHEMA_COLUMNS: dict[str, tuple[str, ...]] = {**TABLES, VIEW: VIEW_COLUMNS}
 
-# the domains of the columns a question names by value (PRODUCT §4)
+# the domains of the columns a question names by value (contract §4)
 UF_CODES = frozenset("AC AL AP AM BA CE DF ES GO MA MT MS MG PA PB PR PE PI RJ RN RS RO RR SC SP SE TO".split())
 ORDER_STATUSES = ("delivered", "shipped", "canceled", "unavailable", "invoiced", "processing", "created", "approved")
 PAYMENT_TYPES = ("credit_card", "boleto", "voucher", "debit_card", "not_defined")

@@ -54,7 +54,7 @@ class Feedback(msgspec.Struct):
 
 
 class Record(msgspec.Struct):
-    """One answered request (PRODUCT §9), written to the records stream before the answer returns."""
+    """One answered request (contract §9), written to the records stream before the answer returns."""
     id: str
     time: float
     task: str

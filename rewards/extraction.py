@@ -1,4 +1,4 @@
-"""Extraction reward: one JSON object with the 10 fields of PRODUCT §2.
+"""Extraction reward: one JSON object with the 10 fields of contract §2.
 
 What is paid is the work of reading the review. Form (`format`: clean JSON vs wrapped vs
 repaired; `schema`: share of fields present with a valid type and domain) is small and paid only

@@ -1,4 +1,4 @@
-"""Push-notification reward: JSON `{"title", "body"}` judged by the copy rules of PRODUCT §2,
+"""Push-notification reward: JSON `{"title", "body"}` judged by the copy rules of contract §2,
 each its own component (lengths, key information early in the body, emoji, caps, exclamations,
 an action verb, payload bytes, PT-BR), and by what the copy says of its context: `personalised`
 (the customer's name and the product, as whole words), `offer` (the discount said as a discount,

@@ -36,7 +36,7 @@ class Score:
 
 
 def normalise_reference(task: str, reference):
-    """PRODUCT §3: sql accepts `{"sql": ...}` or a plain string; insights takes none."""
+    """contract §3: sql accepts `{"sql": ...}` or a plain string; insights takes none."""
     if task == "sql" and isinstance(reference, str):
         return {"sql": reference} if reference.strip() else None
     if task == "insights":

@@ -1,7 +1,7 @@
 """Answers that do no work: constants, empty answers, the input echoed back, the context copied
 into a fixed template, one statement looped. Every reward must score them far below a real
 answer, with a reference and without one; the unit tests hold them to that, and `tucano bench
-rewards --trivial` prints the table the README shows.
+rewards --trivial` prints the table the results log (docs/results.md) shows.
 
 Each maker takes a task's input (and, for the constants, the references of the rows being
 scored, whose most common value per field is the best constant there is) and returns a completion.

@@ -35,7 +35,7 @@ class TaskSpec:
 
 
 # A half-trained insights LoRA starts a list and does not stop, one line over and over until the
-# token limit (README "Insights: a penalty against loops"); a frequency penalty on the answer's own
+# token limit (docs/results.md, "insights, a penalty against loops"); a frequency penalty on the answer's own
 # tokens ends those loops, and the data the answer cites is in the prompt, which it does not touch.
 INSIGHTS_FREQUENCY_PENALTY = 0.3
 SAMPLING = {

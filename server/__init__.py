@@ -1,4 +1,4 @@
-"""The HTTP gateway (FastAPI): PRODUCT §5's endpoints. Pydantic models in `schemas` are the
+"""The HTTP gateway (FastAPI): contract §5's endpoints. Pydantic models in `schemas` are the
 single source of the OpenAPI schema; dependencies live in `deps`, errors in `errors`, one
 router module per resource under `routes/`, and the answering pipeline (render, call vLLM,
 score, record) in `answering`.

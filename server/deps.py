@@ -1,5 +1,5 @@
 """FastAPI dependencies, as `Annotated` aliases the routes declare: who the caller is and whether
-they may do what they ask (PRODUCT §5), checked once per request. They are `async def`: FastAPI
+they may do what they ask (contract §5), checked once per request. They are `async def`: FastAPI
 runs a plain `def` dependency in its thread pool, a thread hop per dependency per request.
 
 The access rules fail closed:

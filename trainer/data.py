@@ -1,4 +1,4 @@
-"""A round's data for one task, from every signal a team gave (PRODUCT §8):
+"""A round's data for one task, from every signal a team gave (contract §8):
 
 - the labelled set, all of it, every round (labels are never consumed): a reference or a
   correction becomes a supervised example (SFT) and a DPO chosen answer against what was served

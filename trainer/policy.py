@@ -1,7 +1,7 @@
 """The policy a round trains for one task: the task's model (the Base model, or the Think model
 for insights) with the task's LoRA: the active version continued when the round says so
 (`methods.start`; `PeftModel.from_pretrained(..., is_trainable=True)`), else a fresh LoRA (r=16, alpha=32 on every
-linear projection, PRODUCT §8).
+linear projection, contract §8).
 
 With `TUCANO_TRAIN_QUANTIZATION=nf4` (the default on a GPU) the base model is loaded in 4-bit NF4
 (bitsandbytes, double quantisation: QLoRA, as the seed project trained on one 24 GB L4) and made

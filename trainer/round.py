@@ -1,4 +1,4 @@
-"""A learning round, end to end (PRODUCT §8):
+"""A learning round, end to end (contract §8):
 
 1. take the round lock (one round at a time across the fleet; renewed while the round runs,
    expiring when its trainer dies); a second trainer waits for it (`round_lock_wait_s`), then

@@ -1,6 +1,6 @@
 """Where benchmark results live, written by `write` alone: `<data dir>/bench/<name>.json`
 (machine-readable, with the machine it ran on and when) and `<name>.md` (the table quoted in
-notes and the README)."""
+notes and in the results log, docs/results.md)."""
 from __future__ import annotations
 
 import json

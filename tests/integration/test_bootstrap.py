@@ -1,4 +1,4 @@
-"""The bootstrap's products, checked against PRODUCT §4 and §7, and its repair behaviour."""
+"""The bootstrap's products, checked against contract §4 and §7, and its repair behaviour."""
 from __future__ import annotations
 
 import csv

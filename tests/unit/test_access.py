@@ -46,7 +46,7 @@ def routes(app) -> list[tuple[str, str, bool]]:
 
 
 def expected(config: str, key: str, admin_route: bool) -> set[int] | None:
-    """The matrix (README "Access"): the refusal a request gets, or None when it gets through."""
+    """The matrix (docs/serving.md, "Access"): the refusal a request gets, or None when it gets through."""
     user_key, admin_key = CONFIGS[config]
     if user_key is None and admin_key is None:
         return None  # a loopback-only gateway with no keys: everything goes through

@@ -157,7 +157,7 @@ def test_the_gateway_answers_an_engine_timeout_with_504_not_503(slow_engine):
 
 def test_every_sampling_parameter_reaches_the_engine_explicitly(slow_engine):
     """vLLM would otherwise fill what is left out from the model's generation_config; insights
-    leaves its frequency penalty to no one (its loops, README "Insights: a penalty against loops")."""
+    leaves its frequency penalty to no one (its loops, docs/results.md, "insights, a penalty against loops")."""
     pool = EnginePool("think", [slow_engine], template=None)
 
     async def ask() -> None:

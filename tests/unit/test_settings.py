@@ -75,10 +75,10 @@ def test_cli_unknown_command_or_option_is_usage_error(args):
     assert "Usage" in result.stderr
 
 
-def test_the_readme_documents_every_setting_with_its_default():
+def test_the_configuration_page_documents_every_setting_with_its_default():
     from common.settings import Settings
 
-    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `") for line in (REPO / "README.md").read_text().splitlines()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `") for line in (REPO / "docs" / "configuration.md").read_text().splitlines()
             if line.startswith("| `TUCANO_")}
     for name, field in Settings.model_fields.items():
         default = field.default if field.default_factory is None else field.default_factory()
