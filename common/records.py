@@ -137,6 +137,26 @@ class AdapterMeta(msgspec.Struct):
     history: list[dict[str, Any]] = []  # status changes: {"status", "at", "reason"}
 
 
+class Route(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A task's route: the alias `active` and, while one runs, a canary with its share of the
+    task's traffic. `previous` and `earlier` are the versions active before, newest first: what
+    successive rollbacks go back to. Replaced whole, in one atomic step (`Store.change_route`)."""
+    active: str | None = None
+    previous: str | None = None
+    earlier: list[str] = []
+    canary: str | None = None
+    canary_share: float = 0.0
+    canary_started: float | None = None  # epoch seconds
+    canary_since: str | None = None  # the records stream's last entry id when it started: its records come after
+
+    def served(self) -> set[str]:
+        """The versions this route sends traffic to."""
+        return {version for version in (self.active, self.canary) if version}
+
+    def without_canary(self) -> Route:
+        return Route(active=self.active, previous=self.previous, earlier=list(self.earlier))
+
+
 def adapter_version_name(task: str, number: int) -> str:
     """`extraction-v7`: a version's name, never reused (the number comes from a Redis counter)."""
     return f"{task}-v{number}"

@@ -42,6 +42,7 @@ from common.records import (
     Label,
     Record,
     RecordPoint,
+    Route,
     adapter_version_name,
     decode_adapter,
     decode_label,
@@ -361,19 +362,24 @@ class Store:
 
     # --- routes -------------------------------------------------------------------------
 
-    def routes(self) -> tuple[int, dict[str, dict]]:
+    def routes(self) -> tuple[int, dict[str, Route]]:
         pipe = self.redis.pipeline(transaction=True)
         pipe.get(ROUTES_VERSION)
         pipe.hgetall(ROUTES)
         version, raw = pipe.execute()
-        return int(version or 0), {task: json.loads(value) for task, value in raw.items()}
+        return int(version or 0), {task: msgspec.json.decode(value, type=Route) for task, value in raw.items()}
 
-    def routed_adapters(self, routes: dict[str, dict]) -> dict[str, dict[str, str]]:
+    def route(self, task: str) -> Route:
+        """A task's route (an empty one, the base model, while it has none)."""
+        raw = self.redis.hget(ROUTES, task)
+        return msgspec.json.decode(raw, type=Route) if raw else Route()
+
+    def routed_adapters(self, routes: dict[str, Route]) -> dict[str, dict[str, str]]:
         """Engine kind -> every version `routes` point at (active and canary) -> its files: what
         every engine of that kind must serve."""
         paths: dict[str, dict[str, str]] = {}
         for task, route in routes.items():
-            for version in {route.get("active"), route.get("canary")} - {None}:
+            for version in route.served():
                 meta = self.adapter(version)
                 if meta is not None and task in TASK_ENGINE:
                     paths.setdefault(TASK_ENGINE[task], {})[version] = meta.path
@@ -382,13 +388,14 @@ class Store:
     def routes_version(self) -> int:
         return int(self.redis.get(ROUTES_VERSION) or 0)
 
-    def change_route(self, task: str, change: Callable[[dict], dict]) -> dict:
+    def change_route(self, task: str, change: Callable[[Route], Route]) -> Route:
         """Replace a task's route by `change(current)` in one atomic step that gateways see through
         the version counter; `change` may raise to leave it as it was."""
-        def flip(pipe: redis.client.Pipeline) -> dict:
-            route = change(json.loads(pipe.hget(ROUTES, task) or "{}"))
+        def flip(pipe: redis.client.Pipeline) -> Route:
+            raw = pipe.hget(ROUTES, task)
+            route = change(msgspec.json.decode(raw, type=Route) if raw else Route())
             pipe.multi()
-            pipe.hset(ROUTES, task, json.dumps(route))
+            pipe.hset(ROUTES, task, msgspec.json.encode(route))
             pipe.incr(ROUTES_VERSION)
             return route
         return self.redis.transaction(flip, ROUTES, value_from_callable=True)

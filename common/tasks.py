@@ -5,14 +5,30 @@ prompts' wording of the domains, and of the validation a correction must pass.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 TASKS = ("extraction", "sql", "push", "insights")
-# Which vLLM server answers a task: the Base model with one LoRA per task, or the Think model.
-TASK_ENGINE: dict[str, str] = {"extraction": "base", "sql": "base", "push": "base", "insights": "think"}
-assert set(TASK_ENGINE) == set(TASKS)
+
+
+class TaskTraits(NamedTuple):
+    """What the rest of the service asks of a task, answered here once instead of `task == "..."`
+    tests spread over the code."""
+    engine: str  # the vLLM server that answers it: the Base model with one LoRA per task, or the Think model
+    scored_with_reference: bool  # its answers are scored against a reference when one is given (insights' never are)
+    thinks: bool  # its answers may open with a <think> block, which is returned apart from the answer
+    runs_sql: bool  # its answer is a query the service can run against the commerce DB
+
+
+TRAITS: dict[str, TaskTraits] = {
+    "extraction": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False),
+    "sql": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=True),
+    "push": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False),
+    "insights": TaskTraits("think", scored_with_reference=False, thinks=True, runs_sql=False),
+}
+assert tuple(TRAITS) == TASKS
+TASK_ENGINE: dict[str, str] = {task: traits.engine for task, traits in TRAITS.items()}
 
 SENTIMENTS = ("positive", "neutral", "negative")
 COMPLAINT_CATEGORIES = (

@@ -216,7 +216,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
                 kind = TASK_ENGINE[t]
                 if not fleet.urls(kind):
                     raise EngineUnavailable(f"no {kind} engine is registered: start `tucano serve` (or set its URLs)")
-                versions = [None, routes.get(t, {}).get("active")] + [m.version for m in extra.get(t, [])]
+                versions = [None, routes[t].active if t in routes else None] + [m.version for m in extra.get(t, [])]
                 for meta in extra.get(t, []):
                     await fleet.load(meta.version, meta.path, kind)
                 rows = gate.eval_rows(settings, store, t)
@@ -306,8 +306,8 @@ def adapters_list() -> None:
         store = Store(url)
         console.print(adapters_table(store.adapters()))
         for task, route in sorted(store.routes()[1].items()):
-            canary = f" canary={route['canary']} ({route['canary_share']:.0%})" if route.get("canary") else ""
-            console.print(f"route {task}: active={route.get('active')} previous={route.get('previous')}{canary}")
+            canary = f" canary={route.canary} ({route.canary_share:.0%})" if route.canary else ""
+            console.print(f"route {task}: active={route.active} previous={route.previous}{canary}")
 
 
 @adapters_app.command("promote")

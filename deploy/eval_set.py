@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from common.datasets import input_hash
-from common.tasks import TASKS
+from common.tasks import TASKS, TRAITS
 from rewards.references import InvalidReference, check_reference
 from server.schemas import INPUT_MODELS
 
@@ -41,7 +41,7 @@ def _row(number: int, line: str) -> tuple[str, str, dict]:
         problems = "; ".join(f"input.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()[:3])
         raise EvalFileError(f"line {number}: {problems}") from None
     reference = row.get("reference")
-    if reference is None and task != "insights":
+    if reference is None and TRAITS[task].scored_with_reference:
         raise EvalFileError(f"line {number}: a {task} eval row needs a reference")
     try:
         reference = check_reference(task, reference) if reference is not None else None

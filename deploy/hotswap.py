@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
 
-from common.records import AdapterMeta
+from common.records import AdapterMeta, Route
 from common.settings import Settings
 from common.store import Store, content_sha256
 from common.tasks import TASK_ENGINE
@@ -100,13 +101,13 @@ async def _drain_then_unload(urls: list[str], version: str, drain_seconds: float
 ROLLBACK_DEPTH = 16  # how many promotions back successive rollbacks can go
 
 
-def _earlier_actives(route: dict) -> list[str]:
+def _earlier_actives(route: Route) -> list[str]:
     """The versions active before the route's `previous`, newest first: a second rollback goes to
     the version before that, not back to the one just rolled back from. Below the base model
     (no active version) there is nothing to go back to."""
-    if not route.get("active") or not route.get("previous"):
+    if not route.active or not route.previous:
         return []
-    return [route["previous"], *route.get("earlier", [])][:ROLLBACK_DEPTH]
+    return [route.previous, *route.earlier][:ROLLBACK_DEPTH]
 
 
 DRAINS = ("wait", "background", "later")
@@ -171,46 +172,46 @@ class HotSwap:
         """Make a version active. While a canary runs, only the canary itself can be promoted."""
         meta = self._meta(version)
         task, kind = meta.task, TASK_ENGINE[meta.task]
-        route = self.store.routes()[1].get(task, {})
-        if route.get("active") == version:
+        route = self.store.route(task)
+        if route.active == version:
             raise PromotionRefused(f"{version} is already the active version of {task}")
-        if route.get("canary") and route["canary"] != version:
-            raise PromotionRefused(f"a canary of {task} ({route['canary']}) is running: promote or abort it first")
+        if route.canary and route.canary != version:
+            raise PromotionRefused(f"a canary of {task} ({route.canary}) is running: promote or abort it first")
         await load_everywhere(self.urls(kind), version, meta.path)
 
-        def flip(current: dict) -> dict:
-            if current.get("canary") and current["canary"] != version:
-                raise PromotionRefused(f"a canary of {task} ({current['canary']}) started meanwhile")
-            return {"active": version, "previous": current.get("active"), "earlier": _earlier_actives(current)}
+        def flip(current: Route) -> Route:
+            if current.canary and current.canary != version:
+                raise PromotionRefused(f"a canary of {task} ({current.canary}) started meanwhile")
+            return Route(active=version, previous=current.active, earlier=_earlier_actives(current))
         flipped = self.store.change_route(task, flip)
         self.store.update_adapter(version, status="active", reason="promoted")
-        if flipped.get("previous"):
-            self.store.update_adapter(flipped["previous"], status="retired", reason=f"{version} was promoted")
-        await self._retire(flipped.get("previous"), {version}, kind)
-        return {"task": task, "active": version, "previous": flipped.get("previous")}
+        if flipped.previous:
+            self.store.update_adapter(flipped.previous, status="retired", reason=f"{version} was promoted")
+        await self._retire(flipped.previous, {version}, kind)
+        return {"task": task, "active": version, "previous": flipped.previous}
 
     async def rollback(self, task: str) -> dict:
-        route = self.store.routes()[1].get(task) or {}
-        current, previous, kind = route.get("active"), route.get("previous"), TASK_ENGINE[task]
-        if route.get("canary"):
-            raise PromotionRefused(f"a canary of {task} ({route['canary']}) is running: abort it first")
+        route = self.store.route(task)
+        current, previous, kind = route.active, route.previous, TASK_ENGINE[task]
+        if route.canary:
+            raise PromotionRefused(f"a canary of {task} ({route.canary}) is running: abort it first")
         if current is None:
             raise PromotionRefused(f"{task} has no active version to roll back from")
         if previous is not None:
             meta = self._meta(previous)
             await load_everywhere(self.urls(kind), previous, meta.path)
 
-        def back(route_now: dict) -> dict:
-            if route_now.get("active") != current or route_now.get("previous") != previous or route_now.get("canary"):
+        def back(route_now: Route) -> Route:
+            if route_now.active != current or route_now.previous != previous or route_now.canary:
                 raise PromotionRefused(f"the route of {task} changed during the rollback: nothing was flipped")
-            earlier = route_now.get("earlier", [])
-            return {"active": previous, "previous": earlier[0] if earlier else None, "earlier": earlier[1:]}
+            earlier = route_now.earlier
+            return Route(active=previous, previous=earlier[0] if earlier else None, earlier=earlier[1:])
         flipped = self.store.change_route(task, back)
         self.store.update_adapter(current, status="retired", reason="rolled back")
         if previous is not None:
             self.store.update_adapter(previous, status="active", reason=f"{current} was rolled back")
         await self._retire(current, {previous}, kind)
-        return {"task": task, "active": flipped.get("active"), "previous": flipped.get("previous")}
+        return {"task": task, "active": flipped.active, "previous": flipped.previous}
 
     async def start_canary(self, version: str, share: float) -> dict:
         """Serve a candidate to `share` of its task's traffic beside the active version."""
@@ -223,20 +224,20 @@ class HotSwap:
         await load_everywhere(self.urls(kind), version, meta.path)
         since = self.store.last_record_id()
 
-        def start(current: dict) -> dict:
-            if current.get("canary"):
-                raise PromotionRefused(f"a canary of {task} ({current['canary']}) is already running")
-            return {**current, "canary": version, "canary_share": share, "canary_started": time.time(), "canary_since": since}
+        def start(current: Route) -> Route:
+            if current.canary:
+                raise PromotionRefused(f"a canary of {task} ({current.canary}) is already running")
+            return msgspec.structs.replace(current, canary=version, canary_share=share, canary_started=time.time(), canary_since=since)
         try:
             route = self.store.change_route(task, start)
         except PromotionRefused:
             await unload_everywhere(self.urls(kind), version)
             raise
         self.store.update_adapter(version, status="canary", reason=f"canary at {share:.0%} of {task} traffic")
-        return {"task": task, **route}
+        return {"task": task, **msgspec.structs.asdict(route)}
 
     def _canary(self, task: str) -> str:
-        canary = (self.store.routes()[1].get(task) or {}).get("canary")
+        canary = self.store.route(task).canary
         if not canary:
             raise PromotionRefused(f"{task} has no canary running")
         return canary
@@ -251,18 +252,16 @@ class HotSwap:
         """End the canary: all traffic back to the active version; the canary version is rejected."""
         version = self._canary(task)
 
-        def stop(current: dict) -> dict:
-            return {k: v for k, v in current.items() if not k.startswith("canary")}
-        route = self.store.change_route(task, stop)
+        route = self.store.change_route(task, Route.without_canary)
         meta = self.store.update_adapter(version, status="rejected", reason=f"canary rolled back: {reason}")
         self.store.update_adapter(version, canary={**meta.canary, "outcome": "rolled back", "reason": reason})
-        await self._retire(version, {route.get("active")}, TASK_ENGINE[task])
-        return {"task": task, "active": route.get("active"), "canary": None, "rolled_back": version}
+        await self._retire(version, {route.active}, TASK_ENGINE[task])
+        return {"task": task, "active": route.active, "canary": None, "rolled_back": version}
 
     async def unload_drained(self) -> list[str]:
         """Unload from every engine the retired and rejected versions whose drain is over (what a
         round left loaded: it does not wait for drains). A version a route points at stays."""
-        routed = {v for route in self.store.routes()[1].values() for v in (route.get("active"), route.get("canary")) if v}
+        routed = {version for route in self.store.routes()[1].values() for version in route.served()}
         now, unloaded = time.time(), []
         async with httpx.AsyncClient(timeout=30) as client:
             for kind in TASK_ENGINE_KINDS:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import mul
 from pathlib import Path
 
-from common.tasks import EXTRACTION_FIELDS, PUSH_BODY_MAX, PUSH_TITLE_MAX, TASKS
+from common.tasks import EXTRACTION_FIELDS, PUSH_BODY_MAX, PUSH_TITLE_MAX, TASKS, TRAITS
 from rewards import extraction, insights, push, sql
 
 REWARD_VERSION = "6"
@@ -39,7 +39,7 @@ def normalise_reference(task: str, reference):
     """contract §3: sql accepts `{"sql": ...}` or a plain string; insights takes none."""
     if task == "sql" and isinstance(reference, str):
         return {"sql": reference} if reference.strip() else None
-    if task == "insights":
+    if not TRAITS[task].scored_with_reference:
         return None
     if task == "sql" and isinstance(reference, dict) and not isinstance(reference.get("sql"), str):
         return None

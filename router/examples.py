@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from common.datasets import input_hash
 from common.records import Label
+from common.tasks import TRAITS
 from rewards.parsing import split_think
 from rewards.text import STOP_WORDS, fold
 
@@ -41,7 +42,7 @@ def answer_text(task: str, answer) -> str:
     """An answer as a demonstration shows it (insights without its think block)."""
     if task == "sql":
         return answer["sql"] if isinstance(answer, dict) else str(answer)
-    if task == "insights":
+    if TRAITS[task].thinks:
         return split_think(str(answer)).answer
     return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 

@@ -11,6 +11,7 @@ import threading
 
 import redis
 
+from common.records import Route
 from common.store import Store
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ class RouteTable:
         self.store = store
         self.poll_s = poll_s
         self.version = -1
-        self.routes: dict[str, dict] = {}
+        self.routes: dict[str, Route] = {}
         self.adapter_paths: dict[str, dict[str, str]] = {}  # engine kind -> routed version -> its files
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -59,9 +60,7 @@ class RouteTable:
     def adapter_for(self, task: str) -> tuple[str | None, str]:
         """The version that serves this request and its arm: the canary for its share of traffic,
         else the active version (None and "base" while the task has none)."""
-        route = self.routes.get(task) or {}
-        canary, share = route.get("canary"), float(route.get("canary_share") or 0)
-        if canary and share > 0 and random.random() < share:
-            return canary, "canary"
-        active = route.get("active")
-        return active, "active" if active else "base"
+        route = self.routes.get(task) or Route()
+        if route.canary and route.canary_share > 0 and random.random() < route.canary_share:
+            return route.canary, "canary"
+        return route.active, "active" if route.active else "base"

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from common.records import Record, Reward, Sampling, Usage, label_of
 from common.store import StoreUnavailable
+from common.tasks import TRAITS
 from rewards import REWARD_VERSION, score
 from rewards.parsing import split_think
 from rewards.sql_sandbox import run_readonly
@@ -74,13 +75,13 @@ def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailab
 
 
 def _output(task: str, raw: str, scored, execute: bool, include_think: bool, state: GatewayState):
-    if task == "insights":
+    if TRAITS[task].thinks:
         thought = split_think(raw)
         out = {"answer": thought.answer}
         if include_think:
             out["think"] = thought.think
         return out
-    if task == "sql":
+    if TRAITS[task].runs_sql:
         out = {"sql": scored.output if isinstance(scored.output, str) else None}
         if execute and out["sql"]:
             result = run_readonly(state.settings.db_path, out["sql"], timeout_s=state.settings.sql_time_limit_s,
@@ -99,7 +100,7 @@ def _score_and_output(state: GatewayState, prepared: Prepared, raw: str, execute
 async def finish(state: GatewayState, prepared: Prepared, completion: Completion, execute: bool = False,
                  include_think: bool = False) -> Record:
     """Score and record a completion; return the record (the answer is built from it)."""
-    if prepared.task == "sql":  # runs queries (up to their time limit): off the event loop
+    if TRAITS[prepared.task].runs_sql:  # runs queries (up to their time limit): off the event loop
         scored, output = await run_in_threadpool(_score_and_output, state, prepared, completion.text, execute, include_think)
     else:  # pure CPU for tens of microseconds: cheaper than a thread hop
         scored, output = _score_and_output(state, prepared, completion.text, execute, include_think)

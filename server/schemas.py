@@ -220,9 +220,20 @@ class RoundList(BaseModel):
                                          "interval, shadow replay and canary.")
 
 
+class RouteInfo(BaseModel):
+    """A task's route (`common.records.Route`): the version its traffic goes to, and a canary's."""
+    active: str | None = Field(description="The active version; null: the base model serves the task.")
+    previous: str | None = Field(description="The version active before: where a rollback goes.")
+    earlier: list[str] = Field(description="The versions active before `previous`, newest first.")
+    canary: str | None = Field(description="A running canary's version, else null.")
+    canary_share: float = Field(description="The share of the task's traffic the canary serves.")
+    canary_started: float | None = Field(description="When the canary started (epoch seconds).")
+    canary_since: str | None = Field(description="The records stream's entry id when the canary started.")
+
+
 class AdapterList(BaseModel):
     adapters: list[AdapterInfo]
-    routes: dict[str, dict[str, Any]]
+    routes: dict[str, RouteInfo] = Field(description="Each task's route; a task without one is served by the base model.")
 
 
 class SeriesPoint(BaseModel):

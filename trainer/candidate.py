@@ -73,7 +73,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     (status `candidate`). The task trains with its own `task_training` settings where it has any."""
     task = data.task
     settings = settings.for_task(task)
-    active = store.routes()[1].get(task, {}).get("active")
+    active = store.route(task).active
     parent = store.adapter(active) if active and start == "active" else None
     started = time.perf_counter()
     path = settings.model_path_of(task)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from common.datasets import input_key
 from common.records import Label, Record
+from common.tasks import TRAITS
 from rewards import score
 from router.prompts import build_messages
 
@@ -59,7 +60,7 @@ def answer_text(task: str, answer) -> str:
     """An answer as the model should write it after the chat template's generation prompt."""
     if task == "sql":
         return answer["sql"] if isinstance(answer, dict) else str(answer)
-    if task == "insights":  # the Think template has opened <think> already
+    if TRAITS[task].thinks:  # the Think template has opened <think> already
         text = str(answer)
         return text.removeprefix("<think>").lstrip("\n") if "</think>" in text else "</think>\n\n" + text
     return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
@@ -107,7 +108,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
                                "source": disliked[-1].id})
         if liked and not with_answer and liked[-1].served.strip():
             liked_answers.append({"prompt": prompt, "completion": liked[-1].served, "source": liked[-1].id, "liked": True})
-        reference = with_answer[-1].answer if with_answer and task != "insights" else None
+        reference = with_answer[-1].answer if with_answer and TRAITS[task].scored_with_reference else None
         data.prompts.append({"prompt": prompt, "task": task, "source": newest.id,
                              "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
                              "context": json.dumps(context, ensure_ascii=False)})

@@ -47,6 +47,7 @@ from common.datasets import input_key, load_split
 from common.records import Sampling
 from common.settings import Settings
 from common.stats import mean_interval
+from common.tasks import TRAITS
 from rewards import Score, score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.examples import ExampleBook
@@ -77,7 +78,7 @@ def bootstrap_rows(settings: Settings, task: str) -> list[EvalRow]:
 def eval_rows(settings: Settings, store, task: str) -> list[EvalRow]:
     """Every eval row of a task, the team's first, one per input."""
     team = [EvalRow(label.id, "team", label.input, label.answer) for label in store.labels(task)
-            if label.split == "eval" and (label.answer is not None or task == "insights")]
+            if label.split == "eval" and (label.answer is not None or not TRAITS[task].scored_with_reference)]
     loaded = [EvalRow(row["id"], "file", row["input"], row.get("reference")) for row in store.eval_set(task)]
     unique: dict[str, EvalRow] = {}
     for row in team + loaded + bootstrap_rows(settings, task):

@@ -44,7 +44,7 @@ from common.records import AdapterMeta
 from common.settings import Settings
 from common.stats import mean_interval
 from common.store import UNKNOWN_NUMERICS, Store
-from common.tasks import TASK_ENGINE
+from common.tasks import TASK_ENGINE, TRAITS
 from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
@@ -85,7 +85,7 @@ class Team:
         self.sent: dict[str, list[dict]] = {task: [] for task in tasks}
 
     def answer_of(self, task: str, row: dict) -> object:
-        return row["target"] if task == "insights" else row["reference"]
+        return row["reference"] if TRAITS[task].scored_with_reference else row["target"]
 
     async def play(self, task: str, requests: int, correction_rate: float, rating_rate: float) -> dict:
         rows = [self.pool[task][self.rng.randrange(len(self.pool[task]))] for _ in range(requests)]
@@ -216,7 +216,7 @@ def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
 
     data = TaskData(task)
     for row in rows:
-        answer = row["target"] if task == "insights" else row["reference"]
+        answer = row["reference"] if TRAITS[task].scored_with_reference else row["target"]
         data.sft.append({"prompt": render(build_messages(task, row["input"])), "completion": answer_text(task, answer),
                          "source": row["id"]})
     split_validation(data, settings.seed)
@@ -242,7 +242,7 @@ async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Te
     started = time.perf_counter()
     await fleet.start_canary(version, 0.5)
     requests = 0
-    while (store.routes()[1].get(task) or {}).get("canary") == version and time.perf_counter() - started < 900:
+    while store.route(task).canary == version and time.perf_counter() - started < 900:
         requests += (await team.play(task, 16, 0.0, 0.0))["requests"]
         await asyncio.to_thread(watch_canaries, settings, store, fleet, say)
     meta = store.adapter(version)
@@ -261,7 +261,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     prompts = [{"prompt": render(build_messages(task, row["input"])), "task": task, "reference": "", "source": row["id"],
                 "context": json.dumps(settings.reward_context(row["input"]), ensure_ascii=False)}
                for row in {r["id"]: r for r in team.sent[task]}.values()][: settings.unlabelled_prompts_per_round]
-    active = store.routes()[1].get(task, {}).get("active")
+    active = store.route(task).active
     parent = store.adapter(active) if active else None
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}
     held_out_scores: dict[str, list[Score]] = {}
@@ -331,7 +331,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 time.sleep(1.0)  # gateways see a flip within a second
                 entry = {"round": number, "seconds": round(round_seconds, 1), "tasks": {}}
                 for t in tasks:
-                    active = store.routes()[1].get(t, {}).get("active")
+                    active = store.route(t).active
                     before = results["tasks"][t]["rounds"][-1]["version"]
                     scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t])) if (active or "base") != before else latest[t]
                     measurement = {"round": number, "version": active or "base", **measured(scores)}

@@ -20,7 +20,7 @@ from pathlib import Path
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import mean_interval
-from common.tasks import TASK_ENGINE, TASKS
+from common.tasks import TASK_ENGINE, TASKS, TRAITS
 from rewards import score
 from rewards.trivial import makers
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
@@ -63,7 +63,7 @@ def compare(settings: Settings, task: str, rows: list[dict], answers: list[str] 
         candidates[MODEL] = answers
     for name, make in makers(task, [r.get("reference") for r in rows]).items():
         candidates[name] = [make(r["input"]) for r in rows]
-    modes = ("with_reference", "without_reference") if task != "insights" else ("without_reference",)
+    modes = ("with_reference", "without_reference") if TRAITS[task].scored_with_reference else ("without_reference",)
     out = {}
     for mode in modes:
         out[mode] = {name: _summary([score(task, c, r.get("reference") if mode == "with_reference" else None,

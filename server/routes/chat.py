@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from common.records import Record
+from common.tasks import TRAITS
 from rewards.parsing import THINK_CLOSE, THINK_OPEN
 from router.classify import classify
 from router.registry import AUTO_MODEL, PUBLIC_MODELS, REGISTRY
@@ -47,9 +48,9 @@ def _text(content) -> str:
 
 def _content(task: str, record: Record) -> tuple[str, str | None]:
     """What the assistant message says, and the reasoning kept apart from it (insights)."""
-    if task == "insights":
+    if TRAITS[task].thinks:
         return record.output["answer"], record.output.get("think")
-    if task == "sql":
+    if TRAITS[task].runs_sql:
         return record.output["sql"] or record.raw, None
     return (json.dumps(record.output, ensure_ascii=False) if record.output is not None else record.raw), None
 
@@ -131,7 +132,7 @@ async def chat_completions(body: ChatRequest, caller: User):
     deltas, done = await answering.stream(state, prepared)
     chunk_id = f"chatcmpl-{prepared.started:.0f}"
     include_usage = bool((body.stream_options or {}).get("include_usage"))
-    splitter = ThinkSplitter(thinking=task == "insights")
+    splitter = ThinkSplitter(thinking=TRAITS[task].thinks)
 
     async def events():
         yield _chunk(chunk_id, public_model, {"role": "assistant", "content": ""})

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from common.tasks import TASKS
+from common.tasks import TASKS, TRAITS
 from rewards.sql_sandbox import run_readonly
 from server.deps import TaskPath, User
 from server.errors import ApiError
@@ -32,7 +32,7 @@ async def review_queue(task: TaskPath, caller: User, limit: int = Query(30, ge=1
         items = []
         for record, priority, why in ranked:
             executed = None
-            if task == "sql" and isinstance(record.output, dict) and record.output.get("sql"):
+            if TRAITS[task].runs_sql and isinstance(record.output, dict) and record.output.get("sql"):
                 result = run_readonly(settings.db_path, record.output["sql"], timeout_s=settings.sql_time_limit_s, row_cap=20)
                 executed = SqlResult(columns=result.columns, rows=[list(r) for r in result.rows], error=result.error)
             items.append(ReviewItem(id=record.id, time=record.time, input=record.input, output=record.output, raw=record.raw,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import ValidationError
 
-from common.tasks import TASKS
+from common.tasks import TASKS, TRAITS
 from rewards.references import InvalidReference, check_reference
 from server import answering
 from server.deps import TaskPath, User
@@ -43,7 +43,7 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
     overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed,
                  "frequency_penalty": options.frequency_penalty}
     prepared = await answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id)
-    record = await answering.answer(caller.state, prepared, execute=options.execute and task == "sql",
+    record = await answering.answer(caller.state, prepared, execute=options.execute and TRAITS[task].runs_sql,
                                     include_think=options.include_think)
     reward = record.reward
     return TaskResponse(

@@ -157,8 +157,8 @@ def loop(built, redis_url, gateway, engines):
     hotswap = fleet_for(settings, store, gateway)
     for task in list(store.routes()[1]):
         for _ in range(ROLLBACK_DEPTH + 1):  # each rollback goes one promotion back, down to the base model
-            if not store.routes()[1].get(task, {}).get("active"):
+            if not store.route(task).active:
                 break
             asyncio.run(hotswap.rollback(task))
-        assert not store.routes()[1].get(task, {}).get("active"), store.routes()[1].get(task)
+        assert not store.route(task).active, store.route(task)
     time.sleep(0.5)

@@ -29,6 +29,7 @@ import pytest
 
 from common.datasets import load_split
 from common.processes import free_port
+from common.records import Route
 from common.store import Store, content_sha256
 from tests.conftest import REPO
 
@@ -151,8 +152,7 @@ def invariants(serve: Serve, answered: list[str]) -> list[str]:
     engines = {kind: store.engine_urls(kind) for kind in ("base", "think")}
     for task, route in store.routes()[1].items():
         kind = "think" if task == "insights" else "base"
-        for arm in ("active", "canary"):
-            version = route.get(arm)
+        for arm, version in (("active", route.active), ("canary", route.canary)):
             for url in engines[kind] if version else []:
                 served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
                 if version not in served:
@@ -276,8 +276,8 @@ def _small_files() -> None:
 def _abort_canaries(serve: Serve) -> None:
     store = serve.store()
     for task, route in store.routes()[1].items():
-        if route.get("canary"):
-            store.change_route(task, lambda current: {k: v for k, v in current.items() if not k.startswith("canary")})
+        if route.canary:
+            store.change_route(task, Route.without_canary)
 
 
 def _record(kind: str, figures: dict, serve: Serve, traffic: Traffic) -> None:

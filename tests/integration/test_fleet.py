@@ -265,7 +265,7 @@ def test_a_trainer_process_promotes_into_both_engines_before_the_flip_and_both_g
         time.sleep(2)  # traffic after the flip, on both gateways
     assert traffic.failures() == [], traffic.failures()[:5]
 
-    version = store.routes()[1]["push"]["active"]
+    version = store.route("push").active
     assert version, [trainer.log() for trainer in trainers]
     first, second = sorted(trainers, key=lambda trainer: f"promoted {version}" not in trainer.log())
     assert f"promoted {version}" in first.log() and "promoted" not in second.log(), (first.log(), second.log())
@@ -287,7 +287,7 @@ def test_a_trainer_process_promotes_into_both_engines_before_the_flip_and_both_g
 
 def test_a_rollback_under_traffic_through_both_gateways_fails_no_request(fleet, built):
     store = fleet.store
-    version = store.routes()[1]["push"]["active"]
+    version = store.route("push").active
     assert version, "the module's first test promotes a version"
     with Traffic(fleet.gateways, _traffic_inputs(built)) as traffic:
         time.sleep(2)
@@ -295,7 +295,7 @@ def test_a_rollback_under_traffic_through_both_gateways_fails_no_request(fleet, 
         rolled_back = time.time()
         time.sleep(2)
     assert traffic.failures() == [], traffic.failures()[:5]
-    assert store.routes()[1]["push"].get("active") is None
+    assert store.route("push").active is None
     assert any(s.adapter == version for s in traffic.sent)
     after = [s for s in traffic.sent if s.started > rolled_back]
     assert after and all(s.adapter is None for s in after)
@@ -316,7 +316,7 @@ def _completions_by_status(engine_url: str) -> dict[str, float]:
 
 def test_a_killed_base_engine_costs_no_request_and_comes_back_with_the_active_adapter_before_it_takes_traffic(fleet, built):
     store = fleet.store
-    version = store.routes()[1]["push"]["active"]
+    version = store.route("push").active
     assert version, "the module's earlier tests leave a version active"
     victim = fleet.engines["base-2"]
     with Traffic(fleet.gateways, _traffic_inputs(built)) as traffic:

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from common.records import AdapterMeta
+from common.records import AdapterMeta, Route
 from common.store import content_sha256
 from deploy.hotswap import AdapterLoadError, PromotionRefused
 from tests.integration.conftest import RunningServer, fleet, make_state
@@ -38,7 +38,7 @@ def swap_gateway(built, redis_url, engines):
     with RunningServer(create_app(state)) as running:
         running.state = state
         yield running
-    state.store.change_route("extraction", lambda current: {})
+    state.store.change_route("extraction", lambda current: Route())
 
 
 def test_successive_rollbacks_walk_back_one_promotion_at_a_time(swap_gateway, built, engines, tmp_path):
@@ -49,13 +49,13 @@ def test_successive_rollbacks_walk_back_one_promotion_at_a_time(swap_gateway, bu
     first, second = register(store, built, tmp_path, seed=21), register(store, built, tmp_path, seed=22)
     for meta in (first, second):
         asyncio.run(hotswap.promote(meta.version))
-    assert store.routes()[1]["extraction"]["active"] == second.version
+    assert store.route("extraction").active == second.version
     assert asyncio.run(hotswap.rollback("extraction"))["active"] == first.version
     assert store.adapter(first.version).status == "active" and store.adapter(second.version).status == "retired"
     assert asyncio.run(hotswap.rollback("extraction"))["active"] is None
     with pytest.raises(PromotionRefused, match="no active version"):
         asyncio.run(hotswap.rollback("extraction"))
-    assert store.routes()[1]["extraction"].get("active") is None
+    assert store.route("extraction").active is None
 
 
 def test_promote_and_rollback_under_load(swap_gateway, built, tmp_path):

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from common.records import Record, Sampling, decode_record
+from common.records import Record, Route, Sampling, decode_record
 from common.store import RECORDS, Store
 from rewards import REWARD_VERSION, score
 from router.registry import REGISTRY
@@ -398,7 +398,7 @@ def test_lora_version_serves_its_task_after_the_flip(gateway, built, engines, tm
     assert record.adapter == version and record.model == version and record.arm == "active"
     other = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=120).json()
     assert other["route"]["adapter"] is None  # other tasks keep their own route
-    store.change_route("push", lambda current: {})
+    store.change_route("push", lambda current: Route())
 
 
 def test_bench_gateway_cli_compares_both_paths(built, engines):

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 from pydantic import ValidationError
 
-from common.records import AdapterMeta, Record, Reward, Sampling, Usage, adapter_version_name, decode_adapter, decode_record, encode
+from common.records import AdapterMeta, Record, Reward, Route, Sampling, Usage, adapter_version_name, decode_adapter, decode_record, encode
 from common.tasks import TASK_ENGINE, TASKS, ExtractionOutput, output_json_schema
 from router.classify import classify
 from router.prompts import SYSTEM_PROMPTS, build_messages
@@ -69,12 +69,24 @@ def test_adapter_meta_names_and_round_trip():
 
 def test_routing_table_sends_the_canary_its_share_and_the_rest_to_active():
     table = RouteTable(store=None)
-    table.routes = {"sql": {"active": "sql-v2", "canary": "sql-v3", "canary_share": 0.25}}
+    table.routes = {"sql": Route(active="sql-v2", canary="sql-v3", canary_share=0.25)}
     random.seed(1)
     picks = [table.adapter_for("sql") for _ in range(4000)]
     assert set(picks) == {("sql-v2", "active"), ("sql-v3", "canary")}
     assert 0.22 < picks.count(("sql-v3", "canary")) / len(picks) < 0.28
     assert table.adapter_for("push") == (None, "base")  # no route yet: the base model
+
+
+def test_a_route_round_trips_and_reads_what_earlier_releases_stored():
+    route = Route(active="sql-v4", previous="sql-v3", earlier=["sql-v2"], canary="sql-v5", canary_share=0.2, canary_started=1.0,
+                  canary_since="1-0")
+    assert msgspec.json.decode(msgspec.json.encode(route), type=Route) == route and route.served() == {"sql-v4", "sql-v5"}
+    assert route.without_canary() == Route(active="sql-v4", previous="sql-v3", earlier=["sql-v2"])
+    assert msgspec.json.encode(Route()) == b"{}"  # the base model's route stores nothing
+    stored = b'{"active": "push-v2", "previous": null, "earlier": []}'  # as json.dumps wrote them
+    assert msgspec.json.decode(stored, type=Route) == Route(active="push-v2")
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"active": 3}', type=Route)
 
 
 def test_every_task_has_one_spec_engine_and_prompt():

@@ -9,6 +9,7 @@ import trl.trainer.utils as trl_utils
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from common import processes
+from common.records import Route
 from common.settings import Settings
 from trainer import candidate, methods
 from trainer.data import TaskData
@@ -88,8 +89,8 @@ def test_a_candidate_trains_with_its_tasks_own_settings(monkeypatch):
         raise Planned
 
     class NoRoutes:
-        def routes(self):
-            return 0, {}
+        def route(self, task):
+            return Route()
 
     monkeypatch.setattr(candidate, "load_policy", lambda *args, **kwargs: (None, None))
     monkeypatch.setattr(candidate, "run_plan", run_plan)
