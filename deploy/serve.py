@@ -30,6 +30,7 @@ from redis.exceptions import LockError
 from common.processes import die_with_parent, has_gpu, usable_cores
 from common.settings import Settings, load_settings
 from common.store import UNKNOWN_NUMERICS, Store
+from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
@@ -37,7 +38,7 @@ from router.engine_client import ChatTemplate, EnginePool
 from router.routing import RouteTable
 from server.app import create_app
 from server.state import GatewayState
-from trainer import canary
+from trainer import canary, retire
 
 CANARY_WATCH_S = 5.0
 
@@ -128,18 +129,21 @@ def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> Non
         return
     try:
         for task, route in store.routes()[1].items():
-            if not route.get("canary"):
+            if not route.canary:
                 continue
-            records = store.records_since(route["canary_since"], task)
-            verdict = canary.judge(records, route["canary"], route["canary_started"], settings.canary_min_requests,
-                                   settings.canary_max_minutes, labelled=canary.labelled_scorer(settings, store, task, route["canary_started"]))
-            store.update_adapter(route["canary"], canary={**verdict.figures, "verdict": verdict.action, "reason": verdict.reason})
+            records = store.records_since(route.canary_since or "0-0", task)
+            verdict = canary.judge(records, route.canary, route.canary_started or 0.0, settings.canary_min_requests,
+                                   settings.canary_max_minutes, labelled=canary.labelled_scorer(settings, store, task, route.canary_started or 0.0))
+            store.update_adapter(route.canary, canary={**verdict.figures, "verdict": verdict.action, "reason": verdict.reason})
             if verdict.action == "promote":
                 asyncio.run(fleet.promote_canary(task, reason=verdict.reason))
-                say(f"{task}: canary {route['canary']} promoted ({verdict.reason})")
+                meta = store.adapter(route.canary)
+                retired = asyncio.run(retire.retire_after_promotion(settings, store, fleet.urls(TASK_ENGINE[task]), meta, settings.seed))
+                store.update_adapter(meta.version, canary={**meta.canary, "retired": retired})
+                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {retired['reason']}")
             elif verdict.action == "rollback":
                 asyncio.run(fleet.abort_canary(task, reason=verdict.reason))
-                say(f"{task}: canary {route['canary']} rolled back ({verdict.reason})")
+                say(f"{task}: canary {route.canary} rolled back ({verdict.reason})")
     finally:
         with contextlib.suppress(LockError):
             lock.release()

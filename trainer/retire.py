@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
-from common.records import Label
+from common.records import AdapterMeta, Label
 from common.settings import Settings
+from common.tasks import TASK_ENGINE
 from rewards import score
-from router.engine_client import EnginePool
+from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool, EngineUnavailable
 from router.prompts import build_messages
 from router.registry import REGISTRY
 from trainer.gate import CONCURRENCY, row_seed
@@ -46,3 +47,26 @@ async def retire_absorbed(pool: EnginePool, settings: Settings, store, task: str
     retired = store.retire_labels(task, ids, version) if ids else 0
     return {"checked": len(checked), "retired": retired,
             "reason": f"{retired} of the {len(checked)} examples it trained on are answered right (>= {ABSORBED}) without them"}
+
+
+def trained_labels(meta: AdapterMeta) -> set[str]:
+    """The label and record ids a version's supervised, preference and KTO examples came from."""
+    sources = meta.data.get("sources", {})
+    return set(sources.get("sft", ())) | set(sources.get("pairs", ())) | set(sources.get("kto", ()))
+
+
+async def retire_after_promotion(settings: Settings, store, urls: list[str], meta: AdapterMeta, seed: int) -> dict:
+    """What a promotion retires, by whichever path it came (the round's own, or a canary's
+    verdict): the examples `meta` trained on and answers right on its own. After the flip: an
+    engine that fails here retires nothing, and the promotion stands."""
+    trained = trained_labels(meta)
+    if not trained:
+        return {"checked": 0, "retired": 0, "reason": "it trained on no labelled example"}
+    pool = EnginePool(TASK_ENGINE[meta.task], urls, ChatTemplate.load(settings.model_path_of(meta.task)), timeout_s=BATCH_TIMEOUT_S)
+    try:
+        await pool.check()  # a new pool knows no engine's health yet: without a probe every engine counts as down
+        return await retire_absorbed(pool, settings, store, meta.task, meta.version, trained, seed)
+    except EngineUnavailable as error:
+        return {"checked": 0, "retired": 0, "reason": f"not checked: {error}"}
+    finally:
+        await pool.close()

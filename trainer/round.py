@@ -39,7 +39,7 @@ from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool, EngineUnavailable
+from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from trainer import data as round_data
 from trainer import gate, methods, retire, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
@@ -99,7 +99,8 @@ def _abandon_stale_candidates(store: Store) -> list[str]:
     """Candidates of a killed round are never promoted: mark them rejected so the registry says so.
     One that a route already points at (the round died between the flip and the status update)
     gets the status of its route instead."""
-    routed = {route.get(arm): arm for route in store.routes()[1].values() for arm in ("active", "canary") if route.get(arm)}
+    routed = {version: arm for route in store.routes()[1].values() for arm, version in (("active", route.active), ("canary", route.canary))
+              if version}
     stale = []
     for meta in store.adapters():
         if meta.status != "candidate":
@@ -121,16 +122,15 @@ def _pool(settings: Settings, fleet: Fleet, task: str) -> EnginePool:
     return EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
 
 
-async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say,
-                 trained: set[str] = frozenset()) -> dict:
+async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say) -> dict:
     """Gate, shadow replay, then canary, promotion or rejection (a promotion retires the examples
-    the new version absorbed from `trained`, the labels it trained on). Returns what it decided and found."""
+    the new version absorbed of those it trained on). Returns what it decided and found."""
     task, version, kind = candidate.task, candidate.version, TASK_ENGINE[candidate.task]
     timings: dict[str, float] = {}
     started = time.perf_counter()
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     timings["load"] = time.perf_counter() - started
-    incumbent = store.routes()[1].get(task, {}).get("active")
+    incumbent = store.route(task).active
     pool = _pool(settings, fleet, task)
     say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
@@ -161,15 +161,8 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         await fleet.promote(version)
         status = "promoted"
         say(f"{task}: promoted {version} ({reason})")
-        if trained:  # after the flip: a failure here retires nothing, and the promotion stands
-            pool = _pool(settings, fleet, task)
-            try:
-                outcome["retired"] = await retire.retire_absorbed(pool, settings, store, task, version, set(trained), seed)
-            except EngineUnavailable as error:
-                outcome["retired"] = {"checked": 0, "retired": 0, "reason": f"not checked: {error}"}
-            finally:
-                await pool.close()
-            say(f"{task}: examples retired: {outcome['retired']['reason']}")
+        outcome["retired"] = await retire.retire_after_promotion(settings, store, fleet.urls(kind), store.adapter(version), seed)
+        say(f"{task}: examples retired: {outcome['retired']['reason']}")
     else:
         store.update_adapter(version, status="rejected", reason=reason)
         await fleet.unload(version, kind)
@@ -204,7 +197,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         entry["status"] = "not trained: " + (why if not news else "no method has enough data")
         say(f"{task}: {entry['status']}")
         return entry
-    active = store.routes()[1].get(task, {}).get("active")
+    active = store.route(task).active
     start, start_why = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
     entry["start"] = {"from": start, "why": start_why}
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
@@ -222,9 +215,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     store.update_adapter(candidate.version, training={**candidate.training, "stop_conditions": flags})
     entry.update(version=candidate.version, method=candidate.method, training=candidate.training["methods"],
                  stop_conditions=flags, trained_on=data.sources())
-    sources = data.sources()
-    trained = set(sources["sft"]) | set(sources["pairs"]) | set(sources["kto"])
-    judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say, trained))
+    judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say))
     entry["seconds"].update(judged.pop("seconds"))
     entry.update(judged)
     store.mark_trained(task)

@@ -11,6 +11,11 @@ the gateway and corrects every answer with the row's reference. Then:
   `before` (no examples), `at once` (the prompts show the retrieved corrections, as the gateway
   would), `after the round` (the round's version, no examples) and `both` (the round's version with
   the examples left after its retirement). Gains are paired by row, with 95% intervals.
+- **latency with examples**: after the corrections, each held-out input is sent one at a time to
+  the gateway (which shows the examples) and to a second gateway on the same engines and store
+  with retrieval off, in blocks the two take in turn (who goes first swapped every block): the
+  p95 latency of each, their ratio with a 95% interval over resampled block pairs, and the mean
+  prompt tokens. The target: a ratio of at most `LATENCY_TARGET`.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import httpx
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
+from common.stats import block_interval, percentile
 from common.store import Store
 from deploy.bench.learn import _engines, _env, _scratch, interval, measured, paired_gain, post_as_a_client, served_scores
 from deploy.bench.stack import start, wait_ready
@@ -35,6 +41,43 @@ from rewards import score
 from trainer.round import run_round
 
 STATES = ("before", "at once", "after the round", "both")
+LATENCY_TARGET = 1.5  # p95 with examples over p95 without
+LATENCY_BLOCK = 5  # requests per block
+
+
+async def latency_blocks(urls: dict[str, str], task: str, rows: list[dict], block: int = LATENCY_BLOCK) -> dict[str, list[list[dict]]]:
+    """Per side (`with`, `without` examples), per block, each request's seconds and prompt tokens;
+    one request at a time, so each is its own prompt's latency, not a queue's."""
+    blocks: dict[str, list[list[dict]]] = {"with": [], "without": []}
+    unavailable: list[str] = []
+    async with httpx.AsyncClient(timeout=600) as client:
+        for number, first in enumerate(range(0, len(rows), block)):
+            for side in ("with", "without") if number % 2 == 0 else ("without", "with"):
+                timed = []
+                for row in rows[first:first + block]:
+                    started = time.perf_counter()
+                    answer = await post_as_a_client(client, f"{urls[side]}/v1/tasks/{task}", {"input": row["input"]}, unavailable)
+                    timed.append({"seconds": time.perf_counter() - started, "prompt_tokens": answer["usage"]["prompt_tokens"],
+                                  "examples": len(answer.get("examples") or [])})
+                blocks[side].append(timed)
+    return blocks
+
+
+def latency(blocks: dict[str, list[list[dict]]]) -> dict:
+    """p95 per side, the ratio with its block-bootstrap interval, and the verdict on the target."""
+    def p95(side_blocks) -> float:
+        return percentile([r["seconds"] for b in side_blocks for r in b], 0.95)
+
+    pairs = list(zip(blocks["with"], blocks["without"]))
+    ratio = p95(blocks["with"]) / p95(blocks["without"])
+    low, high = block_interval(pairs, lambda chosen: p95([w for w, _ in chosen]) / p95([o for _, o in chosen]))
+    verdict = "met" if high <= LATENCY_TARGET else "missed" if low > LATENCY_TARGET else "undecided"
+    sides = {side: {"p95_s": round(p95(side_blocks), 3), "requests": sum(map(len, side_blocks)),
+                    "prompt_tokens_mean": round(sum(r["prompt_tokens"] for b in side_blocks for r in b) / sum(map(len, side_blocks)), 1),
+                    "examples_mean": round(sum(r["examples"] for b in side_blocks for r in b) / sum(map(len, side_blocks)), 2)}
+             for side, side_blocks in blocks.items()}
+    return {**sides, "p95_ratio": round(ratio, 3), "p95_ratio_ci95": [round(low, 3), round(high, 3)], "target": LATENCY_TARGET,
+            "verdict": verdict}
 
 
 async def correct_and_repeat(settings: Settings, url: str, task: str, rows: list[dict]) -> dict:
@@ -89,6 +132,11 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
                         urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
         url = f"http://127.0.0.1:{port}"
         wait_ready(gateway, "gateway", f"{url}/readyz", scratch / "gateway.log", timeout_s=300)
+        plain_port = free_port()  # the same stack with retrieval off: the latency baseline
+        plain = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway-plain.log", str(scratch), redis_url, urls["base"][0],
+                      urls["think"][0], str(plain_port), "1", str(scratch / "metrics-plain"), "off", env={**env, "TUCANO_EXAMPLES_TASKS": "[]"})
+        plain_url = f"http://127.0.0.1:{plain_port}"
+        wait_ready(plain, "gateway without examples", f"{plain_url}/readyz", scratch / "gateway-plain.log", timeout_s=300)
         fleet = HotSwap.for_settings(store, bench, drain="later")
         for task in tasks:
             held_out = load_split(settings.datasets_dir, task, "test")[:measure_rows]
@@ -102,11 +150,14 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
             entry["at once"] = {**measured(at_once), "gain": paired_gain(at_once, before),
                                 "seconds_after_first_correction": round(time.perf_counter() - started, 1)}
             say(f"{task}: before {entry['before']['mean']}, at once {entry['at once']['mean']} ({entry['at once']['gain']['mean']:+.3f})")
+            entry["latency"] = latency(asyncio.run(latency_blocks({"with": url, "without": plain_url}, task, held_out)))
+            say(f"{task}: p95 latency with examples {entry['latency']['with']['p95_s']} s, without {entry['latency']['without']['p95_s']} s, "
+                f"ratio {entry['latency']['p95_ratio']} {entry['latency']['p95_ratio_ci95']}: {entry['latency']['verdict']}")
             round_started = time.perf_counter()
             summary = run_round(bench, store, fleet, (task,), say=say)
             asyncio.run(fleet.unload_drained())
             time.sleep(1.0)
-            version = store.routes()[1].get(task, {}).get("active")
+            version = store.route(task).active
             entry["round"] = {"seconds": round(time.perf_counter() - round_started, 1), "status": summary["tasks"][task].get("status"),
                               "version": version or "base", "retired": summary["tasks"][task].get("retired")}
             after = asyncio.run(served_scores(bench, fleet, task, version, held_out))
@@ -134,4 +185,12 @@ def table(results: dict) -> str:
         lines.append(f"| {task} | {r['corrections']} | {r['answered_from_correction']} | {r['repeats_better']} | "
                      + (f"{s['mean']:.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s else "-")
                      + f" | {rnd['status']} in {rnd['seconds']} s |")
+    timed = {task: entry["latency"] for task, entry in results["tasks"].items() if entry.get("latency")}
+    if timed:
+        lines += ["", f"| task | p95 with examples (s) | p95 without (s) | ratio [95%] | target <= {LATENCY_TARGET} | prompt tokens with / without |",
+                  "|---|---:|---:|---|---|---|"]
+    for task, lat in timed.items():
+        lines.append(f"| {task} | {lat['with']['p95_s']:.3f} | {lat['without']['p95_s']:.3f} | {lat['p95_ratio']:.2f} "
+                     f"[{lat['p95_ratio_ci95'][0]:.2f}, {lat['p95_ratio_ci95'][1]:.2f}] | {lat['verdict']} | "
+                     f"{lat['with']['prompt_tokens_mean']:.0f} / {lat['without']['prompt_tokens_mean']:.0f} |")
     return "\n".join(lines)

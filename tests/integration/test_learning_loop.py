@@ -141,6 +141,7 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert entry["status"] == "promoted", entry["reason"]
     meta = store.adapter(entry["version"])
     assert meta.status == "active" and meta.gate["decision"]["interval"][0] > 0
+    assert entry["retired"]["checked"] > 0, entry["retired"]  # the examples it trained on, asked of it without demonstrations
     assert meta.training["methods"][0]["method"] == "sft" and meta.training["steps"]["sft"]  # per-step metrics kept
     from deploy.bench import train as bench_train  # `tucano bench train` reads this round's phases back
     costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary["round"]), None)["tasks"]["extraction"]
@@ -175,7 +176,7 @@ def test_ratings_alone_train_with_kto_and_a_rejected_round_loses_nothing(built, 
     summary = run_round(strict, store, fleet_for(strict, store, gateway), ("push",), say=print)
     entry = summary["tasks"]["push"]
     assert [step["method"] for step in entry["plan"]] == ["kto"] and entry["status"] == "rejected"
-    assert store.adapter(entry["version"]).status == "rejected" and store.routes()[1].get("push", {}).get("active") is None
+    assert store.adapter(entry["version"]).status == "rejected" and store.route("push").active is None
     assert store.labels("push") == labels_before  # nothing consumed
     assert store.redis.xinfo_groups(RECORDS)[0]["pending"] == 0  # records acknowledged; labels are what is kept
     relaxed = loop_settings(built, redis_url, train_time_budget_s=10)

@@ -19,7 +19,7 @@ import pytest
 
 from common.datasets import load_split
 from common.processes import free_port
-from common.records import AdapterMeta
+from common.records import AdapterMeta, Route
 from common.settings import load_settings
 from common.store import content_sha256
 from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
@@ -50,7 +50,7 @@ def admin_gateway(built, redis_url, engines):
         running.state, running.admin = state, {"Authorization": "Bearer admin-key"}
         yield running
     for task in ("extraction", "push"):
-        state.store.change_route(task, lambda current: {})
+        state.store.change_route(task, lambda current: Route())
 
 
 def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, redis_url, engines, tmp_path):
@@ -127,7 +127,7 @@ def _canary_until_verdict(gateway, settings, version: str, share: float = 0.5) -
     hotswap = fleet(store, settings, [e.url for e in gateway.state.pools["base"].engines], drain_seconds=2.0)
     deadline = time.monotonic() + 600
     try:
-        while store.routes()[1].get("extraction", {}).get("canary") == version:
+        while store.route("extraction").canary == version:
             assert time.monotonic() < deadline
             time.sleep(1.0)
             watch_canaries(settings, store, hotswap, print)
@@ -147,17 +147,25 @@ def test_a_worse_canary_is_rolled_back_and_a_better_one_promoted_under_load(admi
     assert results and all(status == 200 for status, _ in results)  # no request failed, through start and rollback
     arms = {store.get_record(rid).record.arm for _, rid in results}
     assert arms == {"base", "canary"}
-    assert store.adapter(worse.version).status == "rejected" and store.routes()[1]["extraction"].get("active") is None
+    assert store.adapter(worse.version).status == "rejected" and store.route("extraction").active is None
 
-    better = _train_better(built, store, tmp_path)
+    # the team labelled 16 of the rows the better version trains on: a canary's promotion checks whether it absorbed them
+    rows = load_split(built.datasets_dir, "extraction", "train")[:16]
+    labelled = [httpx.post(f"{admin_gateway.url}/v1/tasks/extraction", headers=admin_gateway.admin, timeout=120,
+                           json={"input": row["input"], "reference": row["reference"]}).json()["id"] for row in rows]
+    better = _train_better(built, store, tmp_path, sources=dict(zip((row["id"] for row in rows), labelled)))
     outcome, results = _canary_until_verdict(admin_gateway, settings, better.version)
     assert outcome["outcome"] == "promoted", outcome
+    assert outcome["retired"]["checked"] == 16 and 0 <= outcome["retired"]["retired"] <= 16, outcome["retired"]
+    retired = {label.id for label in store.labels("extraction") if label.retired_by == better.version}
+    assert len(retired) == outcome["retired"]["retired"] and retired <= set(labelled)
     assert all(status == 200 for status, _ in results)
-    assert store.routes()[1]["extraction"]["active"] == better.version and store.adapter(better.version).status == "active"
+    assert store.route("extraction").active == better.version and store.adapter(better.version).status == "active"
 
 
-def _train_better(built, store, tmp_path) -> AdapterMeta:
-    """An SFT LoRA on extraction references: clearly better than the base model there."""
+def _train_better(built, store, tmp_path, sources: dict[str, str]) -> AdapterMeta:
+    """An SFT LoRA on extraction references: clearly better than the base model there. `sources`:
+    the record ids of the rows the team labelled, which its metadata says it trained on."""
     from trainer import sft
     from trainer.data import TaskData, answer_text, split_validation
     from trainer.policy import load_policy
@@ -173,7 +181,9 @@ def _train_better(built, store, tmp_path) -> AdapterMeta:
     model, tokenizer = load_policy(built.base_model_path, None, 16, 32)
     sft.train(settings, model, tokenizer, data.sft, data.validation, 60, "test")
     model.save_pretrained(tmp_path / "better")
-    return register(store, str(tmp_path / "better"), "extraction")
+    meta = register(store, str(tmp_path / "better"), "extraction")
+    store.update_adapter(meta.version, data={"sources": {"sft": sorted(sources.values())}})
+    return store.adapter(meta.version)
 
 
 def test_two_gateway_processes_see_a_flip_within_a_second(built, redis_url, engines, tmp_path):
@@ -194,13 +204,11 @@ def test_two_gateway_processes_see_a_flip_within_a_second(built, redis_url, engi
             wait_ready(process, f"gateway {n}", f"{urls[-1]}/healthz", log)
         seen = []
         for _ in range(3):
-            flipped = store.change_route("sql", lambda current: {**current, "flip": time.time()})
-            assert flipped
+            store.change_route("sql", lambda current: current)  # the same route written again: the version counter moves
             target, started = store.routes_version(), time.monotonic()
             while not all(httpx.get(f"{u}/readyz", timeout=5).json()["routes_version"] >= target for u in urls):
                 time.sleep(0.02)
             seen.append(time.monotonic() - started)
-        store.change_route("sql", lambda current: {k: v for k, v in current.items() if k != "flip"})
     print(f"both gateways saw each flip after {[round(s, 3) for s in seen]} s")
     assert max(seen) < 1.0
 
@@ -226,10 +234,10 @@ def test_bad_promotion_inputs_are_refused_and_change_nothing(admin_gateway, buil
     assert second.status_code == 409
     not_candidate = httpx.post(f"{url}/v1/adapters/extraction/canary", headers=admin, json={"version": candidate.version, "share": 0.2})
     assert not_candidate.status_code == 409  # it is the canary now, no longer a candidate
-    route = store.routes()[1]["extraction"]
-    assert route["canary"] == candidate.version and route.get("active") is None and store.adapter(other.version).status == "candidate"
+    route = store.route("extraction")
+    assert route.canary == candidate.version and route.active is None and store.adapter(other.version).status == "candidate"
     aborted = httpx.post(f"{url}/v1/adapters/extraction/canary/abort", headers=admin, timeout=120)
-    assert aborted.status_code == 200 and "canary" not in store.routes()[1]["extraction"]
+    assert aborted.status_code == 200 and store.route("extraction").canary is None
 
 
 def test_eval_files_are_checked_row_by_row_and_eval_reports_row_sources(built, redis_url, engines, tmp_path):
