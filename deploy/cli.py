@@ -7,6 +7,8 @@ message naming it and exit code 2, as do unknown subcommands and options.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import signal
 import sys
 from contextlib import nullcontext
@@ -56,10 +58,18 @@ def _exit_cleanly_on_sigterm() -> None:
 
 def _run_bootstrap(settings: Settings, force: bool = False) -> dict:
     """The bootstrap behind one progress display: the stage it is in, the share done, the time
-    spent and the time left (each stage weighted by its expected seconds)."""
+    spent and the time left (each stage weighted by its expected seconds); plain lines where
+    stdout is no terminal (a bar would draw nothing there)."""
     from demo.bootstrap import BootstrapError, expected_seconds, run
+    from deploy.progress import ProgressLines
 
     weights = expected_seconds(settings)
+    if not console.is_terminal:
+        try:
+            return run(settings, ProgressLines("bootstrap", lambda text: console.print(text, highlight=False, soft_wrap=True), weights),
+                       force=force)
+        except BootstrapError as error:
+            raise _fail(f"bootstrap failed: {error}") from None
     offsets = dict(zip(weights, [sum(list(weights.values())[:i]) for i in range(len(weights))]))
     columns = (TextColumn("bootstrap [bold]{task.fields[stage]:<12}[/bold]"), BarColumn(), TaskProgressColumn(),
                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
@@ -155,6 +165,16 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
         fleet = HotSwap.for_settings(store, settings, drain="later")  # serve unloads what the round retired
 
         def one_round() -> None:
+            if not console.is_terminal:  # a log: one line per stage and per tenth of a long one
+                from deploy.progress import ProgressLines
+
+                def say_line(text: str) -> None:
+                    console.print(text, highlight=False, soft_wrap=True)
+                try:
+                    run_round(settings, store, fleet, tasks, say=say_line, progress=ProgressLines("round", say_line))
+                except RoundError as error:
+                    raise _fail(str(error)) from None
+                return
             with Progress(*_BAR_COLUMNS, console=console, transient=True) as bars:
                 bar = bars.add_task("round", total=None)
 
@@ -614,5 +634,23 @@ def settings() -> None:
     console.print_json(json.dumps(_settings().model_dump(mode="json")))
 
 
+def main() -> None:
+    """The console script: the command, then an exit that skips the interpreter's teardown. By then
+    the command has stopped what it started (engines, Valkey, servers) and closed its files; what
+    the teardown would add is triton's (imported with torch) hundreds of `nanobind: leaked` lines
+    on stderr at every stop. The exit status is the command's."""
+    try:
+        app()
+        code = 0
+    except SystemExit as done:
+        if isinstance(done.code, str):  # as the interpreter would: the message on stderr, status 1
+            print(done.code, file=sys.stderr)
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -198,6 +198,19 @@ def test_rerun_skips_finished_steps_and_repairs_half_built_ones(small):
     assert bootstrap.is_built(small)
 
 
+def test_the_bootstrap_reports_in_plain_lines_where_stdout_is_a_log(built):
+    """Run with its output to a pipe, as under a supervisor: a line per stage (a bar would draw nothing),
+    on stderr with the CLI's other reports."""
+    import os
+
+    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bootstrap"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TUCANO_DATA_DIR": str(built.data_dir)})
+    assert result.returncode == 0, result.stderr
+    started = [line.split(" started")[0] for line in result.stderr.splitlines() if " started, " in line]
+    assert started == [f"bootstrap: {stage}" for stage in bootstrap.expected_seconds(built)], result.stderr
+    assert all(" spent, " in line and line.endswith(" left") for line in result.stderr.splitlines() if line.startswith("bootstrap: "))
+
+
 def test_unwritable_data_dir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -1,0 +1,64 @@
+"""Progress where people look. On a terminal the CLI draws rich's bar; elsewhere (a supervisor's
+log, a container's stdout, `tucano serve > serve.log`) a bar draws nothing, so `ProgressLines`
+prints plain lines instead: one when a stage starts, then one each time a long stage passes
+another tenth, each with the time spent and the time left.
+
+The time left is the stages' expected seconds (`weights`; the bootstrap's are measured on two
+cores) scaled by how fast this machine has gone so far; without weights, the stage's own pace.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+LONG_STAGE_S = 60.0  # a stage expected to take this long gets a line every tenth
+TENTHS = 10  # a long stage gets a line each time it passes another tenth
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+class ProgressLines:
+    """A progress callback `(stage, completed, total)` that prints plain lines through `say`."""
+
+    def __init__(self, job: str, say: Callable[[str], None], weights: dict[str, float] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.job, self.say, self.clock = job, say, clock
+        self.weights = dict(weights or {})
+        order = list(self.weights)
+        self.offsets = {stage: sum(self.weights[s] for s in order[:i]) for i, stage in enumerate(order)}
+        self.total = sum(self.weights.values())
+        self.started = clock()
+        self.stage: str | None = None
+        self.stage_started = self.started
+        self.next_tenth = 1  # in tenths
+
+    def __call__(self, stage: str, completed: float, total: float) -> None:
+        share = min(1.0, completed / total) if total else 0.0
+        now = self.clock()
+        if stage != self.stage:
+            self.stage, self.stage_started, self.next_tenth = stage, now, 1
+            self.say(self._line(stage, share, now, "started"))
+            return
+        tenths = math.floor(share * TENTHS + 1e-9)
+        if self._long(stage) and self.next_tenth <= tenths < TENTHS:
+            self.next_tenth = tenths + 1
+            self.say(self._line(stage, share, now, f"{share:.0%}"))
+
+    def _long(self, stage: str) -> bool:
+        return stage not in self.weights or self.weights[stage] >= LONG_STAGE_S
+
+    def _line(self, stage: str, share: float, now: float, what: str) -> str:
+        spent = now - self.started
+        line = f"{self.job}: {stage} {what}, {duration(spent)} spent"
+        if stage in self.weights and self.total:
+            overall = (self.offsets[stage] + self.weights[stage] * share) / self.total
+            pace = spent / (overall * self.total) if overall > 0.02 else 1.0  # this machine's seconds per expected second
+            return f"{line}, {overall:.0%} of the whole, about {duration(pace * self.total * (1 - overall))} left"
+        if share > 0:
+            stage_spent = now - self.stage_started
+            return f"{line}, about {duration(stage_spent * (1 - share) / share)} left in this stage"
+        return line
