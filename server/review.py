@@ -7,20 +7,61 @@ An answer ranks higher for each of:
 - the components the last gate found the candidate weakest on, where this answer scores low;
 - a canary's answer (the canary's verdict is what the label decides).
 
+Then the list is spread over the inputs (maximal marginal relevance): each answer, in turn, loses
+`REDUNDANCY` times its input's word overlap (Jaccard) with the most similar input ranked above it,
+so the same question served three times, or ten reviews of one complaint, do not take the top of
+the queue from the rest. A label teaches the next round its input; a team that labels the first
+answers of a queue of near-repeats teaches it one thing many times (`tucano bench learn
+--label-choice queue` against random labels measured that: docs/results.md).
+
 Answers already labelled (rated, corrected), answered from a correction, or that came from
 another key than the reviewer's (feedback needs the key that made the request, or the admin key)
 are left out. Pure functions over what the route read.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from common.datasets import input_hash
 from common.records import Label, Record
+from rewards.text import STOP_WORDS, fold
 
 DISAGREEMENT = 0.3
 CANARY = 0.2
 WEAK_COMPONENT = 0.2
+REDUNDANCY = 1.0  # an identical input above an answer costs it a whole served score's worth of priority
+
+
+def input_words(task_input: dict) -> frozenset[str]:
+    """The content words of an input's values (a review, a question, a campaign's fields, data rows)."""
+    text = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in task_input.values())
+    return frozenset(word for word in fold(text).split() if len(word) > 2 and word not in STOP_WORDS)
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def spread(ranked: list[tuple[Record, float, list[str]]], limit: int) -> list[tuple[Record, float, list[str]]]:
+    """Greedy maximal marginal relevance over `ranked`: each pick maximises its priority less
+    `REDUNDANCY` times its overlap with the closest input picked before it. The priorities it
+    returns (as picked) never rise down the list: picking only raises the others' overlaps."""
+    words = [input_words(record.input) for record, _, _ in ranked]
+    inputs = [input_hash(record.task, record.input) for record, _, _ in ranked]
+    closest = [0.0] * len(ranked)  # each candidate's overlap with the most similar input picked so far
+    left = list(range(len(ranked)))
+    picked: list[tuple[Record, float, list[str]]] = []
+    while left and len(picked) < limit:
+        best = max(left, key=lambda i: (ranked[i][1] - REDUNDANCY * closest[i], -i))
+        left.remove(best)
+        record, priority, why = ranked[best]
+        if closest[best] > 0:
+            why = [*why, f"like an input above it (word overlap {closest[best]:.2f})"]
+        picked.append((record, round(priority - REDUNDANCY * closest[best], 4), why))
+        for i in left:
+            closest[i] = max(closest[i], 1.0 if inputs[i] == inputs[best] else overlap(words[i], words[best]))
+    return picked
 
 
 def weakest_components(rounds: list[dict], task: str) -> set[str]:
@@ -58,4 +99,4 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[dic
             why.append(f"served by the canary {record.adapter}")
         ranked.append((record, round(priority, 4), why))
     ranked.sort(key=lambda item: -item[1])
-    return ranked[:limit]
+    return spread(ranked, limit)

@@ -35,12 +35,27 @@ def test_low_scores_disagreements_weak_components_and_canaries_come_first():
     rounds = [{"tasks": {"sql": {"decision": {"components": {"question_match": {"difference": -0.1}, "parse": {"difference": 0.2}}}}}}]
     ranked = rank("sql", records, [], rounds, "k1", False, 10)
     order = [record.id for record, _, _ in ranked]
-    assert order[0] == "low" and order[-1] == "high"
+    assert order[0] == "low" and order[-2:] == ["high", "twice-2"]  # the second answer to an input listed already goes last
     assert order.index("twice-1") < order.index("high") and order.index("canary") < order.index("high")
     why = {record.id: reasons for record, _, reasons in ranked}
     assert "the same input was served different answers" in why["twice-1"]
     assert any("question_match" in reason for reason in why["weak"]) and any("canary" in reason for reason in why["canary"])
     assert weakest_components(rounds, "sql") == {"question_match"} and weakest_components([], "sql") == set()
+
+
+def test_the_queue_spreads_over_the_inputs_instead_of_listing_near_repeats_first():
+    """Ten low-scored answers to near-identical questions and three to different ones: the
+    different ones are not buried under the repeats, and the priorities still fall down the list."""
+    repeats = [served(f"rep-{i}", 0.20, f"quantos pedidos foram entregues em sao paulo no mes {i}") for i in range(10)]
+    others = [served("cities", 0.30, "quais cidades de minas gerais compraram mais eletronicos"),
+              served("payments", 0.32, "qual o valor medio das parcelas pagas com boleto"),
+              served("sellers", 0.35, "liste os vendedores do parana com mais avaliacoes ruins")]
+    ranked = rank("sql", repeats + others, [], [], "k1", False, 13)
+    top = [record.id for record, _, _ in ranked[:5]]
+    assert {"cities", "payments", "sellers"} <= set(top) and top[0].startswith("rep-")
+    priorities = [priority for _, priority, _ in ranked]
+    assert priorities == sorted(priorities, reverse=True) and len(ranked) == 13
+    assert any("like an input above it" in reason for reason in dict((r.id, why) for r, _, why in ranked)["rep-1"])
 
 
 def test_labelled_answers_others_keys_and_answers_from_corrections_are_left_out():
