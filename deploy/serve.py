@@ -35,7 +35,7 @@ from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
 from router.engine_client import ChatTemplate, EnginePool
-from router.routing import RouteTable
+from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
 from trainer import canary, retire

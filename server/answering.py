@@ -20,7 +20,7 @@ from rewards.sql_sandbox import run_readonly
 from router.engine_client import Completion, EngineTimeout, EngineUnavailable
 from router.examples import Example
 from router.prompts import build_messages
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from server import metrics
 from server.errors import ApiError, unavailable
 from server.state import GatewayState
@@ -50,7 +50,7 @@ class Prepared:
 async def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str,
                   key_id: str | None = None) -> Prepared:
     started = time.perf_counter()
-    spec = REGISTRY[task]
+    spec = TASK_SPECS[task]
     pool = state.pools[spec.engine]
     adapter, arm = state.routes.adapter_for(task)
     # reads labels from Redis and may re-index them: off the event loop
@@ -63,7 +63,7 @@ async def prepare(state: GatewayState, task: str, task_input: dict, sampling_ove
 
 def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailable) -> ApiError:
     """503 for an engine that is down; 504 for one that took the request and did not answer in time."""
-    kind = REGISTRY[prepared.task].engine
+    kind = TASK_SPECS[prepared.task].engine
     timed_out = isinstance(error, EngineTimeout)
     metrics.ENGINE_ERRORS.labels(kind).inc()
     metrics.REQUESTS.labels(prepared.task, prepared.adapter or "base", "504" if timed_out else "503").inc()
@@ -139,10 +139,10 @@ def from_correction(prepared: Prepared) -> Completion:
 async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> Record:
     if prepared.repeat is not None:
         return await finish(state, prepared, from_correction(prepared), execute, include_think)
-    pool = state.pools[REGISTRY[prepared.task].engine]
+    pool = state.pools[TASK_SPECS[prepared.task].engine]
     called = time.perf_counter()
     try:
-        completion = await pool.complete(prepared.prompt, prepared.adapter, prepared.sampling, REGISTRY[prepared.task].json_schema)
+        completion = await pool.complete(prepared.prompt, prepared.adapter, prepared.sampling, TASK_SPECS[prepared.task].json_schema)
     except EngineUnavailable as error:
         raise _engine_down(state, prepared, error) from None
     engine_call = ENGINE_CALL.get()
@@ -164,9 +164,9 @@ async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator
             done["record"] = await finish(state, prepared, completion)
 
         return whole(), done
-    pool = state.pools[REGISTRY[prepared.task].engine]
+    pool = state.pools[TASK_SPECS[prepared.task].engine]
     info: dict = {}
-    deltas = pool.stream(prepared.prompt, prepared.adapter, prepared.sampling, REGISTRY[prepared.task].json_schema, info)
+    deltas = pool.stream(prepared.prompt, prepared.adapter, prepared.sampling, TASK_SPECS[prepared.task].json_schema, info)
     try:
         first = await deltas.__anext__()
     except StopAsyncIteration:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.tasks import TASKS
-from router.registry import AUTO_MODEL, PUBLIC_MODELS
+from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
 
 TaskName = Literal[TASKS]
 FrequencyPenalty = Annotated[float | None, Field(

@@ -9,7 +9,7 @@ from common.settings import Settings
 from common.store import Store
 from router.engine_client import EnginePool
 from router.examples import Examples
-from router.routing import RouteTable
+from router.route_table import RouteTable
 
 AdapterAction = Callable[[str, str], Awaitable[dict]]  # (action, task or version) -> result
 

@@ -52,7 +52,7 @@ from rewards import Score, score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.examples import ExampleBook
 from router.prompts import build_messages
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
@@ -139,7 +139,7 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     `reference_free`, when given, receives each answer's reference-free score where the row is the
     team's and has a reference (None elsewhere): what `labelled_check` compares. `shown`: each
     row's demonstrations (`demonstrations`), as serving would show them."""
-    spec, shown = REGISTRY[task], shown or {}
+    spec, shown = TASK_SPECS[task], shown or {}
     prompts = [pool.template.render(build_messages(task, row.input, shown.get(row.id, ()))) for row in rows]
     samplings = [spec.sampling.override(seed=row_seed(seed, row.id)) for row in rows]
     keys = [request_key(prompt, sampling, spec.json_schema) for prompt, sampling in zip(prompts, samplings)]

@@ -20,7 +20,7 @@ from datasets import Dataset
 
 from common.settings import Settings
 from rewards.trl import StepLog, reward_function
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from trainer import methods
 
 
@@ -91,7 +91,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
     config = GRPOConfig(
         **methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(prompts) * generations),
         max_steps=settings.grpo_max_steps, num_generations=generations, num_iterations=settings.grpo_iterations,
-        max_completion_length=settings.grpo_max_completion_tokens or REGISTRY[task].sampling.max_tokens,
+        max_completion_length=settings.grpo_max_completion_tokens or TASK_SPECS[task].sampling.max_tokens,
         temperature=1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
         multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
         use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,

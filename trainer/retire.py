@@ -14,7 +14,7 @@ from common.tasks import TASK_ENGINE
 from rewards import score
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool, EngineUnavailable
 from router.prompts import build_messages
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from trainer.gate import CONCURRENCY, row_seed
 
 ABSORBED = 0.9
@@ -29,7 +29,7 @@ def candidates(labels: list[Label], trained: set[str]) -> list[Label]:
 
 async def absorbed(pool: EnginePool, settings: Settings, task: str, version: str, labels: list[Label], seed: int) -> list[str]:
     """The ids of the labels that `version` answers right on its own."""
-    spec, gate = REGISTRY[task], asyncio.Semaphore(CONCURRENCY)
+    spec, gate = TASK_SPECS[task], asyncio.Semaphore(CONCURRENCY)
 
     async def right(label: Label) -> bool:
         prompt = pool.template.render(build_messages(task, label.input))

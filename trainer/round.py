@@ -34,7 +34,6 @@ from typing import Protocol
 
 from redis.exceptions import LockError
 
-from common.datasets import input_key
 from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
@@ -273,9 +272,3 @@ def _recipe(settings: Settings) -> dict:
             "grpo_entropy_coef", "team_eval_share", "promote_margin", "component_tolerance", "gate_max_rows", "gate_look_rows", "shadow_records",
             "canary_share")
     return settings.model_dump(mode="json", include=set(keys), exclude_none=False)
-
-
-def held_out_keys(settings: Settings, store: Store, task: str) -> frozenset[str]:
-    """Every input of a task that no round trains on (for tests and benches that check it)."""
-    team = {input_key(label.input) for label in store.labels(task) if label.split == "eval"}
-    return gate.held_out_inputs(settings, store, task) | team

@@ -20,7 +20,7 @@ from common.stats import mean_interval
 from rewards import score
 from router.engine_client import EnginePool
 from router.prompts import build_messages
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from trainer.gate import CONCURRENCY
 
 MIN_LABELLED = 10
@@ -61,7 +61,7 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
     answer) where given, else reference-free."""
     labels = labels or {}
     started = time.perf_counter()
-    spec = REGISTRY[task]
+    spec = TASK_SPECS[task]
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(record: Record) -> float:

@@ -50,7 +50,7 @@ from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from trainer import gate, grpo
 from trainer.candidate import train_candidate
 from trainer.data import TaskData, answer_text, split_validation
@@ -132,7 +132,7 @@ def answer_shape(task: str, answers: list[dict]) -> dict:
     the gateway's latency. A version that writes long answers shows here before it times out."""
     tokens = sorted(a["usage"]["completion_tokens"] for a in answers)
     seconds = sorted(a["latency_ms"] / 1000 for a in answers)
-    limit = REGISTRY[task].sampling.max_tokens
+    limit = TASK_SPECS[task].sampling.max_tokens
 
     def at(values: list, share: float):
         return values[min(len(values) - 1, int(share * len(values)))]

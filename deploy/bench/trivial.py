@@ -25,7 +25,7 @@ from rewards import score
 from rewards.trivial import makers
 from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
 from router.prompts import build_messages
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from trainer.gate import CONCURRENCY, row_seed
 
 MODEL = "the demo model (served)"
@@ -36,7 +36,7 @@ async def served_answers(settings: Settings, urls: dict[str, list[str]], task: s
     """The base model's answer to each row, as the gateway would get it (no adapter)."""
     kind = TASK_ENGINE[task]
     pool = EnginePool(kind, urls[kind], ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
-    spec, gate = REGISTRY[task], asyncio.Semaphore(CONCURRENCY)
+    spec, gate = TASK_SPECS[task], asyncio.Semaphore(CONCURRENCY)
 
     async def one(row: dict) -> str:
         async with gate:

@@ -13,7 +13,7 @@ from common.records import Record
 from common.tasks import TRAITS
 from rewards.parsing import THINK_CLOSE, THINK_OPEN
 from router.classify import classify
-from router.registry import AUTO_MODEL, PUBLIC_MODELS, REGISTRY
+from router.task_specs import AUTO_MODEL, PUBLIC_MODELS, TASK_SPECS
 from server import answering
 from server.deps import User
 from server.errors import ApiError
@@ -110,7 +110,7 @@ async def chat_completions(body: ChatRequest, caller: User):
         task = PUBLIC_MODELS[body.model]
     else:
         raise ApiError(404, "model_not_found", f"unknown model {body.model!r}; models are {', '.join([*PUBLIC_MODELS, AUTO_MODEL])}")
-    task_input = REGISTRY[task].input_from_text(text)
+    task_input = TASK_SPECS[task].input_from_text(text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p,
                  "max_tokens": body.max_completion_tokens or body.max_tokens, "seed": body.seed,
                  "frequency_penalty": body.frequency_penalty}

@@ -70,7 +70,7 @@ def fleet(store, settings, base_urls, think_url=None, drain_seconds: float = 0.0
 def make_state(settings, store_url, base_urls, think_url):
     from common.store import Store
     from router.engine_client import ChatTemplate, EnginePool
-    from router.routing import RouteTable
+    from router.route_table import RouteTable
     from server.state import GatewayState
 
     store = Store(store_url, maxlen=settings.records_stream_maxlen)

@@ -59,7 +59,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
     from deploy.vllm_server import VllmServer
     from router.engine_client import ChatTemplate, EnginePool
     from router.prompts import build_messages
-    from router.registry import REGISTRY
+    from router.task_specs import TASK_SPECS
     from trainer.candidate import train_candidate
     from trainer.data import TaskData, answer_text, split_validation
 
@@ -70,7 +70,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
         template = ChatTemplate.load(smol.base_model_path)
         row = load_split(smol.datasets_dir, "extraction", "test")[0]
         prompt = template.render(build_messages("extraction", row["input"]))
-        spec = REGISTRY["extraction"]
+        spec = TASK_SPECS["extraction"]
 
         async def answered(version: str | None):
             pool = EnginePool("base", [server.url], template)

@@ -12,7 +12,7 @@ import pytest
 from common.records import Record, Route, Sampling, decode_record
 from common.store import RECORDS, Store
 from rewards import REWARD_VERSION, score
-from router.registry import REGISTRY
+from router.task_specs import TASK_SPECS
 from tests.integration.conftest import RunningServer, make_state
 
 INPUTS = {
@@ -123,7 +123,7 @@ def test_task_api_answers_each_task_with_its_record(gateway):
         record = record_of(gateway.state.store, body["id"])
         check_record(record, task, gateway.state.settings)
         assert record.sampling.seed == 7 and record.sampling.max_tokens == 200
-        assert record.sampling.frequency_penalty == {"push": 0.5, "insights": REGISTRY["insights"].sampling.frequency_penalty}.get(task, 0.0)
+        assert record.sampling.frequency_penalty == {"push": 0.5, "insights": TASK_SPECS["insights"].sampling.frequency_penalty}.get(task, 0.0)
         assert body["scores"]["total"] == record.reward.total
         if task == "sql":
             assert {"sql", "columns", "rows", "truncated", "error"} <= set(body["output"])

@@ -15,7 +15,7 @@ from common.settings import load_settings
 from common.store import Store
 from deploy.serve import OpenBindRefused, check_bind
 from router.engine_client import EnginePool
-from router.routing import RouteTable
+from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
 from tests.conftest import REPO

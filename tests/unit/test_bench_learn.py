@@ -240,9 +240,9 @@ def test_the_team_stops_on_a_503_or_504_every_time_or_on_any_other_error_with_th
 
 def test_the_traffic_says_how_long_answers_ran_and_how_many_hit_the_token_limit():
     from deploy.bench.learn import answer_shape
-    from router.registry import REGISTRY
+    from router.task_specs import TASK_SPECS
 
-    limit = REGISTRY["insights"].sampling.max_tokens
+    limit = TASK_SPECS["insights"].sampling.max_tokens
     answers = [{"usage": {"completion_tokens": t}, "latency_ms": 1000.0 * s}
                for t, s in [(100, 4.0), (120, 5.0), (140, 6.0), (limit, 90.0)] + [(110, 4.5)] * 16]
     shape = answer_shape("insights", answers)

@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineTimeout, EngineUnavailable
-from router.registry import INSIGHTS_FREQUENCY_PENALTY, REGISTRY, Sampling
+from router.task_specs import INSIGHTS_FREQUENCY_PENALTY, TASK_SPECS, Sampling
 
 MODELS = b'{"data": [{"id": "base-model", "parent": null}]}'
 COMPLETION = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
@@ -132,7 +132,7 @@ def gateway_over(engine_url: str, timeout_s: float):
 
     from common.settings import load_settings
     from common.store import Store
-    from router.routing import RouteTable
+    from router.route_table import RouteTable
     from server.app import create_app
     from server.state import GatewayState
     from tests.unit.test_access import UNREACHABLE
@@ -162,7 +162,7 @@ def test_every_sampling_parameter_reaches_the_engine_explicitly(slow_engine):
 
     async def ask() -> None:
         await pool.check()
-        await pool.complete("p", None, REGISTRY["insights"].sampling.override(seed=3), None)
+        await pool.complete("p", None, TASK_SPECS["insights"].sampling.override(seed=3), None)
         await pool.complete("p", "sql-v2", Sampling(0.0, 1.0, 4), {"type": "object"})
         await pool.close()
 

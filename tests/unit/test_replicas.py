@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from router.engine_client import EnginePool, EngineUnavailable
-from router.registry import Sampling
+from router.task_specs import Sampling
 
 GREEDY = Sampling(0.0, 1.0, 4)
 

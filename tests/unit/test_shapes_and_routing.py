@@ -13,8 +13,8 @@ from common.records import AdapterMeta, Record, Reward, Route, Sampling, Usage, 
 from common.tasks import TASK_ENGINE, TASKS, ExtractionOutput, output_json_schema
 from router.classify import classify
 from router.prompts import SYSTEM_PROMPTS, build_messages
-from router.registry import REGISTRY
-from router.routing import RouteTable
+from router.route_table import RouteTable
+from router.task_specs import TASK_SPECS
 from server.schemas import INPUT_MODELS, ChatRequest, FeedbackRequest, TaskRequest
 
 
@@ -90,8 +90,8 @@ def test_a_route_round_trips_and_reads_what_earlier_releases_stored():
 
 
 def test_every_task_has_one_spec_engine_and_prompt():
-    assert set(REGISTRY) == set(TASKS) == set(SYSTEM_PROMPTS) == set(INPUT_MODELS)
-    for task, spec in REGISTRY.items():
+    assert set(TASK_SPECS) == set(TASKS) == set(SYSTEM_PROMPTS) == set(INPUT_MODELS)
+    for task, spec in TASK_SPECS.items():
         assert spec.engine == TASK_ENGINE[task] and spec.sampling.max_tokens > 0
         assert (spec.json_schema is not None) == (task in ("extraction", "push"))
     # the prompt states the domains the schema enforces, from the same tuples

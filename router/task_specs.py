@@ -1,4 +1,4 @@
-"""The task registry: for each task, how it is served and judged.
+"""Task specs: for each task, how it is served and judged.
 
 One `TaskSpec` per task: the engine it routes to (`common.tasks.TASK_ENGINE`),
 its sampling defaults (set explicitly on every request, never left to the model's
@@ -43,10 +43,10 @@ SAMPLING = {
     "insights": Sampling(0.6, 0.95, 768, frequency_penalty=INSIGHTS_FREQUENCY_PENALTY),
 }
 INPUT_FIELD = {"extraction": "review", "sql": "question", "push": "briefing", "insights": "question"}
-REGISTRY: dict[str, TaskSpec] = {
+TASK_SPECS: dict[str, TaskSpec] = {
     task: TaskSpec(task, TASK_ENGINE[task], SAMPLING[task], output_json_schema(task), INPUT_FIELD[task]) for task in TASKS
 }
-assert set(REGISTRY) == set(TASKS)
+assert set(TASK_SPECS) == set(TASKS)
 
 PUBLIC_MODELS = {f"tucano-{task}": task for task in TASKS}
 AUTO_MODEL = "tucano-auto"
