@@ -113,8 +113,10 @@ def _run_round_process(settings: Settings, redis_url: str, say) -> None:
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the gateway workers' metrics files, not the trainer's
     env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // 2)))  # the engines keep the other half
     with log_path.open("ab") as log_file:
+        # a stopping `serve` stops its round too (SIGTERM: an interrupted round loses nothing), rather than
+        # leaving it to run on against the Valkey and engines that stop with `serve`
         trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         if not has_gpu():  # it trains on the gateway's cores: it yields to it, as the engines do
             os.setpriority(os.PRIO_PROCESS, trainer.pid, COMPUTE_NICE)
         code = trainer.wait()
