@@ -7,7 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from server.deps import User
 from server.errors import ApiError
-from server.schemas import ErrorResponse, RoundList
+from server.schemas import ErrorResponse, RoundList, RoundSummaryInfo
 
 router = APIRouter(tags=["rounds"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 422, 429, 503)}
@@ -18,7 +18,7 @@ async def list_rounds(caller: User, limit: int = Query(20, ge=1, le=500)) -> Rou
     return RoundList(rounds=await run_in_threadpool(caller.state.store.rounds, limit))
 
 
-@router.get("/v1/rounds/{round_id}", operation_id="show_round", responses=ERRORS)
+@router.get("/v1/rounds/{round_id}", operation_id="show_round", response_model=RoundSummaryInfo, responses=ERRORS)
 async def show_round(round_id: str, caller: User) -> dict:
     found = await run_in_threadpool(caller.state.store.round, round_id) if len(round_id) <= 64 else None
     if found is None:

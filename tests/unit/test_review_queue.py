@@ -84,3 +84,29 @@ def test_the_page_is_served_and_bad_queries_are_refused_readably(down):
         assert response.status_code == 422 and response.json()["error"]["type"] == "invalid_request"
     response = down.get("/v1/review/sql")
     assert response.status_code == 503 and response.json()["error"]["type"] == "store_unavailable"
+
+
+def test_rounds_are_served_with_their_documented_shape(monkeypatch):
+    """/v1/rounds and /v1/rounds/{id} answer typed summaries (their fields in the OpenAPI schema),
+    keeping the keys the model does not name (per-method training records)."""
+    summary = {"round": "r20261127T210518-16e28c", "started": 1.0, "records": 202, "seconds": 53.08, "acknowledged": 202,
+               "orphans_removed": [], "settings": {"train_method": "auto"},
+               "tasks": {"extraction": {"labels": 180, "data": {"sft": 113, "skipped": {"eval": 4}}, "why": "180 labels new",
+                                        "plan": [{"method": "sft", "why": "113 supervised examples"}],
+                                        "start": {"from": "base", "why": "no active version"}, "status": "promoted",
+                                        "version": "extraction-v4", "method": "sft", "seconds": {"training": 20.5, "gate": 9.1},
+                                        "stop_conditions": {"grad_norm_spikes": {"flagged": False, "spikes": 0}},
+                                        "decision": {"n": 32, "difference": 0.13, "interval": [0.08, 0.18]}, "incumbent": "base",
+                                        "retired": {"checked": 24, "retired": 14, "reason": "14 of the 24"}, "training": [{"steps": 40}]},
+                         "sql": {"labels": 3, "data": {"sft": 0}, "why": "nothing new", "plan": [], "status": "not trained: nothing new"}}}
+    with TestClient(app_for(None, None)) as client:
+        monkeypatch.setattr(client.app.state.gateway.store, "rounds", lambda limit: [summary])
+        monkeypatch.setattr(client.app.state.gateway.store, "round", lambda round_id: summary if round_id == summary["round"] else None)
+        listed = client.get("/v1/rounds").json()["rounds"]
+        one = client.get(f"/v1/rounds/{summary['round']}").json()
+        assert client.get("/v1/rounds/r-none").status_code == 404
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+    assert listed == [one] and one["tasks"]["extraction"]["training"] == [{"steps": 40}] and one["tasks"]["sql"]["version"] is None
+    assert one["tasks"]["extraction"]["retired"]["retired"] == 14 and one["orphans_removed"] == []
+    assert {"status", "decision", "retired", "plan"} <= set(schema["TaskRound"]["properties"])
+    assert schema["RoundList"]["properties"]["rounds"]["items"] == {"$ref": "#/components/schemas/RoundSummaryInfo"}
