@@ -214,7 +214,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     from common.store import Store
     from common.tasks import TASK_ENGINE, TASKS
     from deploy.hotswap import HotSwap
-    from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool, EngineUnavailable
+    from router.engine_client import EnginePool, EngineUnavailable
     from trainer import gate
 
     settings = _settings()
@@ -240,7 +240,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
                 for meta in extra.get(t, []):
                     await fleet.load(meta.version, meta.path, kind)
                 rows = gate.eval_rows(settings, store, t)
-                pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(t)), timeout_s=BATCH_TIMEOUT_S)
+                pool = EnginePool.for_task(settings, t, fleet.urls(kind))
                 try:
                     scores = {v or "base": await gate.answer(pool, settings, t, v, rows, settings.seed) for v in dict.fromkeys(versions)}
                 finally:

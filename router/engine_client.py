@@ -21,7 +21,8 @@ import aiohttp
 import msgspec
 
 from common.records import Sampling
-from common.settings import ENGINE_TIMEOUT_S
+from common.settings import ENGINE_TIMEOUT_S, Settings
+from common.tasks import TASK_ENGINE
 
 
 class EngineUnavailable(RuntimeError):
@@ -131,6 +132,12 @@ class EnginePool:
         self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def for_task(cls, settings: Settings, task: str, urls: list[str]) -> EnginePool:
+        """The engines that serve `task`, with its model's chat template, for batch work that waits
+        on a whole burst of answers (the gate, shadow replay, retirement, eval, benchmarks)."""
+        return cls(TASK_ENGINE[task], urls, ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
 
     def _client(self) -> aiohttp.ClientSession:
         """The session of the running event loop (an aiohttp session is bound to the loop that made it)."""

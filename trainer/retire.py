@@ -10,9 +10,8 @@ import asyncio
 
 from common.records import AdapterMeta, Label
 from common.settings import Settings
-from common.tasks import TASK_ENGINE
 from rewards import score
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool, EngineUnavailable
+from router.engine_client import EnginePool, EngineUnavailable
 from router.prompts import build_messages
 from router.task_specs import TASK_SPECS
 from trainer.gate import CONCURRENCY, row_seed
@@ -62,7 +61,7 @@ async def retire_after_promotion(settings: Settings, store, urls: list[str], met
     trained = trained_labels(meta)
     if not trained:
         return {"checked": 0, "retired": 0, "reason": "it trained on no labelled example"}
-    pool = EnginePool(TASK_ENGINE[meta.task], urls, ChatTemplate.load(settings.model_path_of(meta.task)), timeout_s=BATCH_TIMEOUT_S)
+    pool = EnginePool.for_task(settings, meta.task, urls)
     try:
         await pool.check()  # a new pool knows no engine's health yet: without a probe every engine counts as down
         return await retire_absorbed(pool, settings, store, meta.task, meta.version, trained, seed)

@@ -38,7 +38,7 @@ from common.records import AdapterMeta
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
+from router.engine_client import ChatTemplate, EnginePool
 from trainer import data as round_data
 from trainer import gate, methods, retire, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
@@ -116,11 +116,6 @@ def _round_seed(round_id: str) -> int:
     return zlib.crc32(round_id.encode())
 
 
-def _pool(settings: Settings, fleet: Fleet, task: str) -> EnginePool:
-    kind = TASK_ENGINE[task]
-    return EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
-
-
 async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say) -> dict:
     """Gate, shadow replay, then canary, promotion or rejection (a promotion retires the examples
     the new version absorbed of those it trained on). Returns what it decided and found."""
@@ -130,7 +125,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     timings["load"] = time.perf_counter() - started
     incumbent = store.route(task).active
-    pool = _pool(settings, fleet, task)
+    pool = EnginePool.for_task(settings, task, fleet.urls(kind))
     say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)

@@ -49,7 +49,7 @@ from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import Score, score
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
+from router.engine_client import ChatTemplate, EnginePool
 from router.task_specs import TASK_SPECS
 from trainer import gate, grpo
 from trainer.candidate import train_candidate
@@ -174,7 +174,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
     shown = gate.demonstrations(settings, examples_from, task, eval_rows)
-    pool = EnginePool(kind, fleet.urls(kind), ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
+    pool = EnginePool.for_task(settings, task, fleet.urls(kind))
     try:
         return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown)
     finally:

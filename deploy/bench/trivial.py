@@ -23,7 +23,7 @@ from common.stats import mean_interval
 from common.tasks import TASK_ENGINE, TASKS, TRAITS
 from rewards import score
 from rewards.trivial import makers
-from router.engine_client import BATCH_TIMEOUT_S, ChatTemplate, EnginePool
+from router.engine_client import EnginePool
 from router.prompts import build_messages
 from router.task_specs import TASK_SPECS
 from trainer.gate import CONCURRENCY, row_seed
@@ -35,7 +35,7 @@ REFERENCE = "the reference answer"
 async def served_answers(settings: Settings, urls: dict[str, list[str]], task: str, rows: list[dict]) -> list[str]:
     """The base model's answer to each row, as the gateway would get it (no adapter)."""
     kind = TASK_ENGINE[task]
-    pool = EnginePool(kind, urls[kind], ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
+    pool = EnginePool.for_task(settings, task, urls[kind])
     spec, gate = TASK_SPECS[task], asyncio.Semaphore(CONCURRENCY)
 
     async def one(row: dict) -> str:
