@@ -6,11 +6,13 @@ and msgspec does it in a fraction of the json module's time; decoding checks eve
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 
 from common.datasets import input_hash, split_of
+from common.rounds import DOCSTRINGS, CanaryRecord, GateRecord, TrainingData, TrainingRecord
 
 Arm = Literal["base", "active", "canary"]
 Split = Literal["train", "eval"]
@@ -115,9 +117,19 @@ def label_of(record: Record, eval_share: float) -> Label:
                  answer_source="reference" if record.reference is not None else None, key_id=record.key_id, updated=record.time)
 
 
-class AdapterMeta(msgspec.Struct):
+@dataclass
+class StatusChange:
+    status: AdapterStatus
+    at: float
+    reason: str | None = None
+
+
+@dataclass
+class AdapterMeta:
     """A registered adapter version. Immutable in what defines it (version, files, hash, lineage);
-    only its status and what the gate and the canary found are updated."""
+    only its status and what the gate and the canary found are updated. A dataclass rather than a
+    Struct, like the round's shapes in `common.rounds`: the API answers it as it is stored."""
+    __pydantic_config__ = DOCSTRINGS
     version: str
     task: str
     path: str
@@ -127,14 +139,19 @@ class AdapterMeta(msgspec.Struct):
     method: str | None = None
     base_model: str | None = None
     sha256: str | None = None
-    created: float = msgspec.field(default_factory=time.time)
+    created: float = field(default_factory=time.time)
     trainable_parameters: int | None = None
-    data: dict[str, Any] = {}  # what it was trained on: label ids, record window, counts
-    training: dict[str, Any] = {}  # per method: steps, seconds, per-step metrics
-    gate: dict[str, Any] = {}  # the promotion decision: n, intervals, components, shadow replay
-    canary: dict[str, Any] = {}  # the canary's outcome
-    reason: str | None = None  # why it was rejected or retired
-    history: list[dict[str, Any]] = []  # status changes: {"status", "at", "reason"}
+    data: TrainingData | None = None
+    """What it was trained on: examples per kind and the labels and records they came from."""
+    training: TrainingRecord | None = None
+    """Per method: steps, seconds, TRL's step metrics; the stop conditions."""
+    gate: GateRecord | None = None
+    """The promotion gate's decision and the shadow replay."""
+    canary: CanaryRecord | None = None
+    """The canary's verdict and what became of it."""
+    reason: str | None = None
+    """Why it was rejected or retired."""
+    history: list[StatusChange] = field(default_factory=list)
 
 
 class Route(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -192,7 +209,12 @@ def decode_record(raw: bytes | str) -> Record:
 
 
 def decode_adapter(raw: bytes | str) -> AdapterMeta:
-    return msgspec.json.decode(raw, type=AdapterMeta)
+    """A stored version; one written before its sub-records were typed kept `{}` for "none yet"."""
+    data = msgspec.json.decode(raw)
+    for key in ("data", "training", "gate", "canary"):
+        if data.get(key) == {}:
+            data[key] = None
+    return msgspec.convert(data, AdapterMeta)
 
 
 def decode_label(raw: bytes | str) -> Label:

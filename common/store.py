@@ -27,7 +27,7 @@ import json
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
@@ -43,6 +43,7 @@ from common.records import (
     Record,
     RecordPoint,
     Route,
+    StatusChange,
     adapter_version_name,
     decode_adapter,
     decode_label,
@@ -50,6 +51,7 @@ from common.records import (
     encode,
     label_of,
 )
+from common.rounds import RoundSummary, decode_round, encode_round
 from common.tasks import TASK_ENGINE, TASKS
 
 RECORDS = "tucano:records"
@@ -256,32 +258,30 @@ class Store:
 
     # --- rounds and eval sets --------------------------------------------------------------
 
-    def save_round(self, summary: dict) -> None:
+    def save_round(self, summary: RoundSummary) -> None:
         pipe = self.redis.pipeline(transaction=True)
-        pipe.set(f"tucano:round:{summary['round']}", json.dumps(summary, ensure_ascii=False))
-        pipe.lpush(ROUNDS, summary["round"])
+        pipe.set(f"tucano:round:{summary.round}", encode_round(summary))
+        pipe.lpush(ROUNDS, summary.round)
         pipe.hincrby(ROUND_TOTALS, "rounds", 1)
-        pipe.hincrbyfloat(ROUND_TOTALS, "seconds", float(summary.get("seconds") or 0))
-        for task, entry in summary.get("tasks", {}).items():
-            outcome = str(entry.get("status", "unknown")).split(":")[0].strip()
+        pipe.hincrbyfloat(ROUND_TOTALS, "seconds", summary.seconds)
+        for task, outcome in summary.outcomes().items():
             pipe.hincrby(ROUND_TOTALS, f"decision:{task}:{outcome}", 1)
-        pipe.hset(ROUND_TOTALS, mapping={"last_seconds": float(summary.get("seconds") or 0),
-                                         "last_started": float(summary.get("started") or 0)})
+        pipe.hset(ROUND_TOTALS, mapping={"last_seconds": summary.seconds, "last_started": summary.started})
         pipe.execute()
 
     def round_totals(self) -> dict[str, float]:
         """The counters over every saved round (`tucano:rounds:totals`); empty before the first."""
         return {name: float(value) for name, value in self.redis.hgetall(ROUND_TOTALS).items()}
 
-    def rounds(self, count: int = 50) -> list[dict]:
+    def rounds(self, count: int = 50) -> list[RoundSummary]:
         """The newest rounds' summaries, newest first."""
         ids = self.redis.lrange(ROUNDS, 0, count - 1)
         raws = self.redis.mget([f"tucano:round:{i}" for i in ids]) if ids else []
-        return [json.loads(raw) for raw in raws if raw]
+        return [decode_round(raw) for raw in raws if raw]
 
-    def round(self, round_id: str) -> dict | None:
+    def round(self, round_id: str) -> RoundSummary | None:
         raw = self.redis.get(f"tucano:round:{round_id}")
-        return json.loads(raw) if raw else None
+        return decode_round(raw) if raw else None
 
     def add_eval_rows(self, task: str, rows: dict[str, dict]) -> int:
         """Add rows (input hash -> row) to a task's loaded eval set; returns how many were new."""
@@ -481,10 +481,10 @@ class Store:
             raw = pipe.get(_adapter_key(version))
             if raw is None:
                 raise KeyError(version)
-            meta = msgspec.structs.replace(decode_adapter(raw), **changes)
+            meta = replace(decode_adapter(raw), **changes)
             if status is not None:
                 meta.status = status
-                meta.history = [*meta.history, {"status": status, "at": time.time(), "reason": reason}]
+                meta.history = [*meta.history, StatusChange(status=status, at=time.time(), reason=reason)]
             if reason is not None:
                 meta.reason = reason
             pipe.multi()

@@ -305,6 +305,9 @@ def rounds_list(ctx: typer.Context, limit: Annotated[int, typer.Option(min=1, ma
 @rounds_app.command("show")
 def rounds_show(round_id: str) -> None:
     """One round in full (JSON)."""
+    import msgspec
+
+    from common.rounds import encode_round
     from common.store import Store
 
     settings = _settings()
@@ -312,7 +315,7 @@ def rounds_show(round_id: str) -> None:
         found = Store(url).round(round_id)
     if found is None:
         raise _fail(f"no round {round_id!r}", 2)
-    print(json.dumps(found, indent=2, ensure_ascii=False))
+    print(msgspec.json.format(encode_round(found), indent=2).decode())
 
 
 @adapters_app.command("list")

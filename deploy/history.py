@@ -7,38 +7,37 @@ import time
 from rich.table import Table
 
 from common.records import AdapterMeta
+from common.rounds import GateDecision, RoundSummary, TrainingData
 
 
 def when(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch)) if epoch else "-"
 
 
-def _interval(decision: dict) -> str:
-    if not decision:
+def _interval(decision: GateDecision | None) -> str:
+    if decision is None:
         return "-"
-    low, high = decision.get("interval", [0, 0])
-    return f"{decision.get('difference', 0):+.3f} [{low:+.3f}, {high:+.3f}] n={decision.get('n', 0)}"
+    low, high = decision.interval
+    return f"{decision.difference:+.3f} [{low:+.3f}, {high:+.3f}] n={decision.n}"
 
 
-def rounds_table(rounds: list[dict]) -> Table:
+def rounds_table(rounds: list[RoundSummary]) -> Table:
     table = Table("round", "started", "task", "methods", "examples", "gate: difference [95%] n", "outcome", "flags", "s")
     for summary in rounds:
-        for task, entry in summary.get("tasks", {}).items():
-            data = entry.get("data", {})
-            examples = f"sft {data.get('sft', 0)} pairs {data.get('pairs', 0)} kto {data.get('kto', 0)} prompts {data.get('prompts', 0)}"
-            flags = [name for name, flag in (entry.get("stop_conditions") or {}).items() if flag.get("flagged")]
-            table.add_row(summary["round"], when(summary.get("started")), task, entry.get("method") or "-", examples,
-                          _interval(entry.get("decision") or {}), entry.get("status", "-"), ", ".join(flags) or "-",
-                          str(summary.get("seconds", "-")))
+        for task, entry in summary.tasks.items():
+            data = entry.data or TrainingData()
+            examples = f"sft {data.sft} pairs {data.pairs} kto {data.kto} prompts {data.prompts}"
+            flags = [name for name, flag in entry.stop_conditions.items() if flag.flagged]
+            table.add_row(summary.round, when(summary.started), task, entry.method or "-", examples,
+                          _interval(entry.decision), str(entry.outcome), ", ".join(flags) or "-", str(summary.seconds))
     return table
 
 
 def adapters_table(metas: list[AdapterMeta]) -> Table:
     table = Table("version", "task", "status", "method", "parent", "gate: difference [95%] n", "canary", "created", "changed")
     for meta in metas:
-        decision = meta.gate.get("decision") or {}
-        changed = meta.history[-1]["at"] if meta.history else None
-        table.add_row(meta.version, meta.task, meta.status, meta.method or "-", meta.parent or "-", _interval(decision),
-                      meta.canary.get("verdict", meta.canary.get("outcome", "-")) if meta.canary else "-",
-                      when(meta.created), when(changed))
+        changed = meta.history[-1].at if meta.history else None
+        canary = (meta.canary.outcome or meta.canary.verdict or "-") if meta.canary else "-"
+        table.add_row(meta.version, meta.task, meta.status, meta.method or "-", meta.parent or "-",
+                      _interval(meta.gate.decision if meta.gate else None), canary, when(meta.created), when(changed))
     return table

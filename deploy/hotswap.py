@@ -16,12 +16,14 @@ import contextlib
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import msgspec
 
 from common.records import AdapterMeta, Route
+from common.rounds import CanaryRecord
 from common.settings import Settings
 from common.store import Store, content_sha256
 from common.tasks import TASK_ENGINE
@@ -245,7 +247,7 @@ class HotSwap:
     async def promote_canary(self, task: str, reason: str = "promoted by hand") -> dict:
         version = self._canary(task)
         result = await self.promote(version)
-        self.store.update_adapter(version, canary={**self.store.adapter(version).canary, "outcome": "promoted", "reason": reason})
+        self.store.update_adapter(version, canary=replace(self.store.adapter(version).canary or CanaryRecord(), outcome="promoted", reason=reason))
         return result
 
     async def abort_canary(self, task: str, reason: str = "aborted by hand") -> dict:
@@ -254,7 +256,7 @@ class HotSwap:
 
         route = self.store.change_route(task, Route.without_canary)
         meta = self.store.update_adapter(version, status="rejected", reason=f"canary rolled back: {reason}")
-        self.store.update_adapter(version, canary={**meta.canary, "outcome": "rolled back", "reason": reason})
+        self.store.update_adapter(version, canary=replace(meta.canary or CanaryRecord(), outcome="rolled back", reason=reason))
         await self._retire(version, {route.active}, TASK_ENGINE[task])
         return {"task": task, "active": route.active, "canary": None, "rolled_back": version}
 
@@ -272,7 +274,7 @@ class HotSwap:
                         continue  # an engine that is down has nothing loaded
                     for version in (m["id"] for m in listed if m.get("parent")):
                         meta = self.store.adapter(version)
-                        changed = meta.history[-1]["at"] if meta and meta.history else 0.0
+                        changed = meta.history[-1].at if meta and meta.history else 0.0
                         if meta and version not in routed and meta.status in ("retired", "rejected") \
                                 and now - changed >= self.drain_seconds:
                             with contextlib.suppress(httpx.HTTPError):

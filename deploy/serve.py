@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
@@ -28,6 +29,7 @@ from fastapi import FastAPI
 from redis.exceptions import LockError
 
 from common.processes import die_with_parent, has_gpu, usable_cores
+from common.rounds import CanaryRecord
 from common.settings import Settings, load_settings
 from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE
@@ -136,13 +138,13 @@ def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> Non
             records = store.records_since(route.canary_since or "0-0", task)
             verdict = canary.judge(records, route.canary, route.canary_started or 0.0, settings.canary_min_requests,
                                    settings.canary_max_minutes, labelled=canary.labelled_scorer(settings, store, task, route.canary_started or 0.0))
-            store.update_adapter(route.canary, canary={**verdict.figures, "verdict": verdict.action, "reason": verdict.reason})
+            store.update_adapter(route.canary, canary=verdict.record)
             if verdict.action == "promote":
                 asyncio.run(fleet.promote_canary(task, reason=verdict.reason))
                 meta = store.adapter(route.canary)
                 retired = asyncio.run(retire.retire_after_promotion(settings, store, fleet.urls(TASK_ENGINE[task]), meta, settings.seed))
-                store.update_adapter(meta.version, canary={**meta.canary, "retired": retired})
-                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {retired['reason']}")
+                store.update_adapter(meta.version, canary=replace(meta.canary or CanaryRecord(), retired=retired))
+                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {retired.reason}")
             elif verdict.action == "rollback":
                 asyncio.run(fleet.abort_canary(task, reason=verdict.reason))
                 say(f"{task}: canary {route.canary} rolled back ({verdict.reason})")

@@ -25,6 +25,7 @@ from collections import defaultdict
 
 from common.datasets import input_hash
 from common.records import Label, Record
+from common.rounds import RoundSummary
 from rewards.text import STOP_WORDS, fold
 
 DISAGREEMENT = 0.3
@@ -64,16 +65,16 @@ def spread(ranked: list[tuple[Record, float, list[str]]], limit: int) -> list[tu
     return picked
 
 
-def weakest_components(rounds: list[dict], task: str) -> set[str]:
+def weakest_components(rounds: list[RoundSummary], task: str) -> set[str]:
     """The components the newest gate of the task found the candidate behind on."""
     for summary in rounds:  # newest first
-        components = summary.get("tasks", {}).get(task, {}).get("decision", {}).get("components")
-        if components:
-            return {name for name, c in components.items() if c.get("difference", 0.0) < 0 and not name.startswith("field:")}
+        entry = summary.tasks.get(task)
+        if entry and entry.decision and entry.decision.components:
+            return {name for name, c in entry.decision.components.items() if c.difference < 0 and not name.startswith("field:")}
     return set()
 
 
-def rank(task: str, records: list[Record], labels: list[Label], rounds: list[dict], key_id: str | None, admin: bool,
+def rank(task: str, records: list[Record], labels: list[Label], rounds: list[RoundSummary], key_id: str | None, admin: bool,
          limit: int) -> list[tuple[Record, float, list[str]]]:
     """(record, priority, why) for the answers a label would help most, highest first."""
     labelled = {label.id for label in labels if label.rating is not None or label.answer_source == "correction"}

@@ -5,6 +5,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.records import AdapterMeta
+from common.rounds import RoundSummary
 from common.tasks import TASKS
 from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
 
@@ -201,54 +203,14 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-class AdapterInfo(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    version: str
-    task: str
-    status: str
-
-
 class CanaryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(min_length=1, max_length=64, description="A candidate version of the task, like sql-v4.")
     share: float = Field(gt=0.0, lt=1.0, description="Share of the task's traffic the canary serves, in (0, 1).")
 
 
-class TaskRound(BaseModel):
-    """What a round did with one task. More keys may follow these (per-method training records)."""
-    model_config = ConfigDict(extra="allow")
-    status: str = Field(description="The outcome: promoted, canary, rejected, `not trained: <why>` or `failed: <why>`.")
-    why: str | None = Field(None, description="Why the task trained (or not): its new labels or records.")
-    labels: int | None = Field(None, description="The task's labels when the round read them.")
-    data: dict[str, Any] | None = Field(None, description="Examples per kind (sft, pairs, kto, prompts, validation...) and what was skipped.")
-    plan: list[dict[str, str]] = Field([], description="The methods in order, each with why `auto` chose it.")
-    start: dict[str, str] | None = Field(None, description="What the candidate started from (the active version or the base model) and why.")
-    version: str | None = Field(None, description="The candidate version it trained.")
-    method: str | None = None
-    seconds: dict[str, float] | None = Field(None, description="Wall time per phase: training, load, gate, shadow, flip.")
-    stop_conditions: dict[str, Any] | None = Field(None, description="The seed project's stop conditions, each with whether its training steps raised it.")
-    decision: dict[str, Any] | None = Field(None, description="The gate's decision: n, the mean paired difference, its 95% "
-                                            "interval, each component's, and the reason.")
-    incumbent: str | None = Field(None, description="What the candidate was compared with (a version, or base).")
-    shadow: dict[str, Any] | None = Field(None, description="Shadow replay on recent real inputs.")
-    retired: dict[str, Any] | None = Field(None, description="Examples the promoted version absorbed and retired from retrieval.")
-    reason: str | None = Field(None, description="The decision's reason in words.")
-
-
-class RoundSummaryInfo(BaseModel):
-    """One training round. More keys may follow these."""
-    model_config = ConfigDict(extra="allow")
-    round: str = Field(description="The round's id, r<UTC time>-<hex>.")
-    started: float = Field(description="When it started (epoch seconds).")
-    seconds: float | None = Field(None, description="How long it took.")
-    records: int | None = Field(None, description="New records it read from the stream.")
-    acknowledged: int | None = Field(None, description="Records it acknowledged when done.")
-    settings: dict[str, Any] | None = Field(None, description="The settings its outcome depends on.")
-    tasks: dict[str, TaskRound] = Field(description="Per task, what the round did.")
-
-
 class RoundList(BaseModel):
-    rounds: list[RoundSummaryInfo] = Field(description="Round summaries, newest first.")
+    rounds: list[RoundSummary] = Field(description="Round summaries, newest first.")
 
 
 class RouteInfo(BaseModel):
@@ -263,7 +225,7 @@ class RouteInfo(BaseModel):
 
 
 class AdapterList(BaseModel):
-    adapters: list[AdapterInfo]
+    adapters: list[AdapterMeta] = Field(description="Every registered version, by task and age.")
     routes: dict[str, RouteInfo] = Field(description="Each task's route; a task without one is served by the base model.")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from common.datasets import input_hash
 from common.records import Record
+from common.rounds import CanaryRecord
 from common.settings import Settings
 from common.stats import difference_interval
 from rewards import score
@@ -32,7 +33,11 @@ MIN_LABELLED = 10  # labelled records per arm before the labels, not the served 
 class Verdict:
     action: str  # wait, promote or rollback
     reason: str
-    figures: dict
+    record: CanaryRecord  # the figures it read, with the action and the reason: kept with the version
+
+
+def _verdict(action: str, reason: str, figures: dict) -> Verdict:
+    return Verdict(action, reason, CanaryRecord(verdict=action, reason=reason, **figures))
 
 
 def judge(records: list[Record], canary: str, started: float, min_requests: int, max_minutes: float,
@@ -46,9 +51,9 @@ def judge(records: list[Record], canary: str, started: float, min_requests: int,
     timed_out = now - started >= 60 * max_minutes
     if len(canary_arm) < min_requests or len(active_arm) < min_requests:
         if timed_out:
-            return Verdict("rollback", f"after {max_minutes} min only {len(canary_arm)} canary and {len(active_arm)} active "
+            return _verdict("rollback", f"after {max_minutes} min only {len(canary_arm)} canary and {len(active_arm)} active "
                                        f"requests (< {min_requests}): not enough to judge", figures)
-        return Verdict("wait", f"{len(canary_arm)} of {min_requests} canary requests", figures)
+        return _verdict("wait", f"{len(canary_arm)} of {min_requests} canary requests", figures)
     canary_rewards, active_rewards = [r.reward.total for r in canary_arm], [r.reward.total for r in active_arm]
     basis = "live reward"
     if labelled is not None:
@@ -58,20 +63,20 @@ def judge(records: list[Record], canary: str, started: float, min_requests: int,
             (canary_rewards, active_rewards), basis = by_labels, "reward by the team's labels"
     figures["basis"] = basis
     reward, low, high = difference_interval(canary_rewards, active_rewards)
-    figures.update(reward_difference=round(reward, 4), reward_interval=[round(low, 4), round(high, 4)],
+    figures.update(reward_difference=round(reward, 4), reward_interval=(round(low, 4), round(high, 4)),
                    canary_reward=round(statistics.fmean(canary_rewards), 4), active_reward=round(statistics.fmean(active_rewards), 4))
     if high < 0:
-        return Verdict("rollback", f"{basis} {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}] "
+        return _verdict("rollback", f"{basis} {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}] "
                                    "wholly below zero", figures)
     rated = {arm: [r.feedback.rating for r in rs if r.feedback and r.feedback.rating in (-1, 1)]
              for arm, rs in (("canary", canary_arm), ("active", active_arm))}
     if all(len(v) >= MIN_RATINGS for v in rated.values()):
         rating, r_low, r_high = difference_interval([float(x) for x in rated["canary"]], [float(x) for x in rated["active"]])
-        figures.update(rating_difference=round(rating, 4), rating_interval=[round(r_low, 4), round(r_high, 4)])
+        figures.update(rating_difference=round(rating, 4), rating_interval=(round(r_low, 4), round(r_high, 4)))
         if r_high < 0:
-            return Verdict("rollback", f"ratings {rating:+.3f} vs active, 95% interval [{r_low:+.3f}, {r_high:+.3f}] "
+            return _verdict("rollback", f"ratings {rating:+.3f} vs active, 95% interval [{r_low:+.3f}, {r_high:+.3f}] "
                                        "wholly below zero", figures)
-    return Verdict("promote", f"{basis} {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}]: not worse, "
+    return _verdict("promote", f"{basis} {reward:+.4f} vs active, 95% interval [{low:+.4f}, {high:+.4f}]: not worse, "
                               f"over {len(canary_arm)} canary requests", figures)
 
 

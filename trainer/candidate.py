@@ -15,10 +15,12 @@ import time
 from safetensors import SafetensorError
 
 from common.records import AdapterMeta
+from common.rounds import TrainingRecord
 from common.settings import Settings
 from common.store import Store, content_sha256
 from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
+from trainer.diagnostics import stop_conditions
 from trainer.policy import load_policy, quantization, trainable_parameters
 
 # each method's share of the task's time budget (of what the plan's methods add up to)
@@ -50,7 +52,7 @@ def _new_version(settings: Settings, store: Store, task: str) -> str:
 
 
 def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[tuple[str, str]], progress=None
-             ) -> list[methods.Outcome]:
+             ) -> list[methods.TrainingRun]:
     total_share = sum(BUDGET_SHARE[m] for m, _ in steps)
     outcomes = []
     for method, why in steps:
@@ -95,10 +97,11 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     meta = AdapterMeta(
         version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,
         method="+".join(o.method for o in outcomes), base_model=path, sha256=content_sha256(final),
-        trainable_parameters=trainable_parameters(model), data={**data.counts(), "sources": data.sources()},
-        training={"quantization": quantize, "methods": [o.summary() for o in outcomes], "steps": {o.method: o.steps_log for o in outcomes},
-                  "seconds": {"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
-                              "save": round(time.perf_counter() - started, 2)}},
+        trainable_parameters=trainable_parameters(model), data=data.summary(),
+        training=TrainingRecord(quantization=quantize, methods=[o.summary() for o in outcomes], steps={o.method: o.steps_log for o in outcomes},
+                                seconds={"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
+                                         "save": round(time.perf_counter() - started, 2)},
+                                stop_conditions=stop_conditions({o.method: o.steps_log for o in outcomes})),
     )
     store.put_adapter(meta)
     return meta

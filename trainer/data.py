@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from common.datasets import input_key
 from common.records import Label, Record
+from common.rounds import DataSources, TrainingData
 from common.tasks import TRAITS
 from rewards import score
 from router.prompts import build_messages
@@ -44,16 +45,16 @@ class TaskData:
     entry_ids: list[str] = field(default_factory=list)  # records read this round (acknowledged with it)
     skipped: Counter = field(default_factory=Counter)
 
-    def counts(self) -> dict:
-        return {"sft": len(self.sft), "liked_sft": sum(1 for e in self.sft if e.get("liked")), "validation": len(self.validation),
-                "pairs": len(self.pairs), "kto": len(self.kto),
-                "prompts": len(self.prompts), "labelled_prompts": sum(1 for p in self.prompts if p["reference"]),
-                "records": len(self.entry_ids), "skipped": dict(self.skipped)}
-
-    def sources(self) -> dict[str, list[str]]:
-        """Which labels and records each method's examples came from."""
-        return {"sft": sorted({e["source"] for e in self.sft}), "pairs": sorted({e["source"] for e in self.pairs}),
-                "kto": sorted({e["source"] for e in self.kto}), "prompts": sorted({e["source"] for e in self.prompts})}
+    def summary(self) -> TrainingData:
+        """Examples per kind, what was skipped, and which labels and records each method's examples came from."""
+        def sources(examples: list[dict]) -> list[str]:
+            return sorted({e["source"] for e in examples})
+        return TrainingData(sft=len(self.sft), liked_sft=sum(1 for e in self.sft if e.get("liked")), validation=len(self.validation),
+                            pairs=len(self.pairs), kto=len(self.kto), prompts=len(self.prompts),
+                            labelled_prompts=sum(1 for p in self.prompts if p["reference"]), records=len(self.entry_ids),
+                            skipped=dict(self.skipped),
+                            sources=DataSources(sft=sources(self.sft), pairs=sources(self.pairs), kto=sources(self.kto),
+                                                prompts=sources(self.prompts)))
 
 
 def answer_text(task: str, answer) -> str:

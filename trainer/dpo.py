@@ -17,7 +17,7 @@ from common.settings import Settings
 from trainer import methods
 
 
-def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: float, why: str, progress=None) -> methods.Outcome:
+def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: float, why: str, progress=None) -> methods.TrainingRun:
     from trl import DPOConfig, DPOTrainer
 
     reference = copy.deepcopy(model).merge_and_unload().eval()
@@ -30,4 +30,4 @@ def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: flo
     rows = [{"prompt": p["prompt"], "chosen": p["chosen"], "rejected": p["rejected"]} for p in pairs]
     trainer = DPOTrainer(model=model, ref_model=reference, args=config, train_dataset=Dataset.from_list(rows),
                          processing_class=tokenizer, callbacks=[budget, metrics, methods.Progress("dpo", progress)])
-    return methods.run(trainer, methods.Outcome("dpo", why, len(pairs)), budget, metrics)
+    return methods.run(trainer, methods.TrainingRun("dpo", why, len(pairs)), budget, metrics)

@@ -38,13 +38,14 @@ import json
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from common.datasets import input_key, load_split
 from common.records import Sampling
+from common.rounds import ComponentDifference, GateDecision, LabelledCheck
 from common.settings import Settings
 from common.stats import mean_interval
 from common.tasks import TRAITS
@@ -172,7 +173,7 @@ def parts(s: Score) -> dict[str, float]:
 
 
 def labelled_check(free_candidate: list, free_incumbent: list, candidate: list[Score], incumbent: list[Score],
-                   settings: Settings, seed: int = 0) -> dict:
+                   settings: Settings, seed: int = 0) -> LabelledCheck:
     """Whether a reference-free gain is matched by the labels, on the team's labelled eval rows: each
     row's answers scored without and with its reference. A candidate that gains on the served score
     but not by the labels' measure learned to please the reward, not the team; it fails when the
@@ -181,43 +182,19 @@ def labelled_check(free_candidate: list, free_incumbent: list, candidate: list[S
     rows = [(fc.total - fi.total, c.total - i.total)
             for fc, fi, c, i in zip(free_candidate, free_incumbent, candidate, incumbent) if fc is not None and fi is not None]
     if len(rows) < settings.gate_min_rows:
-        return {"checked": False, "n": len(rows), "matched": True,
-                "reason": f"{len(rows)} team rows with a label, fewer than the {settings.gate_min_rows} the check needs"}
+        return LabelledCheck(checked=False, n=len(rows), matched=True,
+                             reason=f"{len(rows)} team rows with a label, fewer than the {settings.gate_min_rows} the check needs")
     free = statistics.fmean(f for f, _ in rows)
     labelled, low, high = mean_interval([r for _, r in rows], seed=seed)
     matched = not (free > settings.promote_margin and high < free / 2)
-    return {"checked": True, "n": len(rows), "matched": matched, "reference_free_difference": round(free, 4),
-            "labelled_difference": round(labelled, 4), "labelled_interval": [round(low, 4), round(high, 4)],
-            "reason": (f"reference-free gain {free:+.4f} on {len(rows)} team rows with a label; by their labels "
-                       f"{labelled:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]"
-                       + ("" if matched else ": not matched (wholly below half the reference-free gain)"))}
+    return LabelledCheck(checked=True, n=len(rows), matched=matched, reference_free_difference=round(free, 4),
+                         labelled_difference=round(labelled, 4), labelled_interval=(round(low, 4), round(high, 4)),
+                         reason=(f"reference-free gain {free:+.4f} on {len(rows)} team rows with a label; by their labels "
+                                 f"{labelled:+.4f}, 95% interval [{low:+.4f}, {high:+.4f}]"
+                                 + ("" if matched else ": not matched (wholly below half the reference-free gain)")))
 
 
-@dataclass
-class Decision:
-    promote: bool
-    reason: str
-    n: int
-    rows: dict[str, int]  # by source
-    candidate_mean: float
-    incumbent_mean: float
-    difference: float
-    interval: tuple[float, float]
-    components: dict[str, dict] = field(default_factory=dict)  # name -> {difference, interval, worse}
-    seconds: float = 0.0
-    planned: int = 0  # rows sampled (`decide`: n); n < planned when a look stopped the gate early
-    looks: int = 1
-    labelled: dict = field(default_factory=dict)  # `labelled_check` on the team's labelled rows
-
-    def as_dict(self) -> dict:
-        return {"promote": self.promote, "reason": self.reason, "n": self.n, "rows": self.rows,
-                "candidate_mean": round(self.candidate_mean, 4), "incumbent_mean": round(self.incumbent_mean, 4),
-                "difference": round(self.difference, 4), "interval": [round(v, 4) for v in self.interval],
-                "components": self.components, "seconds": round(self.seconds, 2), "planned": self.planned,
-                "looks": self.looks, "labelled": self.labelled}
-
-
-def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], settings: Settings, seed: int = 0) -> Decision:
+def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], settings: Settings, seed: int = 0) -> GateDecision:
     n = len(rows)
     by_source = {source: sum(1 for r in rows if r.source == source) for source in SOURCES}
     diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
@@ -226,11 +203,13 @@ def decide(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], 
     for name in sorted({k for s in candidate + incumbent for k in parts(s)}):
         part = [parts(c).get(name, 0.0) - parts(i).get(name, 0.0) for c, i in zip(candidate, incumbent)]
         d, lo, hi = mean_interval(part, seed=seed)
-        components[name] = {"difference": round(d, 4), "interval": [round(lo, 4), round(hi, 4)],
-                            "worse": hi < -settings.component_tolerance}
-    decision = Decision(False, "", n, by_source, statistics.fmean(c.total for c in candidate) if n else 0.0,
-                        statistics.fmean(i.total for i in incumbent) if n else 0.0, mean, (low, high), components, planned=n)
-    worse = [name for name, c in components.items() if c["worse"]]
+        components[name] = ComponentDifference(difference=round(d, 4), interval=(round(lo, 4), round(hi, 4)),
+                                               worse=hi < -settings.component_tolerance)
+    decision = GateDecision(promote=False, reason="", n=n, rows=by_source,
+                            candidate_mean=round(statistics.fmean(c.total for c in candidate), 4) if n else 0.0,
+                            incumbent_mean=round(statistics.fmean(i.total for i in incumbent), 4) if n else 0.0,
+                            difference=round(mean, 4), interval=(round(low, 4), round(high, 4)), components=components, planned=n)
+    worse = [name for name, c in components.items() if c.worse]
     if n < settings.gate_min_rows:
         decision.reason = f"{n} eval rows, fewer than the {settings.gate_min_rows} a decision needs"
     elif low <= settings.promote_margin:
@@ -253,7 +232,7 @@ def look_ends(planned: int, look_rows: int) -> list[int]:
 
 
 def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], planned: int, settings: Settings,
-          seed: int = 0) -> Decision | None:
+          seed: int = 0) -> GateDecision | None:
     """The decision after a look at the first `len(rows)` of `planned` rows: at the last look the
     fixed-sample decision (`decide`); before it, a decision only when the outcome is already plain
     (module docstring), None to score the next block."""
@@ -270,7 +249,7 @@ def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], p
         decision.reason = (f"{early}: paired difference {decision.difference:+.4f} is not above the margin {margin} "
                            f"(95% interval [{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}])")
         return decision
-    drifting = [name for name, c in decision.components.items() if c["difference"] < -settings.component_tolerance]
+    drifting = [name for name, c in decision.components.items() if c.difference < -settings.component_tolerance]
     if not decision.promote or drifting:
         return None
     diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
@@ -282,7 +261,7 @@ def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], p
     return decision
 
 
-async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed: int) -> Decision:
+async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed: int) -> GateDecision:
     """Scores `rows` block by block (`score_block(rows) -> (candidate scores, incumbent scores)`)
     until `judge` decides; the decision says after how many rows and looks."""
     candidate: list[Score] = []
@@ -300,7 +279,7 @@ async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed:
 
 
 async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candidate: str, incumbent: str | None,
-                   round_seed: int) -> Decision:
+                   round_seed: int) -> GateDecision:
     """The decision on a sample of the eval rows drawn with the round's seed, scored look by look
     (`sequential`); each row is answered with its own seed (the same in every round), the
     incumbent's answers read back where it gave them in an earlier round."""
@@ -321,19 +300,19 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
 
     decision = await sequential(score_block, rows, settings, round_seed)
     decision.labelled = labelled_check(free_candidate, free_incumbent, scored["candidate"], scored["incumbent"], settings, round_seed)
-    if decision.promote and not decision.labelled["matched"]:
+    if decision.promote and not decision.labelled.matched:
         decision.promote = False
-        decision.reason = f"the served score's gain is not matched by the team's labels: {decision.labelled['reason']}"
-    decision.seconds = time.perf_counter() - started
+        decision.reason = f"the served score's gain is not matched by the team's labels: {decision.labelled.reason}"
+    decision.seconds = round(time.perf_counter() - started, 2)
     return decision
 
 
-def table(task: str, decision: Decision, candidate: str, incumbent: str | None) -> str:
+def table(task: str, decision: GateDecision, candidate: str, incumbent: str | None) -> str:
     lines = [f"| {task} | n | {candidate} | {incumbent or 'base'} | difference | 95% interval | decision |",
              "|---|---:|---:|---:|---:|---|---|",
              f"| total | {decision.n} | {decision.candidate_mean:.4f} | {decision.incumbent_mean:.4f} | {decision.difference:+.4f} | "
              f"[{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}] | {'promote' if decision.promote else 'reject'} |"]
     for name, c in decision.components.items():
-        lines.append(f"| {name} | | | | {c['difference']:+.4f} | [{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}] | "
-                     f"{'worse' if c['worse'] else ''} |")
+        lines.append(f"| {name} | | | | {c.difference:+.4f} | [{c.interval[0]:+.4f}, {c.interval[1]:+.4f}] | "
+                     f"{'worse' if c.worse else ''} |")
     return "\n".join(lines)

@@ -70,7 +70,7 @@ class _GenerationTimer:
 
 
 def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], budget_s: float, why: str,
-          progress=None, aggregation: str | None = None) -> methods.Outcome:
+          progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     from trl import GRPOConfig
 
     generations = settings.grpo_num_generations
@@ -102,7 +102,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
                             train_dataset=Dataset.from_list([{k: p[k] for k in ("prompt", "task", "reference", "context")} for p in prompts]),
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     timer = _GenerationTimer(trainer.model)
-    outcome = methods.run(trainer, methods.Outcome("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
+    outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
     if outcome.stopped_by == "epochs" and outcome.steps >= settings.grpo_max_steps:
         outcome.stopped_by = "steps"
     # the reward function's view of each generation batch, beside TRL's per-step logs

@@ -25,7 +25,7 @@ def class_weights(desirable: int, undesirable: int) -> tuple[float, float]:
     return 1.0, 1.0
 
 
-def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: float, why: str, progress=None) -> methods.Outcome:
+def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: float, why: str, progress=None) -> methods.TrainingRun:
     from trl import KTOConfig, KTOTrainer
 
     reference = copy.deepcopy(model).merge_and_unload().eval()
@@ -40,4 +40,4 @@ def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: 
     rows = [{"prompt": e["prompt"], "completion": e["completion"], "label": e["label"]} for e in examples]
     trainer = KTOTrainer(model=model, ref_model=reference, args=config, train_dataset=Dataset.from_list(rows),
                          processing_class=tokenizer, callbacks=[budget, metrics, methods.Progress("kto", progress)])
-    return methods.run(trainer, methods.Outcome("kto", why, len(examples)), budget, metrics)
+    return methods.run(trainer, methods.TrainingRun("kto", why, len(examples)), budget, metrics)

@@ -31,6 +31,7 @@ from transformers.trainer_callback import TrainerCallback
 
 from common.processes import bf16_on_cpu
 from common.records import AdapterMeta
+from common.rounds import MethodRun
 from common.settings import Settings
 from trainer.data import TaskData
 from trainer.policy import on_gpu
@@ -71,7 +72,7 @@ STEP_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "entropy", "eval_los
 
 
 @dataclass
-class Outcome:
+class TrainingRun:
     method: str
     why: str
     examples: int
@@ -82,11 +83,11 @@ class Outcome:
     steps_log: list[dict] = field(default_factory=list)
     seconds_by_phase: dict[str, float] = field(default_factory=dict)  # grpo: generation, scoring
 
-    def summary(self) -> dict:
+    def summary(self) -> MethodRun:
         last = {k: v for entry in self.steps_log for k, v in entry.items()}
-        return {"method": self.method, "why": self.why, "examples": self.examples, "steps": self.steps,
-                "epochs": round(self.epochs, 2), "seconds": round(self.seconds, 2), "stopped_by": self.stopped_by,
-                "last": {k: last[k] for k in STEP_KEYS if k in last}, **({"phases": self.seconds_by_phase} if self.seconds_by_phase else {})}
+        return MethodRun(method=self.method, why=self.why, examples=self.examples, steps=self.steps, epochs=round(self.epochs, 2),
+                         seconds=round(self.seconds, 2), stopped_by=self.stopped_by, last={k: last[k] for k in STEP_KEYS if k in last},
+                         phases=self.seconds_by_phase or None)
 
 
 def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, str]]:
@@ -193,7 +194,7 @@ class Progress(TrainerCallback):
             self.report(self.name, state.global_step, state.max_steps)
 
 
-def run(trainer, outcome: Outcome, budget: TimeBudget, metrics: StepMetrics) -> Outcome:
+def run(trainer, outcome: TrainingRun, budget: TimeBudget, metrics: StepMetrics) -> TrainingRun:
     """Train, then fill the outcome from the trainer's state."""
     from transformers.trainer_callback import PrinterCallback
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from common.records import AdapterMeta, Label
+from common.rounds import Retirement
 from common.settings import Settings
 from rewards import score
 from router.engine_client import EnginePool, EngineUnavailable
@@ -40,32 +41,34 @@ async def absorbed(pool: EnginePool, settings: Settings, task: str, version: str
     return [label.id for label, ok in zip(labels, verdicts) if ok]
 
 
-async def retire_absorbed(pool: EnginePool, settings: Settings, store, task: str, version: str, trained: set[str], seed: int) -> dict:
+async def retire_absorbed(pool: EnginePool, settings: Settings, store, task: str, version: str, trained: set[str], seed: int) -> Retirement:
     checked = candidates(store.labels(task), trained)
     ids = await absorbed(pool, settings, task, version, checked, seed) if checked else []
     retired = store.retire_labels(task, ids, version) if ids else 0
-    return {"checked": len(checked), "retired": retired,
-            "reason": f"{retired} of the {len(checked)} examples it trained on are answered right (>= {ABSORBED}) without them"}
+    return Retirement(checked=len(checked), retired=retired,
+                      reason=f"{retired} of the {len(checked)} examples it trained on are answered right (>= {ABSORBED}) without them")
 
 
 def trained_labels(meta: AdapterMeta) -> set[str]:
     """The label and record ids a version's supervised, preference and KTO examples came from."""
-    sources = meta.data.get("sources", {})
-    return set(sources.get("sft", ())) | set(sources.get("pairs", ())) | set(sources.get("kto", ()))
+    if meta.data is None:
+        return set()
+    sources = meta.data.sources
+    return set(sources.sft) | set(sources.pairs) | set(sources.kto)
 
 
-async def retire_after_promotion(settings: Settings, store, urls: list[str], meta: AdapterMeta, seed: int) -> dict:
+async def retire_after_promotion(settings: Settings, store, urls: list[str], meta: AdapterMeta, seed: int) -> Retirement:
     """What a promotion retires, by whichever path it came (the round's own, or a canary's
     verdict): the examples `meta` trained on and answers right on its own. After the flip: an
     engine that fails here retires nothing, and the promotion stands."""
     trained = trained_labels(meta)
     if not trained:
-        return {"checked": 0, "retired": 0, "reason": "it trained on no labelled example"}
+        return Retirement(checked=0, retired=0, reason="it trained on no labelled example")
     pool = EnginePool.for_task(settings, meta.task, urls)
     try:
         await pool.check()  # a new pool knows no engine's health yet: without a probe every engine counts as down
         return await retire_absorbed(pool, settings, store, meta.task, meta.version, trained, seed)
     except EngineUnavailable as error:
-        return {"checked": 0, "retired": 0, "reason": f"not checked: {error}"}
+        return Retirement(checked=0, retired=0, reason=f"not checked: {error}")
     finally:
         await pool.close()

@@ -23,7 +23,6 @@ the caller hands in as a `Fleet`: deploy/ hands its `HotSwap`, so this package n
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import uuid
@@ -32,9 +31,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Protocol
 
+import msgspec
 from redis.exceptions import LockError
 
 from common.records import AdapterMeta
+from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
@@ -42,7 +43,6 @@ from router.engine_client import ChatTemplate, EnginePool
 from trainer import data as round_data
 from trainer import gate, methods, retire, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
-from trainer.diagnostics import stop_conditions
 from trainer.policy import QuantizationUnavailable
 
 CONSUMER = "trainer"
@@ -116,54 +116,53 @@ def _round_seed(round_id: str) -> int:
     return zlib.crc32(round_id.encode())
 
 
-async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say) -> dict:
+async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say,
+                 entry: TaskOutcome) -> None:
     """Gate, shadow replay, then canary, promotion or rejection (a promotion retires the examples
-    the new version absorbed of those it trained on). Returns what it decided and found."""
+    the new version absorbed of those it trained on); what it decided and found goes in `entry`."""
     task, version, kind = candidate.task, candidate.version, TASK_ENGINE[candidate.task]
-    timings: dict[str, float] = {}
     started = time.perf_counter()
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
-    timings["load"] = time.perf_counter() - started
+    entry.seconds["load"] = round(time.perf_counter() - started, 2)
     incumbent = store.route(task).active
     pool = EnginePool.for_task(settings, task, fleet.urls(kind))
     say(f"{task}: gate: {version} against {incumbent or 'base'}")
     try:
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)
-        timings["gate"] = decision.seconds
+        entry.seconds["gate"] = decision.seconds
         say(gate.table(task, decision, version, incumbent))
-        outcome = {"decision": decision.as_dict(), "incumbent": incumbent or "base"}
+        judged = GateRecord(decision=decision, incumbent=incumbent or "base")
         passed, reason = decision.promote, decision.reason
         if passed and settings.shadow_records:
             held = gate.held_out_inputs(settings, store, task)
             recent, labels = shadow.choose(task, store.recent_records(task, 20 * settings.shadow_records), held,
                                            settings.shadow_records, shadow.eval_labels(store, task))
-            replay = await shadow.replay(pool, settings, task, version, recent, seed, labels)
-            timings["shadow"] = replay["seconds"]
-            outcome["shadow"] = replay
-            say(f"{task}: shadow replay {replay['reason']}")
-            if replay["worse"]:
-                passed, reason = False, f"gate passed ({decision.reason}) but shadow replay: {replay['reason']}"
+            judged.shadow = await shadow.replay(pool, settings, task, version, recent, seed, labels)
+            entry.seconds["shadow"] = judged.shadow.seconds
+            say(f"{task}: shadow replay {judged.shadow.reason}")
+            if judged.shadow.worse:
+                passed, reason = False, f"gate passed ({decision.reason}) but shadow replay: {judged.shadow.reason}"
     finally:
         await pool.close()
-    store.update_adapter(version, gate=outcome)
+    store.update_adapter(version, gate=judged)
+    entry.decision, entry.incumbent, entry.shadow, entry.reason = judged.decision, judged.incumbent, judged.shadow, reason
     started = time.perf_counter()
     if passed and settings.canary_share > 0:
         await fleet.start_canary(version, settings.canary_share)
-        status = "canary"
+        entry.outcome = Outcome.CANARY
         say(f"{task}: {version} serves {settings.canary_share:.0%} of traffic as a canary ({reason})")
     elif passed:
         await fleet.promote(version)
-        status = "promoted"
+        entry.outcome = Outcome.PROMOTED
         say(f"{task}: promoted {version} ({reason})")
-        outcome["retired"] = await retire.retire_after_promotion(settings, store, fleet.urls(kind), store.adapter(version), seed)
-        say(f"{task}: examples retired: {outcome['retired']['reason']}")
+        entry.retired = await retire.retire_after_promotion(settings, store, fleet.urls(kind), store.adapter(version), seed)
+        say(f"{task}: examples retired: {entry.retired.reason}")
     else:
         store.update_adapter(version, status="rejected", reason=reason)
         await fleet.unload(version, kind)
-        status = "rejected"
+        entry.outcome = Outcome.REJECTED
         say(f"{task}: rejected {version} ({reason})")
-    timings["flip"] = time.perf_counter() - started
-    return {"status": status, "reason": reason, **outcome, "seconds": {k: round(v, 2) for k, v in timings.items()}}
+    entry.seconds["flip"] = round(time.perf_counter() - started, 2)
 
 
 def _has_news(store: Store, task: str, labels, new_records: int, settings: Settings) -> tuple[bool, str]:
@@ -176,7 +175,7 @@ def _has_news(store: Store, task: str, labels, new_records: int, settings: Setti
     return False, f"nothing new: no label changed, {new_records} new records < {settings.min_records_per_task}"
 
 
-def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say, progress) -> dict:
+def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say, progress) -> TaskOutcome:
     settings = settings.for_task(task)  # the task's own training settings (`task_training`) from its data on
     labels = store.labels(task)
     news, why = _has_news(store, task, labels, len(records), settings)
@@ -184,16 +183,16 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
                             settings.sft_from_liked)
-    entry: dict = {"labels": len(labels), "data": data.counts(), "why": why}
     steps = methods.plan(settings.train_method, data, settings) if news else []
-    entry["plan"] = [{"method": m, "why": w} for m, w in steps]
+    entry = TaskOutcome(outcome=Outcome.NOT_TRAINED, why=why, labels=len(labels), data=data.summary(),
+                        plan=[PlanStep(method=m, why=w) for m, w in steps])
     if not steps:
-        entry["status"] = "not trained: " + (why if not news else "no method has enough data")
-        say(f"{task}: {entry['status']}")
+        entry.reason = why if not news else "no method has enough data"
+        say(f"{task}: not trained: {entry.reason}")
         return entry
     active = store.route(task).active
     start, start_why = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
-    entry["start"] = {"from": start, "why": start_why}
+    entry.start = TrainingStart(weights=start, why=start_why)
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
     try:
@@ -201,24 +200,21 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     except QuantizationUnavailable as error:  # a setting this machine cannot honour: no task can train
         raise RoundError(str(error)) from None
     except AdapterWriteError as error:  # nothing was registered; the labels are all still there
-        entry["status"] = f"failed: the candidate could not be saved ({error}); nothing registered"
-        say(f"{task}: {entry['status']}")
+        entry.outcome, entry.reason = Outcome.FAILED, f"the candidate could not be saved ({error}); nothing registered"
+        say(f"{task}: failed: {entry.reason}")
         return entry
-    entry["seconds"] = {"training": round(time.perf_counter() - started, 2)}
-    flags = stop_conditions(candidate.training["steps"])
-    store.update_adapter(candidate.version, training={**candidate.training, "stop_conditions": flags})
-    entry.update(version=candidate.version, method=candidate.method, training=candidate.training["methods"],
-                 stop_conditions=flags, trained_on=data.sources())
-    judged = asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say))
-    entry["seconds"].update(judged.pop("seconds"))
-    entry.update(judged)
+    entry.seconds["training"] = round(time.perf_counter() - started, 2)
+    entry.version, entry.method = candidate.version, candidate.method
+    entry.training, entry.stop_conditions = candidate.training.methods, candidate.training.stop_conditions
+    asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say, entry))
     store.mark_trained(task)
     return entry
 
 
 def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, ...] | None = None,
-              say: Callable[[str], None] = print, progress: Callable[[str, int, int], None] | None = None) -> dict:
-    """One round; returns its summary (also written under the data dir's rounds/ and in Redis)."""
+              say: Callable[[str], None] = print, progress: Callable[[str, int, int], None] | None = None) -> RoundSummary | None:
+    """One round; returns its summary (also written under the data dir's rounds/ and in Redis), or
+    None when another round held the lock throughout."""
     tasks = tasks or TASKS
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -227,12 +223,12 @@ def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, 
     if not lock.acquire():
         if settings.round_lock_wait_s <= 0:
             say("another round is running (the round lock is held); nothing to do")
-            return {"status": "locked"}
+            return None
         say(f"another round is running (the round lock is held); waiting up to {settings.round_lock_wait_s:.0f} s for it to end")
         waited = time.perf_counter()
         if not lock.acquire(blocking=True, blocking_timeout=settings.round_lock_wait_s):
             say(f"the other round still runs after {settings.round_lock_wait_s:.0f} s; nothing done")
-            return {"status": "locked"}
+            return None
         say(f"the round lock is free after {time.perf_counter() - waited:.1f} s")
     with _LockKeeper(lock, settings.round_lock_seconds):
         missing = sorted({TASK_ENGINE[t] for t in tasks if not fleet.urls(TASK_ENGINE[t])})
@@ -245,18 +241,18 @@ def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, 
         by_task: dict[str, list] = defaultdict(list)
         for entry in stored:
             by_task[entry.record.task if entry.record else ""].append((entry.entry_id, entry.record))
-        summary = {"round": round_id, "started": started_at, "records": len(stored), "orphans_removed": orphans,
-                   "stale_candidates": stale, "settings": _recipe(settings), "tasks": {}}
+        summary = RoundSummary(round=round_id, started=started_at, records=len(stored), orphans_removed=orphans,
+                               stale_candidates=stale, settings=_recipe(settings))
         say(f"round {round_id}: {len(stored)} new records")
         for task in tasks:
-            summary["tasks"][task] = _train_task(settings, store, fleet, task, by_task.get(task, []), round_id, say, progress)
-        summary["acknowledged"] = store.ack([entry.entry_id for entry in stored])
-        summary["seconds"] = round(time.perf_counter() - started, 2)
+            summary.tasks[task] = _train_task(settings, store, fleet, task, by_task.get(task, []), round_id, say, progress)
+        summary.acknowledged = store.ack([entry.entry_id for entry in stored])
+        summary.seconds = round(time.perf_counter() - started, 2)
         store.save_round(summary)
         settings.rounds_dir.mkdir(parents=True, exist_ok=True)
-        (settings.rounds_dir / f"{round_id}.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-        outcomes = {t: e.get("status", "?").split(":")[0] for t, e in summary["tasks"].items()}
-        say(f"round {round_id} done in {summary['seconds']} s: {outcomes}")
+        (settings.rounds_dir / f"{round_id}.json").write_bytes(msgspec.json.format(encode_round(summary), indent=2))
+        outcomes = {task: str(outcome) for task, outcome in summary.outcomes().items()}
+        say(f"round {round_id} done in {summary.seconds} s: {outcomes}")
         return summary
 
 

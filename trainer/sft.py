@@ -79,7 +79,7 @@ def _trainer_class():
 
 
 def train(settings: Settings, model, tokenizer, examples: list[dict], validation: list[dict], budget_s: float, why: str,
-          progress=None) -> methods.Outcome:
+          progress=None) -> methods.TrainingRun:
     from trl import SFTConfig
 
     batch = settings.sft_batch_size
@@ -92,7 +92,7 @@ def train(settings: Settings, model, tokenizer, examples: list[dict], validation
     trainer = _trainer_class()(model=model, args=config, train_dataset=tokenized(tokenizer, examples),
                          eval_dataset=tokenized(tokenizer, validation) if validation else None, processing_class=tokenizer,
                          callbacks=[budget, metrics, best, methods.Progress("sft", progress)])
-    outcome = methods.run(trainer, methods.Outcome("sft", why, len(examples)), budget, metrics)
+    outcome = methods.run(trainer, methods.TrainingRun("sft", why, len(examples)), budget, metrics)
     if best.stopped:
         outcome.stopped_by = "early stopping"
     best.restore()

@@ -15,6 +15,7 @@ import time
 
 from common.datasets import input_hash, input_key
 from common.records import Record
+from common.rounds import ShadowReplay
 from common.settings import Settings
 from common.stats import mean_interval
 from rewards import score
@@ -56,7 +57,7 @@ def distinct_recent(records: list[Record], excluded: frozenset[str], count: int)
 
 
 async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str, records: list[Record], seed: int,
-                 labels: dict[str, object] | None = None) -> dict:
+                 labels: dict[str, object] | None = None) -> ShadowReplay:
     """The candidate against what was served, input by input; scored against `labels` (input hash ->
     answer) where given, else reference-free."""
     labels = labels or {}
@@ -78,7 +79,7 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
     mean, low, high = mean_interval(list(diffs), seed=seed)
     worse = bool(diffs) and high < -settings.shadow_margin
     basis = "reward by the team's labels" if labels else "reference-free reward"
-    return {"n": len(diffs), "difference": round(mean, 4), "interval": [round(low, 4), round(high, 4)], "worse": worse,
-            "basis": basis, "served_versions": sorted({r.version for r in records}), "seconds": round(time.perf_counter() - started, 2),
-            "reason": (f"on {len(diffs)} recent inputs the candidate's {basis} differs by {mean:+.4f}, "
-                       f"95% interval [{low:+.4f}, {high:+.4f}]" + (f": worse beyond {settings.shadow_margin}" if worse else ""))}
+    return ShadowReplay(n=len(diffs), difference=round(mean, 4), interval=(round(low, 4), round(high, 4)), worse=worse,
+                        basis=basis, served_versions=sorted({r.version for r in records}), seconds=round(time.perf_counter() - started, 2),
+                        reason=(f"on {len(diffs)} recent inputs the candidate's {basis} differs by {mean:+.4f}, "
+                                f"95% interval [{low:+.4f}, {high:+.4f}]" + (f": worse beyond {settings.shadow_margin}" if worse else "")))

@@ -27,6 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import msgspec
 
 from common.datasets import load_split
 from common.processes import free_port
@@ -158,8 +159,9 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
             asyncio.run(fleet.unload_drained())
             time.sleep(1.0)
             version = store.route(task).active
-            entry["round"] = {"seconds": round(time.perf_counter() - round_started, 1), "status": summary["tasks"][task].get("status"),
-                              "version": version or "base", "retired": summary["tasks"][task].get("retired")}
+            done = summary.tasks[task]
+            entry["round"] = {"seconds": round(time.perf_counter() - round_started, 1), "outcome": str(done.outcome),
+                              "version": version or "base", "retired": msgspec.to_builtins(done.retired)}
             after = asyncio.run(served_scores(bench, fleet, task, version, held_out))
             both = asyncio.run(served_scores(bench, fleet, task, version, held_out, store))
             entry["after the round"] = {**measured(after), "gain": paired_gain(after, before)}
@@ -184,7 +186,7 @@ def table(results: dict) -> str:
         s = r["seconds_to_better"]
         lines.append(f"| {task} | {r['corrections']} | {r['answered_from_correction']} | {r['repeats_better']} | "
                      + (f"{s['mean']:.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s else "-")
-                     + f" | {rnd['status']} in {rnd['seconds']} s |")
+                     + f" | {rnd['outcome']} in {rnd['seconds']} s |")
     timed = {task: entry["latency"] for task, entry in results["tasks"].items() if entry.get("latency")}
     if timed:
         lines += ["", f"| task | p95 with examples (s) | p95 without (s) | ratio [95%] | target <= {LATENCY_TARGET} | prompt tokens with / without |",

@@ -36,6 +36,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import msgspec
 import redis
 
 from common.datasets import load_split
@@ -232,7 +233,7 @@ def _sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team,
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
     return {"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),
-            "seconds": round(time.perf_counter() - started, 1), "labels": len(rows), "training": meta.training["methods"]}
+            "seconds": round(time.perf_counter() - started, 1), "labels": len(rows), "training": msgspec.to_builtins(meta.training.methods)}
 
 
 async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, version: str, say) -> dict:
@@ -247,7 +248,7 @@ async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Te
         await asyncio.to_thread(watch_canaries, settings, store, fleet, say)
     meta = store.adapter(version)
     return {"task": task, "version": version, "requests": requests, "seconds": round(time.perf_counter() - started, 1),
-            "outcome": meta.canary.get("outcome", meta.status), "reason": meta.canary.get("reason")}
+            "outcome": (meta.canary and meta.canary.outcome) or meta.status, "reason": meta.canary and meta.canary.reason}
 
 
 def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, say) -> dict:
@@ -338,13 +339,11 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
                         measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
                     latest[t] = scores
-                    task_entry = summary["tasks"][t]
+                    task_entry = msgspec.to_builtins(summary.tasks[t])
                     results["tasks"][t]["rounds"].append(measurement)
-                    entry["tasks"][t] = {"traffic": played[t], "status": task_entry.get("status"), "plan": task_entry.get("plan"),
-                                         "start": task_entry.get("start"), "training": task_entry.get("training"),
-                                         "seconds": task_entry.get("seconds"), "decision": (task_entry.get("decision") or {}),
-                                         "shadow": task_entry.get("shadow"), "stop_conditions": task_entry.get("stop_conditions")}
-                    say(f"round {number} {t}: {task_entry.get('status')}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
+                    entry["tasks"][t] = {"traffic": played[t], **{key: task_entry.get(key) for key in (
+                        "outcome", "reason", "plan", "start", "training", "seconds", "decision", "shadow", "stop_conditions")}}
+                    say(f"round {number} {t}: {task_entry['outcome']}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
                 results["rounds"].append(entry)
                 for t in tasks:
                     results["tasks"][t]["gain"] = paired_gain(latest[t], baseline[t])  # so far
@@ -448,7 +447,7 @@ def trained(entry: dict) -> str:
     outcomes = entry.get("training") or []
     if not outcomes:
         return "+".join(step["method"] for step in entry.get("plan") or []) or "-"
-    start = (entry.get("start") or {}).get("from")
+    start = (entry.get("start") or {}).get("weights")
     done = " + ".join(f"{o['method']} {o['steps']} steps, {o['epochs']:g} epochs ({o['stopped_by']})" for o in outcomes)
     return f"{done}, from {start}" if start else done
 
@@ -478,7 +477,7 @@ def table(results: dict) -> str:
                 diff = f"{decision['difference']:+.3f} [{decision['interval'][0]:+.3f}, {decision['interval'][1]:+.3f}] n={decision['n']}{early}"
             traffic = e["traffic"]
             lines.append(f"| {entry['round']} | {t} | {traffic['requests']} ({traffic['corrected']}, {traffic['rated']}) | {plan} | "
-                         f"{(e.get('status') or '-').split(':')[0]} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "
+                         f"{e.get('outcome') or '-'} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "
                          f"{seconds.get('shadow', '-')} | {seconds.get('flip', '-')} | {diff} |")
         lines.append(f"| {entry['round']} | all | | | | | | | | round {entry['seconds']} s |")
     if any(entry.get("label_curve") for entry in results["tasks"].values()):

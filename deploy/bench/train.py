@@ -6,35 +6,36 @@ the figures that matter are those of the rounds the service actually ran.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from common.rounds import RoundSummary, decode_round
 
 PHASES = ("training", "load", "gate", "shadow", "flip")
 
 
-def find_round(rounds_dir: Path, round_id: str | None) -> dict:
+def find_round(rounds_dir: Path, round_id: str | None) -> RoundSummary:
     if round_id:
         path = rounds_dir / f"{round_id}.json"
         if not path.is_file():
             raise LookupError(f"no round {round_id!r} in {rounds_dir}")
-        return json.loads(path.read_text())
+        return decode_round(path.read_bytes())
     for path in sorted(rounds_dir.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
-        summary = json.loads(path.read_text())
-        if any("training" in entry for entry in summary.get("tasks", {}).values()):
+        summary = decode_round(path.read_bytes())
+        if any(entry.training for entry in summary.tasks.values()):
             return summary
     raise LookupError(f"no round in {rounds_dir} trained a task yet: run `tucano train --once` after some traffic")
 
 
-def results(summary: dict, model_parameters: int | None) -> dict:
+def results(summary: RoundSummary, model_parameters: int | None) -> dict:
     tasks = {}
-    for task, entry in summary["tasks"].items():
-        if "training" not in entry:
+    for task, entry in summary.tasks.items():
+        if not entry.training:
             continue
-        methods = {m["method"]: {"steps": m["steps"], "epochs": m["epochs"], "seconds": m["seconds"], "stopped_by": m["stopped_by"],
-                                 **({"phases": m["phases"]} if m.get("phases") else {})} for m in entry["training"]}
-        tasks[task] = {"methods": methods, "seconds": {p: entry.get("seconds", {}).get(p, 0.0) for p in PHASES},
-                       "status": entry.get("status", "-").split(":")[0], "gate_rows": (entry.get("decision") or {}).get("n")}
-    return {"round": summary["round"], "round_seconds": summary.get("seconds"), "model_parameters": model_parameters, "tasks": tasks}
+        methods = {m.method: {"steps": m.steps, "epochs": m.epochs, "seconds": m.seconds, "stopped_by": m.stopped_by,
+                              **({"phases": m.phases} if m.phases else {})} for m in entry.training}
+        tasks[task] = {"methods": methods, "seconds": {p: entry.seconds.get(p, 0.0) for p in PHASES},
+                       "outcome": str(entry.outcome), "gate_rows": entry.decision.n if entry.decision else None}
+    return {"round": summary.round, "round_seconds": summary.seconds, "model_parameters": model_parameters, "tasks": tasks}
 
 
 def table(result: dict) -> str:
@@ -43,7 +44,7 @@ def table(result: dict) -> str:
     for task, row in result["tasks"].items():
         methods = ", ".join(f"{name} ({m['steps']}, {m['stopped_by']})" for name, m in row["methods"].items())
         lines.append(f"| {task} | {methods} | " + " | ".join(str(row["seconds"][p]) for p in PHASES)
-                     + f" | {row['gate_rows'] or '-'} | {row['status']} |")
+                     + f" | {row['gate_rows'] or '-'} | {row['outcome']} |")
     size = f"; base model {result['model_parameters']:,} parameters" if result["model_parameters"] else ""
     lines.append(f"\nround {result['round']}, {result['round_seconds']} s in all{size}.")
     return "\n".join(lines)

@@ -24,7 +24,7 @@ VERSION = re.compile(r"^[a-z]+-v\d+$")
 async def list_adapters(caller: User) -> AdapterList:
     adapters = await run_in_threadpool(caller.state.store.adapters)
     _, routes = await run_in_threadpool(caller.state.store.routes)
-    return AdapterList(adapters=[msgspec.structs.asdict(meta) for meta in adapters],
+    return AdapterList(adapters=adapters,
                        routes={task: msgspec.structs.asdict(route) for task, route in routes.items()})
 
 

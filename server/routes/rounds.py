@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
+from common.rounds import RoundSummary
 from server.deps import User
 from server.errors import ApiError
-from server.schemas import ErrorResponse, RoundList, RoundSummaryInfo
+from server.schemas import ErrorResponse, RoundList
 
 router = APIRouter(tags=["rounds"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 422, 429, 503)}
@@ -18,8 +19,8 @@ async def list_rounds(caller: User, limit: int = Query(20, ge=1, le=500)) -> Rou
     return RoundList(rounds=await run_in_threadpool(caller.state.store.rounds, limit))
 
 
-@router.get("/v1/rounds/{round_id}", operation_id="show_round", response_model=RoundSummaryInfo, responses=ERRORS)
-async def show_round(round_id: str, caller: User) -> dict:
+@router.get("/v1/rounds/{round_id}", operation_id="show_round", response_model=RoundSummary, responses=ERRORS)
+async def show_round(round_id: str, caller: User) -> RoundSummary:
     found = await run_in_threadpool(caller.state.store.round, round_id) if len(round_id) <= 64 else None
     if found is None:
         raise ApiError(404, "unknown_round", f"no round {round_id!r}")

@@ -246,7 +246,7 @@ function renderLastRound() {
   el.replaceChildren(dl);
   dl.id = "last-round-facts";
   definitions("last-round-facts", [["round", `${last.round} · ${when(last.started)} · ${last.seconds ?? "-"} s`],
-    ["outcome", entry.status || "-"], ["why", entry.reason || decision.reason || "-"],
+    ["outcome", entry.outcome || "-"], ["why", entry.reason || decision.reason || "-"],
     ["methods", (entry.plan || []).map(step => step.method).join(", ") || entry.method || "-"],
     ["stop conditions flagged", flags.join(", ") || "none"], ["components significantly worse", worse.join(", ") || "none"]]);
 }

@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from common.datasets import load_split
+from common.rounds import Outcome
 from common.settings import load_settings
 from tests.integration.conftest import RunningServer, fleet_for, loop_settings, make_state
 from tests.integration.test_learning_loop import _send
@@ -95,7 +96,7 @@ def served(built, redis_url, gateway, loop):
             assert response.status_code == 200, response.text
     quick = loop_settings(built, redis_url, train_time_budget_s=10, promote_margin=0.99)
     summary = run_round(quick, store, fleet_for(quick, store, gateway), ("push",), say=print)
-    assert summary["tasks"]["push"].get("decision") and summary["tasks"]["push"]["status"].startswith("rejected"), summary["tasks"]["push"]
+    assert summary.tasks["push"].decision and summary.tasks["push"].outcome == Outcome.REJECTED, summary.tasks["push"]
     return summary
 
 
@@ -114,7 +115,7 @@ def test_the_charts_hold_what_the_api_returns(browser, gateway, served, built):
               if r.get("tasks", {}).get("push", {}).get("decision", {}).get("n")]
     candidate = page.evaluate("""() => window.tucano.charts['learning-chart'].data.datasets
         .find(d => d.label === 'candidate').data.map(point => point.y)""")
-    assert candidate == judged and served["tasks"]["push"]["decision"]["candidate_mean"] in candidate
+    assert candidate == judged and served.tasks["push"].decision.candidate_mean in candidate
     calibration = stats["calibration"]  # beside the served-reward curve, saying whether to trust it
     said = page.inner_text("#calibration")
     verdict = "too few labels" if calibration["weak"] is None else ("Weak calibration" if calibration["weak"] else "Calibrated")
@@ -124,7 +125,7 @@ def test_the_charts_hold_what_the_api_returns(browser, gateway, served, built):
     assert f"{feedback['ratings']} ({feedback['positive']} up, {feedback['negative']} down)" in text
     versions = {m["version"] for m in httpx.get(f"{gateway.url}/v1/adapters").json()["adapters"] if m["task"] == "push"}
     assert {row.split("\t")[0] for row in page.locator("#lineage tbody tr").all_inner_texts()} == versions
-    assert served["tasks"]["push"]["version"] in versions
+    assert served.tasks["push"].version in versions
     shots = built.data_dir / "bench" / "dashboard"
     shots.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=shots / "desktop-1366x768.png", full_page=True)

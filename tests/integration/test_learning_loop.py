@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from common.datasets import input_key, load_split
+from common.rounds import Outcome
 from common.stats import mean_interval
 from common.store import FAILURES, RECORDS, Store
 from deploy.bench.learn import served_scores
@@ -60,7 +61,7 @@ def test_a_round_with_nothing_new_is_a_clean_no_op(built, redis_url, gateway, lo
     before = store.routes()
     summary = run_round(loop_settings(built, redis_url, min_records_per_task=10_000), store, fleet_for(settings, store, gateway),
                         ("sql",), say=lambda _: None)
-    assert summary["tasks"]["sql"]["status"].startswith("not trained") and store.routes() == before
+    assert summary.tasks["sql"].outcome == Outcome.NOT_TRAINED and store.routes() == before
 
 
 def test_a_round_refuses_without_engines(built, redis_url):
@@ -128,27 +129,27 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     # examples has its own test (test_promotion).
     settings = loop_settings(built, redis_url, gate_max_rows=128, train_time_budget_s=600, sft_max_epochs=8, examples_tasks=[])
     summary = run_round(settings, store, hotswap, ("extraction",), say=print)
-    entry = summary["tasks"]["extraction"]
-    assert [step["method"] for step in entry["plan"]][:1] == ["sft"], entry["plan"]
+    entry = summary.tasks["extraction"]
+    assert [step.method for step in entry.plan][:1] == ["sft"], entry.plan
     train_corrections = [label for label in labels if label.answer_source == "correction" and label.split == "train"]
-    counts = entry["data"]
+    counts = entry.data
     train_supervised = [label for label in labels if label.answer is not None and label.split == "train"]  # corrections and references
-    assert counts["sft"] - counts["liked_sft"] + counts["validation"] == len(train_supervised)
+    assert counts.sft - counts.liked_sft + counts.validation == len(train_supervised)
     assert len(train_corrections) < corrected  # the team's eval share held out
     liked = [label for label in labels if label.rating == 1 and label.answer is None and label.split == "train"]
-    assert counts["liked_sft"] == len(liked)  # a liked answer nobody corrected is a supervised example too
-    decision = entry["decision"]
-    assert decision["n"] >= settings.gate_min_rows and decision["rows"]["bootstrap"] > 0 and decision["rows"]["team"] > 0
-    assert entry["status"] == "promoted", entry["reason"]
-    meta = store.adapter(entry["version"])
-    assert meta.status == "active" and meta.gate["decision"]["interval"][0] > 0
-    assert entry["retired"]["checked"] > 0, entry["retired"]  # the examples it trained on, asked of it without demonstrations
-    assert meta.training["methods"][0]["method"] == "sft" and meta.training["steps"]["sft"]  # per-step metrics kept
+    assert counts.liked_sft == len(liked)  # a liked answer nobody corrected is a supervised example too
+    decision = entry.decision
+    assert decision.n >= settings.gate_min_rows and decision.rows["bootstrap"] > 0 and decision.rows["team"] > 0
+    assert entry.outcome == Outcome.PROMOTED, entry.reason
+    meta = store.adapter(entry.version)
+    assert meta.status == "active" and meta.gate.decision.interval[0] > 0
+    assert entry.retired.checked > 0, entry.retired  # the examples it trained on, asked of it without demonstrations
+    assert meta.training.methods[0].method == "sft" and meta.training.steps["sft"]  # per-step metrics kept
     from deploy.bench import train as bench_train  # `tucano bench train` reads this round's phases back
-    costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary["round"]), None)["tasks"]["extraction"]
+    costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary.round), None)["tasks"]["extraction"]
     assert costs["seconds"]["training"] > 0 and costs["seconds"]["gate"] > 0 and costs["methods"]["sft"]["steps"] > 0
     # no round trained on the held-out rows, nor on any eval input
-    trained = set(meta.data["sources"]["sft"]) | set(meta.data["sources"]["pairs"])
+    trained = set(meta.data.sources.sft) | set(meta.data.sources.pairs)
     traffic_ids = {a["id"] for a in answers}
     assert trained & traffic_ids and trained <= traffic_ids | earlier_labels
     assert not {input_key(r["input"]) for r in held_out} & {input_key(r["input"]) for r in traffic}
@@ -163,8 +164,8 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert low > 0, (gain, low, high)
     # round 2: a little new traffic, no new labels; the first round's labels are still trained on
     asyncio.run(_send(gateway.url, store, "extraction", [{"input": row["input"]} for row in second]))
-    again = run_round(settings, store, hotswap, ("extraction",), say=print)["tasks"]["extraction"]
-    assert again.get("version") and set(store.adapter(again["version"]).data["sources"]["sft"]) & set(meta.data["sources"]["sft"])
+    again = run_round(settings, store, hotswap, ("extraction",), say=print).tasks["extraction"]
+    assert again.version and set(store.adapter(again.version).data.sources.sft) & set(meta.data.sources.sft)
 
 
 def test_ratings_alone_train_with_kto_and_a_rejected_round_loses_nothing(built, redis_url, gateway, loop):
@@ -176,15 +177,15 @@ def test_ratings_alone_train_with_kto_and_a_rejected_round_loses_nothing(built, 
     strict = loop_settings(built, redis_url, promote_margin=0.99, train_time_budget_s=10)
     labels_before = store.labels("push")
     summary = run_round(strict, store, fleet_for(strict, store, gateway), ("push",), say=print)
-    entry = summary["tasks"]["push"]
-    assert [step["method"] for step in entry["plan"]] == ["kto"] and entry["status"] == "rejected"
-    assert store.adapter(entry["version"]).status == "rejected" and store.route("push").active is None
+    entry = summary.tasks["push"]
+    assert [step.method for step in entry.plan] == ["kto"] and entry.outcome == Outcome.REJECTED
+    assert store.adapter(entry.version).status == "rejected" and store.route("push").active is None
     assert store.labels("push") == labels_before  # nothing consumed
     assert store.redis.xinfo_groups(RECORDS)[0]["pending"] == 0  # records acknowledged; labels are what is kept
     relaxed = loop_settings(built, redis_url, train_time_budget_s=10)
     store.mark_trained("push", 0.0)  # as if nothing had run: the labels alone make it train again
-    retry = run_round(relaxed, store, fleet_for(relaxed, store, gateway), ("push",), say=print)["tasks"]["push"]
-    assert set(store.adapter(retry["version"]).data["sources"]["kto"]) == set(store.adapter(entry["version"]).data["sources"]["kto"])
+    retry = run_round(relaxed, store, fleet_for(relaxed, store, gateway), ("push",), say=print).tasks["push"]
+    assert set(store.adapter(retry.version).data.sources.kto) == set(store.adapter(entry.version).data.sources.kto)
 
 
 def test_one_round_at_a_time(loop, gateway):
@@ -193,11 +194,11 @@ def test_one_round_at_a_time(loop, gateway):
     assert lock.acquire()
     try:
         impatient = settings.model_copy(update={"round_lock_wait_s": 0})
-        assert run_round(impatient, store, fleet_for(settings, store, gateway), say=lambda _: None) == {"status": "locked"}
+        assert run_round(impatient, store, fleet_for(settings, store, gateway), say=lambda _: None) is None
         waiting = settings.model_copy(update={"round_lock_wait_s": 1.0})
         said: list[str] = []
         started = time.perf_counter()
-        assert run_round(waiting, store, fleet_for(settings, store, gateway), say=said.append) == {"status": "locked"}
+        assert run_round(waiting, store, fleet_for(settings, store, gateway), say=said.append) is None
         # redis-py gives up once its next try (every 0.1 s) would fall past the timeout
         assert time.perf_counter() - started >= 0.8 and "waiting up to 1 s" in said[0], said
     finally:
@@ -233,8 +234,8 @@ def test_trainer_killed_mid_training_leaves_everything_as_it_was(built, redis_ur
     time.sleep(7)  # the dead trainer's lock expires
     quick = loop_settings(built, redis_url, train_time_budget_s=5)
     summary = run_round(quick, store, fleet_for(quick, store, gateway), ("sql",), say=lambda _: None)
-    assert summary.get("status") != "locked"
-    assert summary["tasks"]["sql"]["status"] in {"promoted", "rejected"}
+    assert summary is not None  # the dead trainer's lock expired
+    assert summary.tasks["sql"].outcome in {Outcome.PROMOTED, Outcome.REJECTED}
     assert not any(p.name.endswith(".partial") for p in settings.adapters_dir.iterdir())
 
 
@@ -246,8 +247,8 @@ def test_a_round_on_a_4bit_nf4_base_makes_an_adapter_vllm_serves_and_the_gate_ju
     rows = load_split(settings.datasets_dir, "sql", "train")[:40]
     asyncio.run(_send(gateway.url, store, "sql", [{"input": row["input"], "reference": row["reference"]} for row in rows]))
     qlora = loop_settings(built, redis_url, train_quantization="nf4", train_method="sft", train_time_budget_s=20)
-    entry = run_round(qlora, store, fleet_for(qlora, store, gateway), ("sql",), say=print)["tasks"]["sql"]
-    meta = store.adapter(entry["version"])
-    assert meta.training["quantization"] == "nf4" and meta.method == "sft"
-    assert entry["decision"]["n"] >= qlora.gate_min_rows, entry  # the engine loaded it and answered the eval rows with it
-    assert entry["status"].split(":")[0] in ("promoted", "rejected"), entry["status"]
+    entry = run_round(qlora, store, fleet_for(qlora, store, gateway), ("sql",), say=print).tasks["sql"]
+    meta = store.adapter(entry.version)
+    assert meta.training.quantization == "nf4" and meta.method == "sft"
+    assert entry.decision.n >= qlora.gate_min_rows, entry  # the engine loaded it and answered the eval rows with it
+    assert entry.outcome in (Outcome.PROMOTED, Outcome.REJECTED), entry

@@ -20,6 +20,7 @@ import pytest
 from common.datasets import load_split
 from common.processes import free_port
 from common.records import AdapterMeta, Route
+from common.rounds import CanaryRecord, DataSources, TrainingData
 from common.settings import load_settings
 from common.store import content_sha256
 from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
@@ -112,7 +113,7 @@ def _load(url: str, admin: dict, stop: threading.Event, results: list, rows: lis
             results.append((response.status_code, body.get("id")))
 
 
-def _canary_until_verdict(gateway, settings, version: str, share: float = 0.5) -> tuple[dict, list]:
+def _canary_until_verdict(gateway, settings, version: str, share: float = 0.5) -> tuple[CanaryRecord, list]:
     from deploy.serve import watch_canaries
 
     store = gateway.state.store
@@ -143,7 +144,7 @@ def test_a_worse_canary_is_rolled_back_and_a_better_one_promoted_under_load(admi
     store, settings = admin_gateway.state.store, admin_gateway.state.settings
     worse = register(store, make_lora(built.base_model_path, tmp_path / "worse", seed=3, scale=2.0), "extraction")
     outcome, results = _canary_until_verdict(admin_gateway, settings, worse.version)
-    assert outcome["outcome"] == "rolled back" and outcome["reward_difference"] < 0, outcome
+    assert outcome.outcome == "rolled back" and outcome.reward_difference < 0, outcome
     assert results and all(status == 200 for status, _ in results)  # no request failed, through start and rollback
     arms = {store.get_record(rid).record.arm for _, rid in results}
     assert arms == {"base", "canary"}
@@ -155,10 +156,10 @@ def test_a_worse_canary_is_rolled_back_and_a_better_one_promoted_under_load(admi
                            json={"input": row["input"], "reference": row["reference"]}).json()["id"] for row in rows]
     better = _train_better(built, store, tmp_path, sources=dict(zip((row["id"] for row in rows), labelled)))
     outcome, results = _canary_until_verdict(admin_gateway, settings, better.version)
-    assert outcome["outcome"] == "promoted", outcome
-    assert outcome["retired"]["checked"] == 16 and 0 <= outcome["retired"]["retired"] <= 16, outcome["retired"]
+    assert outcome.outcome == "promoted", outcome
+    assert outcome.retired.checked == 16 and 0 <= outcome.retired.retired <= 16, outcome.retired
     retired = {label.id for label in store.labels("extraction") if label.retired_by == better.version}
-    assert len(retired) == outcome["retired"]["retired"] and retired <= set(labelled)
+    assert len(retired) == outcome.retired.retired and retired <= set(labelled)
     assert all(status == 200 for status, _ in results)
     assert store.route("extraction").active == better.version and store.adapter(better.version).status == "active"
 
@@ -182,7 +183,7 @@ def _train_better(built, store, tmp_path, sources: dict[str, str]) -> AdapterMet
     sft.train(settings, model, tokenizer, data.sft, data.validation, 60, "test")
     model.save_pretrained(tmp_path / "better")
     meta = register(store, str(tmp_path / "better"), "extraction")
-    store.update_adapter(meta.version, data={"sources": {"sft": sorted(sources.values())}})
+    store.update_adapter(meta.version, data=TrainingData(sources=DataSources(sft=sorted(sources.values()))))
     return store.adapter(meta.version)
 
 

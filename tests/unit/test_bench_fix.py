@@ -31,7 +31,7 @@ def test_the_table_shows_the_latency_line():
     entry = {state: {**measured, "gain": None if state == "before" else {"mean": 0.1, "ci95": [0.0, 0.2]}}
              for state in ("before", "at once", "after the round", "both")}
     entry["repeats"] = {"corrections": 30, "answered_from_correction": 30, "repeats_better": 30, "seconds_to_better": None}
-    entry["round"] = {"status": "rejected", "seconds": 100.0}
+    entry["round"] = {"outcome": "rejected", "seconds": 100.0}
     entry["latency"] = latency({"with": blocks(rng, 8, 1.1, 700, 3), "without": blocks(rng, 8, 1.0, 500, 0)})
     text = table({"tasks": {"sql": entry}})
     assert "| sql | " in text.splitlines()[-1] and "met" in text.splitlines()[-1] and "700 / 500" in text.splitlines()[-1]

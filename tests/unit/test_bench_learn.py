@@ -97,10 +97,10 @@ def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
         "settings": {"rounds": 1, "requests": 10, "correction_rate": 0.2, "rating_rate": 0.3, "measure_rows": {}},
         "tasks": {},
         "rounds": [{"round": 1, "seconds": 60.0, "tasks": {
-            "sql": {"traffic": traffic, "status": "promoted", "seconds": {"gate": 9.0}, "decision": early},
-            "push": {"traffic": traffic, "status": "rejected", "seconds": {"gate": 20.0}, "decision": full},
-            "insights": {"traffic": traffic, "status": "rejected", "decision": before_looks},
-            "extraction": {"traffic": traffic, "status": "not trained: nothing new"}}}],
+            "sql": {"traffic": traffic, "outcome": "promoted", "seconds": {"gate": 9.0}, "decision": early},
+            "push": {"traffic": traffic, "outcome": "rejected", "seconds": {"gate": 20.0}, "decision": full},
+            "insights": {"traffic": traffic, "outcome": "rejected", "decision": before_looks},
+            "extraction": {"traffic": traffic, "outcome": "not trained", "reason": "nothing new"}}}],
     }
     rows = {line.split(" | ")[1]: line for line in table(results).splitlines() if line.startswith("| 1 | ")}
     assert rows["sql"].endswith("+0.300 [+0.200, +0.400] n=32 of 64 |")
@@ -110,15 +110,15 @@ def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
 def test_the_rounds_table_says_how_many_steps_each_method_ran_and_where_it_started():
     from deploy.bench.learn import trained
 
-    entry = {"plan": [{"method": "sft", "why": "23 supervised examples"}], "start": {"from": "base", "why": "no active version"},
+    entry = {"plan": [{"method": "sft", "why": "23 supervised examples"}], "start": {"weights": "base", "why": "no active version"},
              "training": [{"method": "sft", "steps": 26, "epochs": 6.5, "stopped_by": "time budget"}]}
     assert trained(entry) == "sft 26 steps, 6.5 epochs (time budget), from base"
-    two = {**entry, "start": {"from": "active"}, "training": [{"method": "sft", "steps": 8, "epochs": 1.0, "stopped_by": "epochs"},
+    two = {**entry, "start": {"weights": "active"}, "training": [{"method": "sft", "steps": 8, "epochs": 1.0, "stopped_by": "epochs"},
                                                              {"method": "dpo", "steps": 3, "epochs": 0.5, "stopped_by": "time budget"}]}
     assert trained(two) == "sft 8 steps, 1 epochs (epochs) + dpo 3 steps, 0.5 epochs (time budget), from active"
     # results kept before the training was recorded name the plan's methods; an untrained task a dash
     assert trained({"plan": [{"method": "sft"}, {"method": "dpo"}]}) == "sft+dpo"
-    assert trained({"status": "not trained: nothing new", "plan": []}) == "-"
+    assert trained({"outcome": "not trained", "plan": []}) == "-"
 
 
 def test_the_label_curve_takes_each_input_once_in_the_order_it_was_first_sent():
@@ -310,7 +310,7 @@ def test_bench_fix_tables_each_state_and_the_time_to_fix():
     results = {"tasks": {"sql": {"before": state, "at once": gained, "after the round": gained, "both": gained,
                                  "repeats": {"corrections": 30, "answered_from_correction": 30, "repeats_better": 27,
                                              "seconds_to_better": {"mean": 1.4, "ci95": [1.2, 1.6], "n": 27}},
-                                 "round": {"status": "promoted", "seconds": 300.0}}}}
+                                 "round": {"outcome": "promoted", "seconds": 300.0}}}}
     lines = fix.table(results).splitlines()
     assert lines[2] == "| sql | before | 0.500 [0.400, 0.600] | - |"
     assert lines[3] == "| sql | at once | 0.500 [0.400, 0.600] | +0.200 [+0.100, +0.300] |"

@@ -121,21 +121,22 @@ def test_a_promoted_version_retires_the_examples_it_answers_right_on_its_own():
     store = Store()
     settings = type("S", (), {"reward_context": staticmethod(lambda task_input: task_input)})()
     outcome = asyncio.run(retire.retire_absorbed(Pool(), settings, store, "extraction", "extraction-v3", {"r1", "r2"}, seed=1))
-    assert store.retired == (["r1"], "extraction-v3") and outcome["checked"] == 2 and outcome["retired"] == 1
+    assert store.retired == (["r1"], "extraction-v3") and outcome.checked == 2 and outcome.retired == 1
 
 
 def test_a_promotion_checks_the_labels_its_version_trained_on_by_either_path():
     import asyncio
 
     from common.records import AdapterMeta
+    from common.rounds import DataSources, Retirement, TrainingData
     from trainer import retire
 
-    meta = AdapterMeta(version="sql-v2", task="sql", path="/x", data={"sources": {"sft": ["a", "b"], "pairs": ["b", "c"], "kto": ["d"],
-                                                                                 "prompts": ["e"]}})
+    sources = DataSources(sft=["a", "b"], pairs=["b", "c"], kto=["d"], prompts=["e"])
+    meta = AdapterMeta(version="sql-v2", task="sql", path="/x", data=TrainingData(sources=sources))
     assert retire.trained_labels(meta) == {"a", "b", "c", "d"}  # a GRPO prompt is no example it was shown the answer of
     untrained = AdapterMeta(version="sql-v3", task="sql", path="/x")
     outcome = asyncio.run(retire.retire_after_promotion(None, None, [], untrained, seed=0))
-    assert outcome == {"checked": 0, "retired": 0, "reason": "it trained on no labelled example"}
+    assert outcome == Retirement(checked=0, retired=0, reason="it trained on no labelled example")
 
 
 def test_the_gate_shows_each_row_the_examples_serving_would_show():

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from common.records import Feedback, Label, Reward
+from common.rounds import StopCondition
 from common.settings import load_settings
 from common.stats import mean_interval
 from rewards import Score
@@ -62,7 +63,7 @@ def test_a_clearly_better_candidate_is_promoted_with_its_interval_and_sources():
     candidate = [scored(min(1.0, i.total + 0.1), sentiment=1.0) for i in incumbent]
     decision = decide(candidate, incumbent, rows(60), SETTINGS)
     assert decision.promote and decision.interval[0] > 0 and decision.rows == {"team": 30, "file": 0, "bootstrap": 30}
-    assert decision.as_dict()["n"] == 60 and "interval" in decision.reason
+    assert decision.n == 60 and "interval" in decision.reason
 
 
 def test_a_significantly_worse_field_blocks_a_better_total():
@@ -71,7 +72,7 @@ def test_a_significantly_worse_field_blocks_a_better_total():
     candidate = [Score(min(1.0, i.total + 0.1), i.components, True, True, fields={"sentiment": 0.0}) for i in incumbent]
     decision = decide(candidate, incumbent, rows(60), SETTINGS)
     assert not decision.promote and "field:sentiment" in decision.reason
-    assert decision.components["field:sentiment"]["worse"] and not decision.components["content"]["worse"]
+    assert decision.components["field:sentiment"].worse and not decision.components["content"].worse
 
 
 def test_too_few_rows_decide_nothing():
@@ -117,7 +118,7 @@ def test_a_plain_win_and_a_plain_loss_stop_at_the_first_look():
     won, asked = run_looks(better, incumbent)
     assert won.promote and asked == [32] and won.n == 32 and won.planned == 64 and won.looks == 1
     assert "stopped after 32 of 64 rows" in won.reason and "99.73%" in won.reason
-    assert won.as_dict()["planned"] == 64 and won.as_dict()["n"] == 32
+    assert won.planned == 64 and won.n == 32
     worse = [scored(max(0.0, i.total - 0.1), sentiment=1.0) for i in incumbent]
     lost, asked = run_looks(worse, incumbent)
     assert not lost.promote and asked == [32] and "not above the margin" in lost.reason
@@ -175,7 +176,7 @@ def test_a_worse_canary_is_rolled_back_and_a_good_one_promoted():
     active = [live("active", "sql-v1", rng.uniform(0.5, 0.9)) for _ in range(60)]
     worse = active + [live("canary", "sql-v2", rng.uniform(0.1, 0.4)) for _ in range(40)]
     verdict = canary.judge(worse, "sql-v2", started=0.0, min_requests=30, max_minutes=60, now=60.0)
-    assert verdict.action == "rollback" and verdict.figures["reward_difference"] < -0.3
+    assert verdict.action == "rollback" and verdict.record.reward_difference < -0.3
     good = active + [live("canary", "sql-v2", rng.uniform(0.55, 0.95)) for _ in range(40)]
     assert canary.judge(good, "sql-v2", 0.0, 30, 60, now=60.0).action == "promote"
     early = active + [live("canary", "sql-v2", 0.9) for _ in range(10)]
@@ -195,10 +196,10 @@ def test_stop_conditions_flag_what_they_say():
             {"generation_batch": 0, "reward_total": 0.4, "zero_variance_share": 0.75},
             {"generation_batch": 1, "reward_total": 0.4, "zero_variance_share": 0.5}]
     flags = stop_conditions({"grpo": grpo, "sft": [{"grad_norm": 0.2}]})
-    assert all(flag["flagged"] for flag in flags.values()) and set(flags) == {
+    assert all(flag.flagged for flag in flags.values()) and set(flags) == {
         "length_ceiling", "zero_variance_groups", "grad_norm_spikes", "flat_reward", "entropy_collapse"}
     calm = stop_conditions({"sft": [{"grad_norm": 0.2}, {"grad_norm": 0.3}]})
-    assert calm == {"grad_norm_spikes": {"flagged": False, "value": 0.3, "spikes": 0}}
+    assert calm == {"grad_norm_spikes": StopCondition(flagged=False, value=0.3, spikes=0)}
 
 
 @pytest.mark.parametrize("good,bad", [(10, 40), (40, 10), (20, 20), (0, 5)])
@@ -298,12 +299,12 @@ def test_a_reference_free_gain_the_labels_do_not_match_is_named_and_fails():
     incumbent = scores([rng.uniform(0.4, 0.6) for _ in range(30)])
     flat = scores([s.total + rng.uniform(-0.02, 0.02) for s in incumbent])  # the labels say nothing changed
     check = gate.labelled_check(free_candidate, free_incumbent, flat, incumbent, SETTINGS)
-    assert check["checked"] and not check["matched"] and "not matched" in check["reason"]
+    assert check.checked and not check.matched and "not matched" in check.reason
     real = scores([s.total + 0.35 for s in incumbent])
-    assert gate.labelled_check(free_candidate, free_incumbent, real, incumbent, SETTINGS)["matched"]
+    assert gate.labelled_check(free_candidate, free_incumbent, real, incumbent, SETTINGS).matched
     # rows without a label (None) are not checked, and too few labelled rows check nothing
     few = gate.labelled_check([None] * 25 + free_candidate[:5], [None] * 25 + free_incumbent[:5], flat, incumbent, SETTINGS)
-    assert not few["checked"] and few["matched"] and few["n"] == 5
+    assert not few.checked and few.matched and few.n == 5
 
 
 def labelled_record(arm: str, adapter: str | None, served: float, question: str):
@@ -318,12 +319,12 @@ def test_a_canary_is_judged_on_the_teams_labels_when_enough_are_there():
     canary_arm = [labelled_record("canary", "sql-v2", 0.9, f"q{i}") for i in range(40, 80)]
     by_labels = {id(r): (0.3 if r.arm == "canary" else 0.8) for r in active + canary_arm}
     served = canary.judge(active + canary_arm, "sql-v2", 0.0, 30, 60, now=60.0)
-    assert served.action == "promote" and served.figures["basis"] == "live reward"
+    assert served.action == "promote" and served.record.basis == "live reward"
     judged = canary.judge(active + canary_arm, "sql-v2", 0.0, 30, 60, now=60.0, labelled=lambda r: by_labels[id(r)])
-    assert judged.action == "rollback" and judged.figures["basis"] == "reward by the team's labels"
+    assert judged.action == "rollback" and judged.record.basis == "reward by the team's labels"
     few = canary.judge(active + canary_arm, "sql-v2", 0.0, 30, 60, now=60.0,
                        labelled=lambda r: by_labels[id(r)] if r.input["question"] in {"q1", "q41"} else None)
-    assert few.action == "promote" and few.figures["canary_labelled"] == 1
+    assert few.action == "promote" and few.record.canary_labelled == 1
 
 
 def test_shadow_replays_the_teams_labelled_inputs_when_enough_are_there():
@@ -348,7 +349,7 @@ def test_answers_given_by_a_correction_are_no_arms_and_no_shadow_inputs():
         record.answered_from = "r0"
     judged = canary.judge(corrected + [live("canary", "sql-v2", 0.6) for _ in range(40)] + [live("active", "sql-v1", 0.6) for _ in range(40)],
                           "sql-v2", 0.0, 30, 60, now=60.0)
-    assert judged.action == "promote" and judged.figures["active_requests"] == 40  # the corrections' 1.0s do not count
+    assert judged.action == "promote" and judged.record.active_requests == 40  # the corrections' 1.0s do not count
     fresh = labelled_record("active", "sql-v1", 0.5, "new")
     assert shadow.distinct_recent(corrected + [fresh], frozenset(), 10) == [fresh]
 

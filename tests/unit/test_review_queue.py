@@ -2,11 +2,14 @@
 help most, who may see them, and readable refusals of bad queries or a store that is down."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
 from common.datasets import input_hash
 from common.records import Label, Reward
+from common.rounds import ComponentDifference, GateDecision, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
 from server.review import rank, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
@@ -32,7 +35,10 @@ def test_low_scores_disagreements_weak_components_and_canaries_come_first():
         served("canary", 0.8, "d", arm="canary", adapter="sql-v2"),
         served("weak", 0.85, "e", components={"question_match": 0.2}),
     ]
-    rounds = [{"tasks": {"sql": {"decision": {"components": {"question_match": {"difference": -0.1}, "parse": {"difference": 0.2}}}}}}]
+    decision = GateDecision(promote=False, reason="", n=30, rows={}, candidate_mean=0.5, incumbent_mean=0.5, difference=0.0,
+                            interval=(-0.1, 0.1), components={"question_match": ComponentDifference(-0.1, (-0.2, 0.0), False),
+                                                              "parse": ComponentDifference(0.2, (0.1, 0.3), False)})
+    rounds = [RoundSummary(round="r1", started=1.0, tasks={"sql": TaskOutcome(outcome=Outcome.REJECTED, why="new labels", decision=decision)})]
     ranked = rank("sql", records, [], rounds, "k1", False, 10)
     order = [record.id for record, _, _ in ranked]
     assert order[0] == "low" and order[-2:] == ["high", "twice-2"]  # the second answer to an input listed already goes last
@@ -86,27 +92,46 @@ def test_the_page_is_served_and_bad_queries_are_refused_readably(down):
     assert response.status_code == 503 and response.json()["error"]["type"] == "store_unavailable"
 
 
+LEGACY_ROUND = {  # as rounds wrote it before the outcome was typed: the outcome in a string to split
+    "round": "r20261127T210518-16e28c", "started": 1.0, "records": 202, "seconds": 53.08, "acknowledged": 202,
+    "orphans_removed": [], "settings": {"train_method": "auto"},
+    "tasks": {"extraction": {"labels": 180, "data": {"sft": 113, "skipped": {"eval": 4}}, "why": "180 labels new",
+                             "plan": [{"method": "sft", "why": "113 supervised examples"}],
+                             "start": {"from": "base", "why": "no active version"}, "status": "promoted", "reason": "paired difference +0.13",
+                             "version": "extraction-v4", "method": "sft", "seconds": {"training": 20.5, "gate": 9.1},
+                             "stop_conditions": {"grad_norm_spikes": {"flagged": False, "value": 0.4, "spikes": 0}},
+                             "decision": {"promote": True, "reason": "paired difference +0.13", "n": 32, "rows": {"bootstrap": 32},
+                                          "candidate_mean": 0.7, "incumbent_mean": 0.57, "difference": 0.13, "interval": [0.08, 0.18],
+                                          "components": {"field:urgency": {"difference": 0.2, "interval": [0.1, 0.3], "worse": False}},
+                                          "seconds": 9.1, "planned": 64, "looks": 2},
+                             "incumbent": "base", "retired": {"checked": 24, "retired": 14, "reason": "14 of the 24"},
+                             "trained_on": {"sft": ["a", "b"], "pairs": [], "kto": [], "prompts": []},
+                             "training": [{"method": "sft", "why": "113", "examples": 113, "steps": 40, "epochs": 2.5, "seconds": 20.0,
+                                           "stopped_by": "time budget", "last": {"loss": 0.5}}]},
+              "sql": {"labels": 3, "data": {"sft": 0}, "why": "nothing new", "plan": [], "status": "not trained: nothing new"}}}
+
+
 def test_rounds_are_served_with_their_documented_shape(monkeypatch):
-    """/v1/rounds and /v1/rounds/{id} answer typed summaries (their fields in the OpenAPI schema),
-    keeping the keys the model does not name (per-method training records)."""
-    summary = {"round": "r20261127T210518-16e28c", "started": 1.0, "records": 202, "seconds": 53.08, "acknowledged": 202,
-               "orphans_removed": [], "settings": {"train_method": "auto"},
-               "tasks": {"extraction": {"labels": 180, "data": {"sft": 113, "skipped": {"eval": 4}}, "why": "180 labels new",
-                                        "plan": [{"method": "sft", "why": "113 supervised examples"}],
-                                        "start": {"from": "base", "why": "no active version"}, "status": "promoted",
-                                        "version": "extraction-v4", "method": "sft", "seconds": {"training": 20.5, "gate": 9.1},
-                                        "stop_conditions": {"grad_norm_spikes": {"flagged": False, "spikes": 0}},
-                                        "decision": {"n": 32, "difference": 0.13, "interval": [0.08, 0.18]}, "incumbent": "base",
-                                        "retired": {"checked": 24, "retired": 14, "reason": "14 of the 24"}, "training": [{"steps": 40}]},
-                         "sql": {"labels": 3, "data": {"sft": 0}, "why": "nothing new", "plan": [], "status": "not trained: nothing new"}}}
+    """/v1/rounds and /v1/rounds/{id} answer typed summaries (their fields in the OpenAPI schema,
+    the outcome an enum); a summary stored before the outcome was typed reads back typed."""
+    summary = decode_round(json.dumps(LEGACY_ROUND))
+    assert summary.outcomes() == {"extraction": Outcome.PROMOTED, "sql": Outcome.NOT_TRAINED}
+    assert summary.tasks["sql"].reason == "nothing new" and summary.tasks["extraction"].start.weights == "base"
+    assert summary.tasks["extraction"].data.sources.sft == ["a", "b"]  # `trained_on` is the data's sources now
+    assert summary.tasks["extraction"].decision.labelled is None  # kept before the labelled check existed
+    assert decode_round(encode_round(summary)) == summary
     with TestClient(app_for(None, None)) as client:
         monkeypatch.setattr(client.app.state.gateway.store, "rounds", lambda limit: [summary])
-        monkeypatch.setattr(client.app.state.gateway.store, "round", lambda round_id: summary if round_id == summary["round"] else None)
+        monkeypatch.setattr(client.app.state.gateway.store, "round", lambda round_id: summary if round_id == summary.round else None)
         listed = client.get("/v1/rounds").json()["rounds"]
-        one = client.get(f"/v1/rounds/{summary['round']}").json()
+        one = client.get(f"/v1/rounds/{summary.round}").json()
         assert client.get("/v1/rounds/r-none").status_code == 404
         schema = client.get("/openapi.json").json()["components"]["schemas"]
-    assert listed == [one] and one["tasks"]["extraction"]["training"] == [{"steps": 40}] and one["tasks"]["sql"]["version"] is None
+    assert listed == [one] and one["tasks"]["extraction"]["training"][0]["steps"] == 40 and one["tasks"]["sql"]["version"] is None
+    assert one["tasks"]["extraction"]["outcome"] == "promoted" and one["tasks"]["sql"]["outcome"] == "not trained"
     assert one["tasks"]["extraction"]["retired"]["retired"] == 14 and one["orphans_removed"] == []
-    assert {"status", "decision", "retired", "plan"} <= set(schema["TaskRound"]["properties"])
-    assert schema["RoundList"]["properties"]["rounds"]["items"] == {"$ref": "#/components/schemas/RoundSummaryInfo"}
+    assert one["tasks"]["extraction"]["decision"]["components"]["field:urgency"]["interval"] == [0.1, 0.3]
+    assert {"outcome", "decision", "retired", "plan"} <= set(schema["TaskOutcome"]["properties"])
+    assert schema["Outcome"]["enum"] == ["promoted", "canary", "rejected", "not trained", "failed"]
+    assert schema["RoundList"]["properties"]["rounds"]["items"] == {"$ref": "#/components/schemas/RoundSummary"}
+    assert schema["TaskOutcome"]["properties"]["why"]["description"].startswith("Why the task trained")

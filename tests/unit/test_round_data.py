@@ -46,7 +46,7 @@ def test_every_signal_lands_where_it_should():
     data = run(labels, records)
     assert [(e["source"], e["completion"]) for e in data.sft] == [  # the correction, then the liked answers nobody corrected
         ("l0", GOOD), ("l1", "SELECT COUNT(*) FROM olist_orders_dataset"), ("l3", "SELECT COUNT(*) FROM olist_products_dataset")]
-    assert data.counts()["liked_sft"] == 2
+    assert data.summary().liked_sft == 2
     pairs = {(p["chosen"], p["rejected"]) for p in data.pairs}
     assert (GOOD, BAD) in pairs  # the correction against what was served
     assert ("SELECT COUNT(*) FROM olist_products_dataset", "SELECT 7") in pairs  # liked against disliked, one input

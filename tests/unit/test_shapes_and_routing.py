@@ -67,6 +67,39 @@ def test_adapter_meta_names_and_round_trip():
     assert decode_adapter(encode(meta)) == meta and meta.status == "candidate" and meta.created > 0
 
 
+def test_an_adapters_sub_records_are_typed_and_read_what_earlier_releases_stored(monkeypatch):
+    """Versions stored before the gate, canary, training and data records were typed kept `{}`
+    for "none yet" and dicts for the history; they read back typed, and /v1/adapters answers them
+    with every sub-record in the OpenAPI schema."""
+    from fastapi.testclient import TestClient
+
+    from common.rounds import CanaryRecord, GateDecision, GateRecord
+    from tests.unit.test_access import app_for
+
+    legacy = {"version": "sql-v1", "task": "sql", "path": "/a/sql-v1", "status": "rejected", "created": 1.0, "data": {}, "training": {},
+              "gate": {}, "canary": {}, "reason": "worse", "history": [{"status": "rejected", "at": 2.0, "reason": "worse"}]}
+    old = decode_adapter(json.dumps(legacy))
+    assert old.gate is None and old.canary is None and old.data is None and old.history[0].at == 2.0
+    decision = GateDecision(promote=True, reason="better", n=40, rows={"bootstrap": 40}, candidate_mean=0.7, incumbent_mean=0.5,
+                            difference=0.2, interval=(0.1, 0.3))
+    meta = AdapterMeta(version="sql-v2", task="sql", path="/a/sql-v2", gate=GateRecord(decision=decision, incumbent="base"),
+                       canary=CanaryRecord(verdict="promote", reason="not worse", reward_interval=(-0.01, 0.05)))
+    assert decode_adapter(encode(meta)) == meta
+    with pytest.raises(msgspec.ValidationError):  # a gate without its decision is no gate record
+        decode_adapter(json.dumps({**legacy, "gate": {"incumbent": "base"}}))
+    with TestClient(app_for(None, None)) as client:
+        store = client.app.state.gateway.store
+        monkeypatch.setattr(store, "adapters", lambda: [old, meta])
+        monkeypatch.setattr(store, "routes", lambda: (1, {"sql": Route(active="sql-v2")}))
+        listed = client.get("/v1/adapters").json()
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+    assert [a["version"] for a in listed["adapters"]] == ["sql-v1", "sql-v2"] and listed["routes"]["sql"]["active"] == "sql-v2"
+    assert listed["adapters"][1]["gate"]["decision"]["interval"] == [0.1, 0.3] and listed["adapters"][0]["gate"] is None
+    assert schema["AdapterList"]["properties"]["adapters"]["items"] == {"$ref": "#/components/schemas/AdapterMeta"}
+    assert {"gate", "canary", "training", "data", "history"} <= set(schema["AdapterMeta"]["properties"])
+    assert {"GateRecord", "GateDecision", "CanaryRecord", "TrainingRecord", "TrainingData", "StatusChange"} <= set(schema)
+
+
 def test_routing_table_sends_the_canary_its_share_and_the_rest_to_active():
     table = RouteTable(store=None)
     table.routes = {"sql": Route(active="sql-v2", canary="sql-v3", canary_share=0.25)}
