@@ -21,33 +21,7 @@ from datasets import Dataset
 from common.settings import Settings
 from rewards.trl import StepLog, reward_function
 from router.task_specs import TASK_SPECS
-from trainer import methods
-
-
-def _group_dropping_trainer():
-    from trl import GRPOTrainer
-
-    class GroupDroppingGRPOTrainer(GRPOTrainer):
-        """Drops zero-variance groups from the loss, and counts them per group."""
-
-        dropped_groups = 0
-        seen_groups = 0
-
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            generations = self.num_generations
-            advantages = output["advantages"].view(-1, generations)
-            flat = advantages.abs().amax(dim=1) < 1e-8
-            self.seen_groups += int(flat.numel())
-            self.dropped_groups += int(flat.sum())
-            if flat.any():
-                keep = (~flat).repeat_interleave(generations).unsqueeze(1).to(output["completion_mask"].dtype)
-                output["completion_mask"] = output["completion_mask"] * keep
-                output["num_items_in_batch"] = self.accelerator.gather(output["completion_mask"].sum()).sum()
-            self._metrics["train"]["zero_variance_groups_dropped"].append(float(flat.float().mean()))
-            return output
-
-    return GroupDroppingGRPOTrainer
+from trainer import methods, trl_internals
 
 
 class _GenerationTimer:
@@ -97,7 +71,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
         use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,
     )
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
-    trainer_class = _group_dropping_trainer()
+    trainer_class = trl_internals.group_dropping_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[timed_reward], args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list([{k: p[k] for k in ("prompt", "task", "reference", "context")} for p in prompts]),
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])

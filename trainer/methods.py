@@ -24,15 +24,14 @@ import warnings
 from dataclasses import dataclass, field
 
 import datasets
-import torch
 import transformers
-import trl.trainer.utils
 from transformers.trainer_callback import TrainerCallback
 
 from common.processes import bf16_on_cpu
 from common.records import AdapterMeta
 from common.rounds import MethodRun
 from common.settings import Settings
+from trainer import trl_internals
 from trainer.data import TaskData
 from trainer.policy import on_gpu
 
@@ -45,25 +44,6 @@ warnings.filterwarnings("ignore", message=".*TRL currently supports vLLM.*")
 warnings.filterwarnings("ignore", message=".*is_vllm_available.*")
 
 
-def _project_labelled_positions_only() -> None:
-    """TRL's fused LM head projects only the positions that carry a label on Triton devices, but
-    every position elsewhere (to keep tile shapes fixed for compilers such as Neuron's). On a CPU
-    nothing is compiled, and a task prompt is mostly context (the SQL prompt: about 480 tokens of
-    schema before a 30-token answer), so projecting every position made the LM head about 70% of
-    an SFT step here. The labelled rows alone give the same loss and gradients
-    (`tests/unit/test_training_on_cpu.py`)."""
-    uses_triton = trl.trainer.utils._use_triton
-    if getattr(uses_triton, "tucano", False):
-        return
-
-    def compact(device: torch.device) -> bool:
-        return device.type == "cpu" or uses_triton(device)
-
-    compact.tucano = True
-    trl.trainer.utils._use_triton = compact
-
-
-_project_labelled_positions_only()
 # log keys of TRL's trainers kept per step with the round
 STEP_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "entropy", "eval_loss", "mean_token_accuracy",
              "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
@@ -199,6 +179,7 @@ def run(trainer, outcome: TrainingRun, budget: TimeBudget, metrics: StepMetrics)
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # metrics are kept with the round, not printed per step
+    trl_internals.project_labelled_positions_only()
     started = time.perf_counter()
     try:
         trainer.train()

@@ -11,7 +11,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from common import processes
 from common.records import Route
 from common.settings import Settings
-from trainer import candidate, methods
+from trainer import candidate, methods, trl_internals
 from trainer.data import TaskData
 
 VOCAB = 64
@@ -24,6 +24,7 @@ def tiny_model() -> Qwen3ForCausalLM:
 
 
 def test_the_fused_head_projects_only_labelled_positions_with_the_full_projections_loss_and_gradients(monkeypatch):
+    trl_internals.project_labelled_positions_only()  # as every round's training does first (`methods.run`)
     fused, plain = tiny_model(), tiny_model()
     trl_utils.add_fused_lm_head(fused, outputs=("log_probs", "entropy", "is_top1"))
     ids = torch.randint(0, VOCAB, (3, 24), generator=torch.Generator().manual_seed(1))
@@ -52,12 +53,22 @@ def test_the_fused_head_projects_only_labelled_positions_with_the_full_projectio
 
 
 def test_the_patch_leaves_other_devices_to_trl_and_is_applied_once():
-    methods._project_labelled_positions_only()
+    trl_internals.project_labelled_positions_only()
     uses_triton = trl_utils._use_triton
     assert uses_triton(torch.device("cpu"))
     assert uses_triton(torch.device("meta")) is False  # neither CPU nor a Triton device: TRL's own answer
-    methods._project_labelled_positions_only()
+    trl_internals.project_labelled_positions_only()
     assert trl_utils._use_triton is uses_triton
+
+
+def test_another_trl_version_is_refused_with_what_to_do(monkeypatch):
+    trl_internals.check_version("1.16.3")  # a patch release keeps the private API this module reaches
+    for other in ("1.17.0", "2.0.1", "0.16.0"):
+        with pytest.raises(trl_internals.TrlVersionError, match=rf"TRL {other} is installed.*TRL 1\.16\.x.*_use_triton"):
+            trl_internals.check_version(other)
+    monkeypatch.setattr(trl_internals.trl, "__version__", "1.17.0")
+    with pytest.raises(trl_internals.TrlVersionError):  # nothing is patched or subclassed on it
+        trl_internals.group_dropping_grpo_trainer()
 
 
 def test_no_gradient_checkpointing_on_a_cpu():

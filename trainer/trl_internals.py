@@ -1,0 +1,81 @@
+"""Everything that touches TRL's private API, in one place, for the one TRL version it was
+written and measured against (`WRITTEN_FOR`).
+
+TRL's private names change between releases without notice; code that reaches them quietly
+does the wrong thing on another version. So `check_version()` runs first, and a round on any
+other TRL fails at once with a message that says which version is installed and which is
+expected, instead of training with a patch that no longer fits.
+
+The two reaches, and why neither has a public equivalent:
+- `project_labelled_positions_only()`: TRL's fused LM head (`trl.trainer.utils._use_triton`)
+  projects only labelled positions on Triton devices and every position elsewhere. On a CPU
+  nothing is compiled, and a task prompt is mostly context (the SQL prompt: about 480 tokens of
+  schema before a 30-token answer), so projecting every position made the LM head about 70% of
+  an SFT step here. The labelled rows alone give the same loss and gradients
+  (`tests/unit/test_training_on_cpu.py`).
+- `group_dropping_grpo_trainer()`: a `GRPOTrainer` whose `_generate_and_score_completions` drops
+  groups whose rewards did not vary from the loss (their tokens would dilute the others'), and
+  counts them per group in `_metrics`; TRL's own `frac_reward_zero_std` is batch-wide and drops
+  nothing.
+"""
+from __future__ import annotations
+
+import torch
+import trl
+import trl.trainer.utils
+
+WRITTEN_FOR = "1.16"  # major.minor of TRL whose private API this module reaches
+
+
+class TrlVersionError(RuntimeError):
+    pass
+
+
+def check_version(installed: str | None = None) -> None:
+    installed = installed or trl.__version__
+    if ".".join(installed.split(".")[:2]) != WRITTEN_FOR:
+        raise TrlVersionError(
+            f"TRL {installed} is installed, but trainer/trl_internals.py reaches TRL {WRITTEN_FOR}.x's private API "
+            f"(`trl.trainer.utils._use_triton`, `GRPOTrainer._generate_and_score_completions`, `GRPOTrainer._metrics`); "
+            f"install trl=={WRITTEN_FOR}.* (as pyproject.toml pins it), or re-check those names against TRL {installed} "
+            "and update the module")
+
+
+def project_labelled_positions_only() -> None:
+    """Patch TRL's fused LM head to project only labelled positions on a CPU too; applied once."""
+    check_version()
+    uses_triton = trl.trainer.utils._use_triton
+    if getattr(uses_triton, "tucano", False):
+        return
+
+    def compact(device: torch.device) -> bool:
+        return device.type == "cpu" or uses_triton(device)
+
+    compact.tucano = True
+    trl.trainer.utils._use_triton = compact
+
+
+def group_dropping_grpo_trainer() -> type:
+    """TRL's `GRPOTrainer` with zero-variance groups dropped from the loss and counted."""
+    check_version()
+    from trl import GRPOTrainer
+
+    class GroupDroppingGRPOTrainer(GRPOTrainer):
+        dropped_groups = 0
+        seen_groups = 0
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            generations = self.num_generations
+            advantages = output["advantages"].view(-1, generations)
+            flat = advantages.abs().amax(dim=1) < 1e-8
+            self.seen_groups += int(flat.numel())
+            self.dropped_groups += int(flat.sum())
+            if flat.any():
+                keep = (~flat).repeat_interleave(generations).unsqueeze(1).to(output["completion_mask"].dtype)
+                output["completion_mask"] = output["completion_mask"] * keep
+                output["num_items_in_batch"] = self.accelerator.gather(output["completion_mask"].sum()).sum()
+            self._metrics["train"]["zero_variance_groups_dropped"].append(float(flat.float().mean()))
+            return output
+
+    return GroupDroppingGRPOTrainer
