@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from server import answering, errors, metrics
 from server.errors import error_response
 from server.routes import adapters, chat, dashboard, feedback, health, review, rounds, stats, tasks
+from server.schemas import ChatCompletionChunk
 from server.state import GatewayState
 
 # an escaped surrogate, or one encoded as bytes (which `json.loads` reads with surrogatepass)
@@ -127,7 +128,22 @@ def create_app(state: GatewayState) -> FastAPI:
     app.mount("/dashboard/assets", dashboard.assets, name="dashboard-assets")
     app.add_middleware(BodyGuard, max_bytes=state.settings.max_request_bytes)
     app.add_middleware(OverheadTimer)  # added last: the outermost, so body checks count as overhead
+    _document_stream_events(app)
     return app
+
+
+def _document_stream_events(app: FastAPI) -> None:
+    """FastAPI puts only JSON bodies' models in the OpenAPI components; the chat stream's event
+    (`text/event-stream` of /v1/chat/completions) is added beside them, so its shape is documented."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = generate()
+            event = ChatCompletionChunk.model_json_schema(ref_template="#/components/schemas/{model}")
+            schema["components"]["schemas"].update({**event.pop("$defs", {}), "ChatCompletionChunk": event})
+        return app.openapi_schema
+    app.openapi = openapi
 
 
 async def _watch_engines(state: GatewayState, every_s: float = 2.0) -> None:

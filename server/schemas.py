@@ -180,6 +180,38 @@ class TucanoExtras(BaseModel):
     scores: Scores
 
 
+def _absent(value) -> bool:
+    return value is None
+
+
+class ChunkDelta(BaseModel):
+    """What a chunk adds to the assistant message; a field it does not add is left out."""
+    role: Literal["assistant"] | None = Field(None, exclude_if=_absent)
+    content: str | None = Field(None, exclude_if=_absent)
+    reasoning_content: str | None = Field(None, exclude_if=_absent, description="insights: the <think> block, streamed apart")
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One server-sent event of a streamed chat completion (`stream: true`), as OpenAI's."""
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: ChatUsage | None = Field(None, exclude_if=_absent, description="the last chunk, with `stream_options.include_usage`")
+
+
+class StreamError(BaseModel):
+    """The last event of a stream that failed after its status was sent."""
+    error: dict[str, str]
+
+
 class ChatCompletion(BaseModel):
     """The OpenAI chat.completion object, with the record's id and scores under `tucano`."""
     id: str
