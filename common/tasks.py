@@ -19,13 +19,14 @@ class TaskTraits(NamedTuple):
     scored_with_reference: bool  # its answers are scored against a reference when one is given (insights' never are)
     thinks: bool  # its answers may open with a <think> block, which is returned apart from the answer
     runs_sql: bool  # its answer is a query the service can run against the commerce DB
+    answer_field: str | None  # the field of a structured answer that holds what the model writes (None: the answer is the text)
 
 
 TRAITS: dict[str, TaskTraits] = {
-    "extraction": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False),
-    "sql": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=True),
-    "push": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False),
-    "insights": TaskTraits("think", scored_with_reference=False, thinks=True, runs_sql=False),
+    "extraction": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None),
+    "sql": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql"),
+    "push": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None),
+    "insights": TaskTraits("think", scored_with_reference=False, thinks=True, runs_sql=False, answer_field=None),
 }
 assert tuple(TRAITS) == TASKS
 TASK_ENGINE: dict[str, str] = {task: traits.engine for task, traits in TRAITS.items()}

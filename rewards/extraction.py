@@ -335,6 +335,11 @@ EVIDENCE = (("phrases", _phrases_evidence), ("summary", _summary_evidence), ("pr
             ("sentiment_cue", _sentiment_evidence), ("category_cue", _category_evidence))
 
 
+def valid(output) -> bool:
+    """Every field present and each within its type and range, whatever they say."""
+    return isinstance(output, dict) and set(output) == set(EXTRACTION_FIELDS) and len(valid_fields(output)) == len(output)
+
+
 def score(completion: str, reference: dict | None, context: dict, fields: dict | None = None) -> tuple[dict, dict, dict, object]:
     """`fields`, when given, receives each field's credit against the reference (0 for an answer
     that cannot be read), so the gate can compare fields one by one."""

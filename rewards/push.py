@@ -155,6 +155,12 @@ def _fluency(title: str, body: str, context: dict) -> tuple[float, str]:
     return ptbr_score(text), "sentences of Portuguese words"
 
 
+def valid(output) -> bool:
+    """A title and a body, each within its limit, whatever they say."""
+    return isinstance(output, dict) and isinstance(output.get("title"), str) and isinstance(output.get("body"), str) \
+        and len(output["title"]) <= PUSH_TITLE_MAX and len(output["body"]) <= PUSH_BODY_MAX
+
+
 def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
     parsed = parse_json_object(completion)
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS

@@ -11,7 +11,7 @@ import json
 
 from pydantic import ValidationError
 
-from common.tasks import OUTPUT_MODELS
+from common.tasks import OUTPUT_MODELS, TRAITS
 from rewards.extraction import as_score
 from rewards.sql_sandbox import check_readonly
 
@@ -29,32 +29,48 @@ def _problems(error: ValidationError) -> str:
 def check_reference(task: str, value, max_bytes: int | None = None):
     if max_bytes is not None and len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > max_bytes:
         raise InvalidReference(f"larger than {max_bytes} bytes")
+    if task not in TRAITS:
+        raise InvalidReference(f"unknown task {task!r}")
     if task in OUTPUT_MODELS:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise InvalidReference(f"a {task} reference is a JSON object, not text") from None
-        if not isinstance(value, dict):
-            raise InvalidReference(f"a {task} reference is a JSON object")
-        if task == "extraction" and isinstance(value.get("sentiment_score"), str):  # "4,5" is understood
-            value = {**value, "sentiment_score": as_score(value["sentiment_score"])}
+        return _structured(task, value)
+    if TRAITS[task].runs_sql:
+        return _query(task, value)
+    return _text(task, value)
+
+
+def _structured(task: str, value) -> dict:
+    """A JSON answer, checked against the task's output model (a sentiment score "4,5" is understood)."""
+    if isinstance(value, str):
         try:
-            return OUTPUT_MODELS[task].model_validate(value, strict=False).model_dump()
-        except ValidationError as error:
-            raise InvalidReference(f"not a valid {task} answer: {_problems(error)}") from None
-    if task == "sql":
-        sql = value.get("sql") if isinstance(value, dict) and set(value) == {"sql"} else value
-        if not isinstance(sql, str) or not sql.strip():
-            raise InvalidReference('a sql reference is one SELECT, as text or {"sql": "..."}')
-        checked = check_readonly(sql.strip().rstrip(";"))
-        if not checked.ok:
-            raise InvalidReference(f"not a read-only SELECT: {checked.reason}")
-        return {"sql": sql.strip().rstrip(";").strip()}
-    if task == "insights":
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidReference("an insights reference is the answer's text")
-        if len(value) > MAX_INSIGHTS_ANSWER_CHARS:
-            raise InvalidReference(f"an insights answer is at most {MAX_INSIGHTS_ANSWER_CHARS} characters")
-        return value
-    raise InvalidReference(f"unknown task {task!r}")
+            value = json.loads(value)
+        except ValueError:
+            raise InvalidReference(f"a {task} reference is a JSON object, not text") from None
+    if not isinstance(value, dict):
+        raise InvalidReference(f"a {task} reference is a JSON object")
+    if isinstance(value.get("sentiment_score"), str):
+        value = {**value, "sentiment_score": as_score(value["sentiment_score"])}
+    try:
+        return OUTPUT_MODELS[task].model_validate(value, strict=False).model_dump()
+    except ValidationError as error:
+        raise InvalidReference(f"not a valid {task} answer: {_problems(error)}") from None
+
+
+def _query(task: str, value) -> dict:
+    """One read-only SELECT, as text or under the task's answer field."""
+    field = TRAITS[task].answer_field
+    sql = value.get(field) if isinstance(value, dict) and set(value) == {field} else value
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidReference(f'a {task} reference is one SELECT, as text or {{"{field}": "..."}}')
+    checked = check_readonly(sql.strip().rstrip(";"))
+    if not checked.ok:
+        raise InvalidReference(f"not a read-only SELECT: {checked.reason}")
+    return {field: sql.strip().rstrip(";").strip()}
+
+
+def _text(task: str, value) -> str:
+    """A written answer (insights): its text, within the answer limit."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidReference(f"an {task} reference is the answer's text")
+    if len(value) > MAX_INSIGHTS_ANSWER_CHARS:
+        raise InvalidReference(f"an {task} answer is at most {MAX_INSIGHTS_ANSWER_CHARS} characters")
+    return value

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import mul
 from pathlib import Path
 
-from common.tasks import EXTRACTION_FIELDS, PUSH_BODY_MAX, PUSH_TITLE_MAX, TASKS, TRAITS
+from common.tasks import TASKS, TRAITS
 from rewards import extraction, insights, push, sql
 
 REWARD_VERSION = "6"
@@ -37,11 +37,12 @@ class Score:
 
 def normalise_reference(task: str, reference):
     """contract §3: sql accepts `{"sql": ...}` or a plain string; insights takes none."""
-    if task == "sql" and isinstance(reference, str):
-        return {"sql": reference} if reference.strip() else None
+    field = TRAITS[task].answer_field
+    if field and isinstance(reference, str):
+        return {field: reference} if reference.strip() else None
     if not TRAITS[task].scored_with_reference:
         return None
-    if task == "sql" and isinstance(reference, dict) and not isinstance(reference.get("sql"), str):
+    if field and isinstance(reference, dict) and not isinstance(reference.get(field), str):
         return None
     return reference if isinstance(reference, dict) and reference else None
 
@@ -49,12 +50,11 @@ def normalise_reference(task: str, reference):
 def _valid(task: str, components: dict[str, float], details: dict[str, str], output) -> bool:
     """Whether the answer has its task's shape (what a record's `valid` says), whatever its content."""
     if task == "extraction":
-        return isinstance(output, dict) and set(output) == set(EXTRACTION_FIELDS) and len(extraction.valid_fields(output)) == len(output)
+        return extraction.valid(output)
     if task == "push":
-        return isinstance(output, dict) and isinstance(output.get("title"), str) and isinstance(output.get("body"), str) \
-            and len(output["title"]) <= PUSH_TITLE_MAX and len(output["body"]) <= PUSH_BODY_MAX
+        return push.valid(output)
     if task == "sql":
-        return components["safety"] == 1.0 and not details.get("executes", "error").startswith("error")
+        return sql.valid(components, details)
     return bool(output)
 
 

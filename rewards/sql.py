@@ -192,6 +192,11 @@ def result_shape(result: QueryResult, cues: Cues) -> tuple[float, str]:
     return 1.0, f"{len(rows)} rows"
 
 
+def valid(components: dict[str, float], details: dict[str, str]) -> bool:
+    """A safe query that ran, whatever it answers."""
+    return components["safety"] == 1.0 and not details.get("executes", "error").startswith("error")
+
+
 def score(completion: str, reference: dict | None, context: dict, db_path: Path) -> tuple[dict, dict, dict, object]:
     sql, wrapped = extract_sql(completion)
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE

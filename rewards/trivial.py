@@ -188,8 +188,13 @@ INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
 }
 
 
+# each task's makers; extraction's are drawn from its references' own values
+MAKERS: dict[str, Callable[[list], dict[str, Callable[[dict], str]]]] = {
+    "extraction": lambda references: extraction_makers([r for r in references if isinstance(r, dict)]),
+    "sql": lambda _: SQL_MAKERS, "push": lambda _: PUSH_MAKERS, "insights": lambda _: INSIGHTS_MAKERS,
+}
+
+
 def makers(task: str, references: list) -> dict[str, Callable[[dict], str]]:
     """The trivial answers of a task, by name."""
-    if task == "extraction":
-        return extraction_makers([r for r in references if isinstance(r, dict)])
-    return {"sql": SQL_MAKERS, "push": PUSH_MAKERS, "insights": INSIGHTS_MAKERS}[task]
+    return MAKERS[task](references)

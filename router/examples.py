@@ -40,8 +40,9 @@ class Example(NamedTuple):
 
 def answer_text(task: str, answer) -> str:
     """An answer as a demonstration shows it (insights without its think block)."""
-    if task == "sql":
-        return answer["sql"] if isinstance(answer, dict) else str(answer)
+    field = TRAITS[task].answer_field
+    if field:
+        return answer[field] if isinstance(answer, dict) else str(answer)
     if TRAITS[task].thinks:
         return split_think(str(answer)).answer
     return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)

@@ -54,20 +54,30 @@ PUSH_FIELD_LABELS = {
 }
 
 
+def _review(task_input: dict) -> str:
+    return f"Avaliação:\n{task_input['review']}"
+
+
+def _question(task_input: dict) -> str:
+    return f"Pergunta: {task_input['question']}"
+
+
+def _campaign(task_input: dict) -> str:
+    return "\n".join(f"{PUSH_FIELD_LABELS.get(k, k)}: {v}" for k, v in task_input.items() if v not in (None, ""))
+
+
+def _question_and_data(task_input: dict) -> str:
+    text = _question(task_input)
+    if task_input.get("rows"):
+        text += "\nDados (JSON):\n" + json.dumps({"columns": task_input.get("columns", []), "rows": task_input["rows"]}, ensure_ascii=False)
+    return text
+
+
+USER_MESSAGES = {"extraction": _review, "sql": _question, "push": _campaign, "insights": _question_and_data}
+
+
 def user_message(task: str, task_input: dict) -> str:
-    if task == "extraction":
-        return f"Avaliação:\n{task_input['review']}"
-    if task == "sql":
-        return f"Pergunta: {task_input['question']}"
-    if task == "push":
-        return "\n".join(f"{PUSH_FIELD_LABELS.get(k, k)}: {v}" for k, v in task_input.items() if v not in (None, ""))
-    if task == "insights":
-        text = f"Pergunta: {task_input['question']}"
-        if task_input.get("rows"):
-            text += "\nDados (JSON):\n" + json.dumps(
-                {"columns": task_input.get("columns", []), "rows": task_input["rows"]}, ensure_ascii=False)
-        return text
-    raise KeyError(task)
+    return USER_MESSAGES[task](task_input)
 
 
 def build_messages(task: str, task_input: dict, demonstrations: tuple[tuple[dict, str], ...] = ()) -> list[dict[str, str]]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.records import AdapterMeta
 from common.rounds import RoundSummary
@@ -45,6 +45,12 @@ class PushInput(BaseModel):
     coupon: str | None = Field(None, max_length=50)
     deadline: str | None = Field(None, max_length=100)
     briefing: str | None = Field(None, max_length=2_000)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> PushInput:
+        if not (self.campaign or self.customer_name or self.product or self.briefing):
+            raise ValueError("push needs at least one of campaign, customer_name, product, briefing")
+        return self
 
 
 class InsightsInput(BaseModel):

@@ -59,8 +59,9 @@ class TaskData:
 
 def answer_text(task: str, answer) -> str:
     """An answer as the model should write it after the chat template's generation prompt."""
-    if task == "sql":
-        return answer["sql"] if isinstance(answer, dict) else str(answer)
+    field = TRAITS[task].answer_field
+    if field:
+        return answer[field] if isinstance(answer, dict) else str(answer)
     if TRAITS[task].thinks:  # the Think template has opened <think> already
         text = str(answer)
         return text.removeprefix("<think>").lstrip("\n") if "</think>" in text else "</think>\n\n" + text

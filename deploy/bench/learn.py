@@ -539,10 +539,10 @@ def targets(results: dict) -> list[dict]:
                 out.append({"target": f"{t}: {measurement['version']} no worse than {against['previous']} (round {measurement['round']})",
                             "measured": f"{against['mean']:+.3f} [{against['ci95'][0]:+.3f}, {against['ci95'][1]:+.3f}]",
                             "met": against["ci95"][1] >= 0})
-    if "sql" in results["tasks"]:
-        rounds = results["tasks"]["sql"]["rounds"]
+    for t in (t for t in results["tasks"] if TRAITS[t].runs_sql):
+        rounds = results["tasks"][t]["rounds"]
         rise = rounds[-1]["components"].get("execution_match", 0.0) - rounds[0]["components"].get("execution_match", 0.0)
-        out.append({"target": f"sql: execution match on held-out rows +{TARGETS['sql_execution_match']:.2f}",
+        out.append({"target": f"{t}: execution match on held-out rows +{TARGETS['sql_execution_match']:.2f}",
                     "measured": f"{rise:+.3f}", "met": rise >= TARGETS["sql_execution_match"]})
     for entry in results["rounds"]:
         out.append({"target": f"round {entry['round']} under {TARGETS['round_seconds']:.0f} s", "measured": f"{entry['seconds']} s",

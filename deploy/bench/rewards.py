@@ -15,7 +15,7 @@ import time
 
 from common.datasets import load_split
 from common.settings import Settings
-from common.tasks import TASKS
+from common.tasks import OUTPUT_MODELS, TASKS
 from rewards.scoring import score
 from rewards.text import clear_caches
 
@@ -31,7 +31,7 @@ def is_simple(sql: str) -> bool:
 def _variants(row: dict) -> list[str]:
     target = row["target"]
     variants = [target, f"<think>\nok\n</think>\n```\n{target}\n```", target[: len(target) // 2]]
-    if row["task"] in ("extraction", "push"):
+    if row["task"] in OUTPUT_MODELS:  # a JSON answer: one field made wrong
         value = json.loads(target)
         key = next(iter(value))
         value[key] = "errado"

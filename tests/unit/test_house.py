@@ -1,0 +1,52 @@
+"""How the house is kept: each task's traits are asked of its spec (`common.tasks.TRAITS`,
+`router/task_specs.py`), not by comparing a task's name, except where a task's own module or
+function is chosen."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from common.tasks import TASKS
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("common", "server", "router", "rewards", "trainer", "deploy", "demo")
+# where naming a task is the point: the registry, a task's own module, the dispatch that picks it
+ALLOWED = {
+    "common/tasks.py": "the task registry",
+    "router/task_specs.py": "each task's serving spec",
+    "router/classify.py": "the classifier answers with a task's name",
+    "rewards/scoring.py": "picks the task's own reward module",
+    "deploy/bench/peers.py": "compares its workloads (chat, extraction), not tasks",
+}
+
+
+def task_name_comparisons(source: str) -> list[int]:
+    """Lines comparing something with a task's name (`task == "sql"`, `"push" != t`, `t in ("sql", ...)`)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = [s for s in sides if isinstance(s, ast.Constant) and s.value in TASKS]
+        named += [e for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set)) for e in s.elts
+                  if isinstance(e, ast.Constant) and e.value in TASKS]
+        if named and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_finder_sees_each_form_of_comparison():
+    assert task_name_comparisons('if task == "sql":\n    pass\nx = "push" != t\ny = t in ("extraction", "sql")\nz = t == "other"') == [1, 3, 4]
+
+
+def test_no_task_name_is_compared_outside_the_registry_and_the_tasks_own_modules():
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            name = str(path.relative_to(REPO))
+            if name in ALLOWED or name.removeprefix("rewards/").removesuffix(".py") in TASKS:
+                continue
+            lines = task_name_comparisons(path.read_text())
+            if lines:
+                found[name] = lines
+    assert found == {}, f"ask TRAITS or the task's spec instead: {found}"
