@@ -118,6 +118,26 @@ def label_of(record: Record, eval_share: float) -> Label:
 
 
 @dataclass
+class JobProgress:
+    """Where a long job (the bootstrap, a training round) stands: what `/readyz`, `/v1/stats` and
+    the dashboard show while it runs. Written by the job as it goes, with an expiry, so a job that
+    died stops being shown."""
+    __pydantic_config__ = DOCSTRINGS
+    job: str
+    """bootstrap or round."""
+    stage: str
+    share: float
+    """Done so far, 0 to 1: of the whole job where its stages' expected seconds are known, else of this stage."""
+    of_whole: bool
+    seconds_spent: float
+    seconds_left: float | None
+    """The time left, estimated from the expected seconds and this machine's pace; None before any pace is known."""
+    text: str
+    """The line a person reads, as the job's log prints it."""
+    updated: float = field(default_factory=time.time)
+
+
+@dataclass
 class StatusChange:
     status: AdapterStatus
     at: float

@@ -39,6 +39,7 @@ from common.records import (
     POINT_DECODER,
     AdapterMeta,
     Feedback,
+    JobProgress,
     Label,
     Record,
     RecordPoint,
@@ -54,6 +55,9 @@ from common.records import (
 from common.rounds import RoundSummary, decode_round, encode_round
 from common.tasks import TASK_ENGINE, TASKS
 
+PROGRESS = "tucano:progress"  # :<job> -> JobProgress
+JOBS = ("bootstrap", "round")
+PROGRESS_TTL_S = 300  # a job writes at least every stage; one silent this long is shown no more
 RECORDS = "tucano:records"
 FAILURES = "tucano:failures"
 GROUP = "trainers"
@@ -257,6 +261,18 @@ class Store:
         return points[::-1], len(entries) > limit
 
     # --- rounds and eval sets --------------------------------------------------------------
+
+    def set_progress(self, progress: JobProgress) -> None:
+        """Where a running job stands; it expires unless the job writes again (a dead job stops being shown)."""
+        self.redis.set(f"{PROGRESS}:{progress.job}", encode(progress), ex=PROGRESS_TTL_S)
+
+    def end_progress(self, job: str) -> None:
+        self.redis.delete(f"{PROGRESS}:{job}")
+
+    def jobs(self) -> list[JobProgress]:
+        """The running jobs' progress (those that wrote within `PROGRESS_TTL_S`)."""
+        raws = self.redis.mget([f"{PROGRESS}:{job}" for job in JOBS])
+        return [msgspec.json.decode(raw, type=JobProgress) for raw in raws if raw]
 
     def save_round(self, summary: RoundSummary) -> None:
         pipe = self.redis.pipeline(transaction=True)

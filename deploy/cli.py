@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -25,7 +25,6 @@ from rich.progress import (
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 from common.settings import ConfigError, Settings, load_settings
@@ -56,32 +55,37 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
-def _run_bootstrap(settings: Settings, force: bool = False) -> dict:
-    """The bootstrap behind one progress display: the stage it is in, the share done, the time
-    spent and the time left (each stage weighted by its expected seconds); plain lines where
-    stdout is no terminal (a bar would draw nothing there)."""
-    from demo.bootstrap import BootstrapError, expected_seconds, run
-    from deploy.progress import ProgressLines
+@contextmanager
+def _progress_display(job: str, weights: dict[str, float] | None = None, publish=None):
+    """One account of a long job's progress (`deploy.progress.ProgressLines`: the stage, the share
+    done, the time spent and left), shown as a bar on a terminal and as plain lines elsewhere (a
+    bar draws nothing in a log); `publish` hears it too. Yields `(say, progress)` for the job."""
+    from deploy.progress import ProgressLines, duration
 
-    weights = expected_seconds(settings)
     if not console.is_terminal:
-        try:
-            return run(settings, ProgressLines("bootstrap", lambda text: console.print(text, highlight=False, soft_wrap=True), weights),
-                       force=force)
-        except BootstrapError as error:
-            raise _fail(f"bootstrap failed: {error}") from None
-    offsets = dict(zip(weights, [sum(list(weights.values())[:i]) for i in range(len(weights))]))
-    columns = (TextColumn("bootstrap [bold]{task.fields[stage]:<12}[/bold]"), BarColumn(), TaskProgressColumn(),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
-    with Progress(*columns, console=console) as bars:
-        bar = bars.add_task("bootstrap", total=sum(weights.values()), stage="starting")
+        def say(text: str) -> None:
+            console.print(text, highlight=False, soft_wrap=True)
+        yield say, ProgressLines(job, say, weights, publish=publish)
+        return
+    columns = (TextColumn("{task.description:<28}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(), TextColumn("{task.fields[left]}"))
+    with Progress(*columns, console=console, transient=True) as bars:
+        bar = bars.add_task(job, total=100, left="")
 
-        def report(step: str, completed: float, total: float) -> None:
-            share = min(1.0, completed / total) if total else 0.0
-            bars.update(bar, completed=offsets[step] + weights[step] * share, stage=step)
+        def show(account) -> None:
+            left = f"about {duration(account.seconds_left)} left" if account.seconds_left is not None else ""
+            bars.update(bar, description=f"{job} {account.stage}", completed=round(100 * account.share), left=left)
+            if publish is not None:
+                publish(account)
+        yield (lambda text: bars.console.print(text, highlight=False)), ProgressLines(job, lambda _: None, weights, publish=show)
 
+
+def _run_bootstrap(settings: Settings, force: bool = False) -> dict:
+    """The bootstrap behind one progress display, each stage weighted by its expected seconds."""
+    from demo.bootstrap import BootstrapError, expected_seconds, run
+
+    with _progress_display("bootstrap", expected_seconds(settings)) as (_, progress):
         try:
-            return run(settings, report, force=force)
+            return run(settings, progress, force=force)
         except BootstrapError as error:
             failure = error
     raise _fail(f"bootstrap failed: {failure}")
@@ -154,8 +158,9 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
           task: Annotated[str | None, typer.Option(help="Only this task.")] = None) -> None:
     """Run one training round now (--once), or rounds every TUCANO_TRAIN_INTERVAL_MINUTES."""
     from common.store import Store
+    from common.tasks import TASKS
     from deploy.hotswap import HotSwap
-    from trainer.round import RoundError, run_round
+    from trainer.round import RoundError, run_round, stage_seconds
 
     settings = _settings()
     tasks = _task_option(task)
@@ -165,28 +170,15 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
         fleet = HotSwap.for_settings(store, settings, drain="later")  # serve unloads what the round retired
 
         def one_round() -> None:
-            if not console.is_terminal:  # a log: one line per stage and per tenth of a long one
-                from deploy.progress import ProgressLines
-
-                def say_line(text: str) -> None:
-                    console.print(text, highlight=False, soft_wrap=True)
-                try:
-                    run_round(settings, store, fleet, tasks, say=say_line, progress=ProgressLines("round", say_line))
-                except RoundError as error:
-                    raise _fail(str(error)) from None
-                return
-            with Progress(*_BAR_COLUMNS, console=console, transient=True) as bars:
-                bar = bars.add_task("round", total=None)
-
-                def say(text: str) -> None:
-                    bars.console.print(text, highlight=False)
-
-                def step(name: str, done: int, total: int) -> None:
-                    bars.update(bar, description=name, completed=done, total=total)
-                try:
-                    run_round(settings, store, fleet, tasks, say=say, progress=step)
-                except RoundError as error:
-                    raise _fail(str(error)) from None
+            last = store.rounds(1)
+            weights = stage_seconds(last[0] if last else None, tasks or TASKS)  # what its stages took the last time
+            try:
+                with _progress_display("round", weights, publish=store.set_progress) as (say, progress):
+                    run_round(settings, store, fleet, tasks, say=say, progress=progress)
+            except RoundError as error:
+                raise _fail(str(error)) from None
+            finally:
+                store.end_progress("round")
         if once:
             one_round()
             return

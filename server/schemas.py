@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from common.records import AdapterMeta
+from common.records import AdapterMeta, JobProgress
 from common.rounds import RoundSummary
 from common.tasks import TASKS
 from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
@@ -322,6 +322,7 @@ class Stats(BaseModel):
     records: int = Field(description="Records read in the window.")
     truncated: bool = Field(description="The window held more records than TUCANO_STATS_MAX_RECORDS: the oldest were left out.")
     tasks: dict[str, TaskStats]
+    jobs: list[JobProgress] = Field([], description="Long jobs running now (a training round), each with where it stands.")
 
 
 # --- the review queue ----------------------------------------------------------------------

@@ -117,10 +117,11 @@ def _round_seed(round_id: str) -> int:
 
 
 async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: AdapterMeta, seed: int, say,
-                 entry: TaskOutcome) -> None:
+                 entry: TaskOutcome, progress: Callable[[str, int, int], None]) -> None:
     """Gate, shadow replay, then canary, promotion or rejection (a promotion retires the examples
     the new version absorbed of those it trained on); what it decided and found goes in `entry`."""
     task, version, kind = candidate.task, candidate.version, TASK_ENGINE[candidate.task]
+    progress(f"{task} gate", 0, 1)
     started = time.perf_counter()
     await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     entry.seconds["load"] = round(time.perf_counter() - started, 2)
@@ -134,6 +135,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         judged = GateRecord(decision=decision, incumbent=incumbent or "base")
         passed, reason = decision.promote, decision.reason
         if passed and settings.shadow_records:
+            progress(f"{task} shadow", 0, 1)
             held = gate.held_out_inputs(settings, store, task)
             recent, labels = shadow.choose(task, store.recent_records(task, 20 * settings.shadow_records), held,
                                            settings.shadow_records, shadow.eval_labels(store, task))
@@ -175,7 +177,8 @@ def _has_news(store: Store, task: str, labels, new_records: int, settings: Setti
     return False, f"nothing new: no label changed, {new_records} new records < {settings.min_records_per_task}"
 
 
-def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say, progress) -> TaskOutcome:
+def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say,
+                progress: Callable[[str, int, int], None]) -> TaskOutcome:
     settings = settings.for_task(task)  # the task's own training settings (`task_training`) from its data on
     labels = store.labels(task)
     news, why = _has_news(store, task, labels, len(records), settings)
@@ -195,8 +198,13 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     entry.start = TrainingStart(weights=start, why=start_why)
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
+
+    def trained(_method: str, done: int, total: int) -> None:  # a time budget ends most training before its last step
+        share = max(done / total if total else 0.0, (time.perf_counter() - started) / settings.train_time_budget_s)
+        progress(f"{task} training", round(min(share, 1.0) * 1000), 1000)
+    progress(f"{task} training", 0, 1)
     try:
-        candidate = train_candidate(settings, store, data, steps, round_id, start, progress)
+        candidate = train_candidate(settings, store, data, steps, round_id, start, trained)
     except QuantizationUnavailable as error:  # a setting this machine cannot honour: no task can train
         raise RoundError(str(error)) from None
     except AdapterWriteError as error:  # nothing was registered; the labels are all still there
@@ -206,7 +214,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     entry.seconds["training"] = round(time.perf_counter() - started, 2)
     entry.version, entry.method = candidate.version, candidate.method
     entry.training, entry.stop_conditions = candidate.training.methods, candidate.training.stop_conditions
-    asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say, entry))
+    asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say, entry, progress))
     store.mark_trained(task)
     return entry
 
@@ -214,8 +222,11 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
 def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, ...] | None = None,
               say: Callable[[str], None] = print, progress: Callable[[str, int, int], None] | None = None) -> RoundSummary | None:
     """One round; returns its summary (also written under the data dir's rounds/ and in Redis), or
-    None when another round held the lock throughout."""
+    None when another round held the lock throughout. `progress(stage, done, total)` hears each
+    task's stages (`<task> training`, `<task> gate`, `<task> shadow`; `stage_seconds` says what
+    each took the last time)."""
     tasks = tasks or TASKS
+    progress = progress or (lambda *_: None)
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise RoundError(f"rounds train {', '.join(TASKS)}; not {', '.join(unknown)}")
@@ -254,6 +265,21 @@ def run_round(settings: Settings, store: Store, fleet: Fleet, tasks: tuple[str, 
         outcomes = {task: str(outcome) for task, outcome in summary.outcomes().items()}
         say(f"round {round_id} done in {summary.seconds} s: {outcomes}")
         return summary
+
+
+def stage_seconds(last: RoundSummary | None, tasks: tuple[str, ...]) -> dict[str, float]:
+    """What each stage of a round over `tasks` took the last time, in order: the expected seconds
+    its progress account scales (a task the last round did not train has none)."""
+    expected: dict[str, float] = {}
+    for task in tasks:
+        seconds = last.tasks[task].seconds if last and task in last.tasks else {}
+        if not seconds.get("training"):
+            continue
+        expected[f"{task} training"] = seconds["training"]
+        expected[f"{task} gate"] = seconds.get("load", 0.0) + seconds.get("gate", 0.0) + (0.0 if seconds.get("shadow") else seconds.get("flip", 0.0))
+        if seconds.get("shadow"):
+            expected[f"{task} shadow"] = seconds["shadow"] + seconds.get("flip", 0.0)
+    return expected
 
 
 def _recipe(settings: Settings) -> dict:

@@ -1,11 +1,13 @@
 """Liveness, readiness and Prometheus metrics. Ready: Redis answers and every kind of engine has
 at least one that serves (a fleet with one engine down still answers through the others, so it
 stays in its load balancer's rotation); the body names each engine's state, and `degraded` says
-that one is out."""
+that one is out; `jobs` says where a running training round stands ("round: sql training 40%,
+..., about 6 min left")."""
 from __future__ import annotations
 
 import asyncio
 
+import msgspec
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,12 +28,14 @@ async def healthz() -> dict:
 @router.get("/readyz")
 async def readyz(state: State):
     redis_ok = await run_in_threadpool(state.store.ping)
+    jobs = await run_in_threadpool(state.store.jobs) if redis_ok else []
     await asyncio.gather(*(pool.check() for pool in state.pools.values()))
     engines = {kind: [{"url": e.url, "healthy": e.healthy, "model": e.model, "error": e.last_error} for e in pool.engines]
                for kind, pool in state.pools.items()}
     ready = redis_ok and all(any(e["healthy"] for e in group) for group in engines.values())
     degraded = not all(e["healthy"] for group in engines.values() for e in group)
-    body = {"ready": ready, "degraded": degraded, "redis": redis_ok, "engines": engines, "routes_version": state.routes.version}
+    body = {"ready": ready, "degraded": degraded, "redis": redis_ok, "engines": engines, "routes_version": state.routes.version,
+            "jobs": [msgspec.to_builtins(job) for job in jobs]}
     return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": str(RETRY_AFTER_S)})
 
 

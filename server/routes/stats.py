@@ -51,7 +51,7 @@ async def stats(caller: User, window_s: int = Query(86_400, ge=60, le=90 * 86_40
         points, truncated = store.record_points(start, limit)
         labels = {task: store.labels(task) for task in TASKS}
         pairs = {task: _calibration_pairs(caller.state.settings, task, labels[task]) for task in TASKS}
-        return points, truncated, labels, pairs
+        return points, truncated, labels, pairs, store.jobs()
 
-    points, truncated, labels, pairs = await run_in_threadpool(read)
-    return series(points, labels, start, end, buckets, truncated, pairs)
+    points, truncated, labels, pairs, jobs = await run_in_threadpool(read)
+    return series(points, labels, start, end, buckets, truncated, pairs).model_copy(update={"jobs": jobs})

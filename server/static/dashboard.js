@@ -251,8 +251,21 @@ function renderLastRound() {
     ["stop conditions flagged", flags.join(", ") || "none"], ["components significantly worse", worse.join(", ") || "none"]]);
 }
 
+function renderJobs() {
+  // a running training round, where it stands (the trainer writes it as it goes)
+  const el = document.getElementById("jobs");
+  const jobs = (state.stats && state.stats.jobs) || [];
+  el.hidden = !jobs.length;
+  el.textContent = jobs.map(job => {
+    const done = `${Math.round(job.share * 100)}%${job.of_whole ? "" : " of this stage"}`;
+    const left = job.seconds_left === null ? "" : `, about ${Math.max(1, Math.round(job.seconds_left / 60))} min left`;
+    return `Training ${job.job === "round" ? "round" : job.job}: ${job.stage}, ${done}${left}`;
+  }).join(" · ");
+}
+
 function render() {
   tabs();
+  renderJobs();
   renderTraffic(); renderCalibration(); renderLearning(); renderRoute(); renderFeedback(); renderLineage(); renderLastRound();
 }
 

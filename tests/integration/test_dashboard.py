@@ -138,6 +138,26 @@ def test_the_charts_hold_what_the_api_returns(browser, gateway, served, built):
     print(f"screenshots: {shots}")
 
 
+def test_a_running_round_is_shown_above_the_figures(browser, gateway, loop):
+    """What a round's trainer writes as it goes (`Store.set_progress`) is on the page at the next
+    load, and gone once the round has ended."""
+    from common.records import JobProgress
+
+    _, store = loop
+    assert httpx.get(f"{gateway.url}/readyz").json()["jobs"] == []
+    store.set_progress(JobProgress(job="round", stage="sql training", share=0.4, of_whole=True, seconds_spent=240.0,
+                                   seconds_left=360.0, text="round: sql training 40%"))
+    try:
+        page = open_page(browser, gateway.url)
+        assert page.inner_text("#jobs") == "Training round: sql training, 40%, about 6 min left"
+        assert httpx.get(f"{gateway.url}/readyz").json()["jobs"][0]["stage"] == "sql training"
+    finally:
+        store.end_progress("round")
+    page.click("#refresh")
+    page.wait_for_function("() => document.getElementById('jobs').hidden")
+    assert not page.script_errors
+
+
 def test_admin_buttons_are_refused_without_the_admin_key(browser, built, redis_url, engines, served, gateway):
     settings = load_settings(data_dir=built.data_dir, redis_url=redis_url, user_api_key=SecretStr("dash-user"),
                              admin_api_key=SecretStr("dash-admin"), rate_limit_per_minute=0)

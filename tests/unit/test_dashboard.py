@@ -80,3 +80,24 @@ def test_with_redis_down_the_stats_are_a_readable_503_and_metrics_say_so(down):
 def test_bad_stats_queries_are_422(down, query):
     response = down.get(f"/v1/stats?{query}")
     assert response.status_code == 422 and response.json()["error"]["type"] == "invalid_request"
+
+
+def test_a_running_round_is_shown_where_people_look(down, monkeypatch):
+    """/readyz (ready or not: here the engines are down) and /v1/stats name where a training round
+    stands, as the trainer wrote it; the dashboard reads it from /v1/stats."""
+    from common.records import JobProgress
+
+    job = JobProgress(job="round", stage="sql training", share=0.4, of_whole=True, seconds_spent=240.0, seconds_left=360.0,
+                      text="round: sql training 40%, 4 min 00 s spent, 40% of the whole, about 6 min 00 s left")
+    store = down.app.state.gateway.store
+    monkeypatch.setattr(store, "ping", lambda: True)
+    monkeypatch.setattr(store, "jobs", lambda: [job])
+    ready = down.get("/readyz")
+    assert ready.status_code == 503 and ready.headers["Retry-After"]  # no engine answers
+    assert ready.json()["jobs"][0]["text"].endswith("about 6 min 00 s left") and ready.json()["jobs"][0]["share"] == 0.4
+    monkeypatch.setattr(store, "record_points", lambda start, limit: ([], False))
+    monkeypatch.setattr(store, "labels", lambda task: [])
+    stats = down.get("/v1/stats")
+    assert stats.status_code == 200 and stats.json()["jobs"] == [ready.json()["jobs"][0]]
+    script = down.get("/dashboard/assets/dashboard.js").text
+    assert "function renderJobs()" in script and 'id="jobs"' in down.get("/dashboard").text

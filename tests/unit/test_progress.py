@@ -50,3 +50,34 @@ def test_a_round_without_weights_tells_the_stage_time_left():
 
 def test_durations_read_as_people_say_them():
     assert (duration(0), duration(59.4), duration(60), duration(905)) == ("0 s", "59 s", "1 min 00 s", "15 min 05 s")
+
+
+def test_a_round_publishes_where_it_stands_at_most_once_a_second_and_at_every_stage():
+    from common.rounds import RoundSummary, TaskOutcome
+    from trainer.round import stage_seconds
+
+    last = RoundSummary(round="r1", started=0.0, tasks={
+        "sql": TaskOutcome(outcome="promoted", why="labels", seconds={"training": 45.0, "load": 2.0, "gate": 60.0, "shadow": 10.0, "flip": 3.0}),
+        "push": TaskOutcome(outcome="not trained", why="nothing new")})
+    weights = stage_seconds(last, ("extraction", "sql", "push"))
+    assert weights == {"sql training": 45.0, "sql gate": 62.0, "sql shadow": 13.0}  # untrained tasks took nothing to expect
+    assert stage_seconds(None, ("sql",)) == {}
+    clock, published = Clock(), []
+    progress = ProgressLines("round", lambda _: None, weights, clock, publish=published.append)
+    progress("sql training", 0, 1)
+    for tick in range(1, 41):  # steps every 0.25 s: four a second, one published
+        clock.now = tick * 0.25
+        progress("sql training", tick * 25, 1000)
+    clock.now = 60.0  # training took 60 s, not the 45 expected: the pace scales what is left
+    progress("sql gate", 0, 1)
+    assert [p.stage for p in published] == ["sql training"] * 11 + ["sql gate"]
+    gate = published[-1]
+    assert gate.job == "round" and gate.of_whole and gate.share == round(45 / 120, 4)
+    assert gate.seconds_left == round(60 / 45 * 75, 1) and "about 1 min 40 s left" in gate.text
+    unweighted = ProgressLines("round", lambda _: None, {}, clock, publish=published.append)
+    clock.now = 100.0
+    unweighted("extraction training", 0, 1)
+    assert published[-1].seconds_left is None and not published[-1].of_whole  # no pace known yet
+    clock.now = 130.0
+    unweighted("extraction training", 500, 1000)
+    assert published[-1].seconds_left == 30.0 and published[-1].share == 0.5
