@@ -10,6 +10,12 @@ is the same weights with a template that opens `<think>`. `gemma3` does the same
 fastest tests). Only the `bootstrap` split is ever read by a model step: the rows the gate and
 the benchmarks measure on never reach pretraining, SFT or a tokenizer.
 
+`tucano serve` on a fresh data dir does not wait for the fine-tuning: it builds what serving
+needs (`serveable_only`: the DB, the datasets, the converted model, and `early_models`, the
+pretrained weights under models/base and models/think with the templates they will keep), serves
+those, and runs the rest of the bootstrap beside them; when the fine-tuning is done it restarts
+the engines on the fine-tuned weights, at the same paths.
+
 Idempotent and repairable: every step builds into `<target>.partial` and is renamed into place
 only when complete, and the manifest is rewritten atomically after each step. A re-run skips a
 step whose recorded inputs (seed, sizes, upstream hashes) are unchanged and whose output is
@@ -50,17 +56,20 @@ DATASETS_VERSION = "datasets-v6"
 
 # Seconds each step takes on two CPU cores (measured here), so a progress display can say how
 # much time is left; the fine-tuning's per step.
-SECONDS = {"commerce_db": 2.0, "datasets": 6.0, "pretrained": 25.0, "think_model": 3.0}
+SECONDS = {"commerce_db": 2.0, "datasets": 6.0, "pretrained": 25.0, "early_models": 3.0, "think_model": 3.0}
+SERVEABLE_STEPS = ("commerce_db", "datasets", "pretrained", "early_models")  # what serving needs of a pretrained demo model
 SECONDS_PER_SFT_STEP = {"tiny": 0.5, "smollm2": 16.0, "gemma3": 35.0}
 
 
-def expected_seconds(settings: Settings) -> dict[str, float]:
-    """Each step's expected seconds, in the order the steps run."""
+def expected_seconds(settings: Settings, serveable_only: bool = False) -> dict[str, float]:
+    """Each step's expected seconds, in the order the steps run (with `serveable_only`, of what
+    serving needs first)."""
     tiny = settings.bootstrap_model == "tiny"
     per_step = SECONDS_PER_SFT_STEP[settings.bootstrap_model]
     model = {"base_model": (settings.bootstrap_lm_steps + sft_steps(settings)) * per_step if tiny else sft_steps(settings) * per_step,
              "think_model": (settings.bootstrap_lm_steps + sft_steps(settings)) * per_step if tiny else SECONDS["think_model"]}
-    return {step: SECONDS.get(step, 0.0) if step not in model else model[step] for step in steps_of(settings)}
+    steps = SERVEABLE_STEPS if serveable_only and not tiny else steps_of(settings)
+    return {step: SECONDS.get(step, 0.0) if step not in model else model[step] for step in steps}
 
 
 def steps_of(settings: Settings) -> tuple[str, ...]:
@@ -258,8 +267,8 @@ def tokenizer_eos(model_dir: Path, eos: str) -> None:
                      pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id).save_pretrained(model_dir)
 
 
-def think_copy(base: Path, out_dir: Path, template: str) -> None:
-    """The Base model's weights (linked, not copied) with the thinking template."""
+def with_template(base: Path, out_dir: Path, template: str) -> None:
+    """A model's weights (linked, not copied) with another chat template."""
     from transformers import AutoTokenizer
 
     out_dir.mkdir(parents=True)
@@ -271,6 +280,35 @@ def think_copy(base: Path, out_dir: Path, template: str) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
+def _finetuned_fingerprint(settings: Settings, upstream: str, datasets_fingerprint: str) -> str:
+    return _fingerprint("finetuned-v1", upstream, datasets_fingerprint, settings.seed, sft_steps(settings), FINETUNE_LR,
+                        bf16_on_cpu(settings.train_cpu_precision))
+
+
+def _build_early(settings: Settings, manifest: _Manifest, upstream: str, datasets_fingerprint: str) -> None:
+    """Until the fine-tuning is done, models/base and models/think hold the pretrained weights
+    (linked) with the templates the fine-tuned ones will have, so the engines serve at once and
+    the gateway's prompts are already those of the finished model."""
+    base, think = settings.models_dir / "base", settings.models_dir / "think"
+    if manifest.done("base_model", _finetuned_fingerprint(settings, upstream, datasets_fingerprint), base / "config.json") \
+            and "think_model" in manifest.steps and (think / "config.json").exists():
+        return  # the fine-tuned models are there
+    fingerprint = _fingerprint("early-v1", upstream)
+    if manifest.done("early_models", fingerprint, base / "config.json") and (think / "config.json").exists():
+        return
+    started = time.perf_counter()
+    source = pretrained.SOURCES[settings.bootstrap_model]
+    for target, template in ((base, TEMPLATES[source.chat]["base"]), (think, TEMPLATES[source.chat]["think"])):
+        partial = settings.root / f"early_{target.name}.partial"
+        _clear(partial)
+        with_template(settings.models_dir / f"pretrained-{source.name}", partial, template)
+        _clear(target)
+        partial.replace(target)
+    manifest.steps.pop("base_model", None)
+    manifest.steps.pop("think_model", None)
+    manifest.finish("early_models", fingerprint, started, path=str(base), think_path=str(think), weights=f"pretrained-{source.name}")
+
+
 def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, datasets_fingerprint: str, progress: Progress) -> None:
     """The pretrained model fine-tuned on the bootstrap split (Base), and the same weights with the
     thinking template (Think)."""
@@ -279,7 +317,7 @@ def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, dat
     steps = sft_steps(settings)
     base, think = settings.models_dir / "base", settings.models_dir / "think"
     bf16 = bf16_on_cpu(settings.train_cpu_precision)
-    fingerprint = _fingerprint("finetuned-v1", upstream, datasets_fingerprint, settings.seed, steps, FINETUNE_LR, bf16)
+    fingerprint = _finetuned_fingerprint(settings, upstream, datasets_fingerprint)
     if not manifest.done("base_model", fingerprint, base / "config.json"):
         started = time.perf_counter()
         partial = settings.root / "base_model.partial"
@@ -290,6 +328,7 @@ def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, dat
         tokenizer_eos(partial, END_OF_TURN[source.chat])
         _clear(base)
         partial.replace(base)
+        manifest.steps.pop("early_models", None)  # models/base is the fine-tuned model now
         manifest.finish("base_model", fingerprint, started, path=str(base), model=source.name, **info,
                         parameters=manifest.steps["pretrained"]["parameters"],
                         bytes=sum(f.stat().st_size for f in base.iterdir() if f.is_file()))
@@ -299,14 +338,16 @@ def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, dat
     started = time.perf_counter()
     partial = settings.root / "think_model.partial"
     _clear(partial)
-    think_copy(base, partial, templates["think"])
+    with_template(base, partial, templates["think"])
     _clear(think)
     partial.replace(think)
     manifest.finish("think_model", think_fingerprint, started, path=str(think), model=source.name, same_weights_as="base_model",
                     parameters=manifest.steps["base_model"]["parameters"])
 
 
-def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = False) -> dict:
+def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = False, serveable_only: bool = False) -> dict:
+    """Build what is missing or stale; with `serveable_only`, only what serving needs first (a
+    pretrained demo model's early copies: `_build_early`)."""
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # the caller shows one progress display for the whole bootstrap
@@ -328,6 +369,10 @@ def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = 
         else:
             upstream = _build_pretrained(settings, manifest, progress)
             progress("pretrained", 1, 1)
+            if serveable_only:
+                _build_early(settings, manifest, upstream, datasets_fingerprint)
+                progress("early_models", 1, 1)
+                return manifest.data
             _build_finetuned(settings, manifest, upstream, datasets_fingerprint, progress)
             progress("base_model", 1, 1)
             progress("think_model", 1, 1)
@@ -341,6 +386,17 @@ def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = 
             raise BootstrapError(f"cannot write under {root} ({error.strerror}: {error.filename})") from None
         raise
     return manifest.data
+
+
+def is_serveable(settings: Settings) -> bool:
+    """Whether the engines can serve the configured demo model now: its whole bootstrap, or the
+    early copies of its pretrained weights while the fine-tuning is still to come."""
+    manifest = read_manifest(settings)
+    if manifest.get("model") != settings.bootstrap_model:
+        return False
+    steps = manifest.get("steps", {})
+    return is_built(settings) or (all(name in steps for name in SERVEABLE_STEPS) and (settings.models_dir / "base" / "config.json").exists()
+                                  and (settings.models_dir / "think" / "config.json").exists() and settings.db_path.exists())
 
 
 def is_built(settings: Settings, any_model: bool = False) -> bool:

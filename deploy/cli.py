@@ -79,15 +79,26 @@ def _progress_display(job: str, weights: dict[str, float] | None = None, publish
         yield (lambda text: bars.console.print(text, highlight=False)), ProgressLines(job, lambda _: None, weights, publish=show)
 
 
-def _run_bootstrap(settings: Settings, force: bool = False) -> dict:
-    """The bootstrap behind one progress display, each stage weighted by its expected seconds."""
+def _run_bootstrap(settings: Settings, force: bool = False, serveable_only: bool = False) -> dict:
+    """The bootstrap behind one progress display, each stage weighted by its expected seconds; with
+    a Redis configured (as `serve` runs it beside the service) where it stands is published there
+    too, for /readyz and the dashboard."""
     from demo.bootstrap import BootstrapError, expected_seconds, run
 
-    with _progress_display("bootstrap", expected_seconds(settings)) as (_, progress):
-        try:
-            return run(settings, progress, force=force)
-        except BootstrapError as error:
-            failure = error
+    store = None
+    if settings.redis_url:
+        from common.store import Store
+
+        store = Store(settings.redis_url)
+    try:
+        with _progress_display("bootstrap", expected_seconds(settings, serveable_only), store and store.set_progress) as (_, progress):
+            try:
+                return run(settings, progress, force=force, serveable_only=serveable_only)
+            except BootstrapError as error:
+                failure = error
+    finally:
+        if store is not None:
+            store.end_progress("bootstrap")
     raise _fail(f"bootstrap failed: {failure}")
 
 
@@ -117,7 +128,7 @@ def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even 
 @app.command()
 def serve() -> None:
     """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
-    from demo.bootstrap import is_built
+    from demo.bootstrap import is_built, is_serveable
     from deploy.serve import OpenBindRefused, check_bind
     from deploy.serve import serve as run_stack
 
@@ -128,12 +139,19 @@ def serve() -> None:
         raise _fail(str(error), 2) from None
     _exit_cleanly_on_sigterm()
     uses_demo_models = settings.base_model is None or settings.think_model is None
-    if uses_demo_models and not is_built(settings):
+    finish_bootstrap = uses_demo_models and not is_built(settings)
+    if finish_bootstrap and (settings.bootstrap_model == "tiny" or settings.base_engine_urls or settings.think_engine_url):
+        # the tiny models build in a minute; engines this `serve` does not start cannot be restarted on new weights
         console.print(f"no bootstrap of the {settings.bootstrap_model} demo models in {settings.root} yet: "
                       "building the models, the commerce DB and the datasets first (once)")
         _run_bootstrap(settings)
+        finish_bootstrap = False
+    elif finish_bootstrap and not is_serveable(settings):
+        console.print(f"no bootstrap of the {settings.bootstrap_model} demo model in {settings.root} yet: building what serving "
+                      "needs first (the commerce DB, the datasets, the pretrained model); its fine-tuning then runs beside the service")
+        _run_bootstrap(settings, serveable_only=True)
     try:
-        run_stack(settings, say=lambda text: console.print(text, highlight=False))
+        run_stack(settings, say=lambda text: console.print(text, highlight=False), finish_bootstrap=finish_bootstrap)
     except RuntimeError as error:
         raise _fail(str(error)) from None
 
@@ -427,6 +445,20 @@ def bench_trivial(
     settings = _built_settings()
     results = bench.run(settings, rows, served, Path(save_answers) if save_answers else None, say=console.print)
     _report(settings, "trivial", results, bench.table(results))
+
+
+@bench_app.command("first-answer")
+def bench_first_answer(
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.", min=60)] = 3600.0,
+    keep: Annotated[bool, typer.Option(help="Keep the fresh data dir (its logs) afterwards.")] = False,
+) -> None:
+    """A newcomer's first `tucano serve` on a fresh data dir: seconds to the first answer and until the
+    fine-tuned demo model serves, each process's peak memory, and a clean stop."""
+    from deploy.bench import first_answer as bench
+
+    settings = _settings()
+    results = bench.run(settings, timeout, say=lambda text: console.print(text, highlight=False), keep=keep)
+    _report(settings, "first-answer", results, bench.table(results))
 
 
 @bench_app.command("calibration")

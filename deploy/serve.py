@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -106,9 +107,14 @@ def run_gateway(redis_url: str, base_urls: list[str], think_url: str, host: str,
                 access_log=access_log)
 
 
-def _run_round_process(settings: Settings, redis_url: str, say) -> None:
+def _run_round_process(settings: Settings, redis_url: str, say, trainable: threading.Event) -> None:
     """A round runs as its own process (`tucano train --once`): training never blocks the gateway,
-    and a trainer that crashes or is killed takes nothing else down (its lock expires)."""
+    and a trainer that crashes or is killed takes nothing else down (its lock expires). None runs
+    while the demo model is still being fine-tuned (`trainable` is not set): a round trains on the
+    base model's weights."""
+    if not trainable.is_set():
+        say("the training round waits: the demo model's fine-tuning is still running")
+        return
     log_path = settings.root / "logs" / "train.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
@@ -159,7 +165,42 @@ def unload_drained(fleet: HotSwap, say) -> None:
         say(f"unloaded after their drain: {', '.join(unloaded)}")
 
 
-def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: str, say) -> BackgroundScheduler:
+def _finish_bootstrap(settings: Settings, redis_url: str, servers: list[VllmServer], supervisor: Supervisor,
+                      trainable: threading.Event, say, command: list[str] | None = None) -> None:
+    """The demo model's fine-tuning (`tucano bootstrap`, which publishes where it stands in the
+    store for /readyz and the dashboard) as its own process beside the running service, while the
+    engines serve the pretrained weights; then each engine is restarted on the fine-tuned weights,
+    and training rounds may start."""
+    log_path = settings.root / "logs" / "bootstrap.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    say(f"fine-tuning the demo model beside the service (log {log_path}); the pretrained model answers meanwhile")
+    with log_path.open("ab") as log_file:
+        process = subprocess.Popen(command or [sys.executable, "-m", "deploy.cli", "bootstrap"], env=env, stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        if not has_gpu():  # it trains on the gateway's cores: it yields to it, as the engines do
+            os.setpriority(os.PRIO_PROCESS, process.pid, COMPUTE_NICE)
+        code = process.wait()
+    if supervisor.stopping:
+        return
+    if code != 0:
+        say(f"[red]the demo model's fine-tuning failed (exit code {code}; log {log_path}): the pretrained model keeps "
+            "serving; `tucano bootstrap` finishes it, and the next `tucano serve` serves it[/red]")
+        return
+    for server in servers:
+        say(f"vLLM {server.name}: restarting on the fine-tuned weights (its tasks answer 503 with Retry-After meanwhile)")
+        try:
+            supervisor.restart(server)
+        except RuntimeError as error:  # its supervisor keeps trying; rounds wait until a serve with the whole model
+            say(f"[red]vLLM {server.name} did not come back on the fine-tuned weights: {error}[/red]")
+            return
+    trainable.set()
+    say("the fine-tuned demo model serves now; training rounds may start")
+
+
+def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: str, say,
+                  trainable: threading.Event) -> BackgroundScheduler:
     """Trimming of the records stream, the canary watcher, unloading what rounds retired, and (when
     enabled) the periodic training rounds."""
     scheduler = BackgroundScheduler()
@@ -168,7 +209,7 @@ def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: s
                       coalesce=True)
     scheduler.add_job(unload_drained, "interval", args=(fleet, say), seconds=CANARY_WATCH_S, max_instances=1, coalesce=True)
     if settings.train_enabled:
-        scheduler.add_job(_run_round_process, "interval", args=(settings, redis_url, say), max_instances=1, coalesce=True,
+        scheduler.add_job(_run_round_process, "interval", args=(settings, redis_url, say, trainable), max_instances=1, coalesce=True,
                           minutes=settings.train_interval_minutes)
         say(f"training rounds every {settings.train_interval_minutes} min (log {settings.root / 'logs' / 'train.log'})")
     scheduler.start()
@@ -220,7 +261,9 @@ def check_models(settings: Settings) -> None:
         check_model(path, setting if configured else f"the bootstrap's model {Path(path).name}")
 
 
-def serve(settings: Settings, say=print) -> None:
+def serve(settings: Settings, say=print, finish_bootstrap: bool = False) -> None:
+    """`finish_bootstrap`: the engines start on the demo model's early copies (the pretrained
+    weights) and the rest of the bootstrap runs beside them (`_finish_bootstrap`)."""
     check_models(settings)
     warning = check_bind(settings)
     if warning:
@@ -247,7 +290,13 @@ def serve(settings: Settings, say=print) -> None:
         stack.callback(supervisor.stop)
         supervisor.start()
         fleet = HotSwap.for_settings(store, settings, base_urls, think_url)
-        scheduler = periodic_jobs(settings, store, fleet, redis_url, say)
+        trainable = threading.Event()
+        if finish_bootstrap:
+            threading.Thread(target=_finish_bootstrap, args=(settings, redis_url, servers, supervisor, trainable, say),
+                             name="bootstrap", daemon=True).start()
+        else:
+            trainable.set()
+        scheduler = periodic_jobs(settings, store, fleet, redis_url, say, trainable)
         stack.callback(scheduler.shutdown, wait=False)
         say(f"gateway on http://{settings.host}:{settings.port} (OpenAI base URL http://{settings.host}:{settings.port}/v1), "
             f"{settings.gateway_workers} worker(s)")

@@ -190,6 +190,7 @@ class Supervisor:
     def __init__(self, servers: list[VllmServer], every_s: float = 2.0, on_restart=lambda server: None):
         self.servers, self.every_s, self.on_restart = servers, every_s, on_restart
         self._stop = threading.Event()
+        self._busy = threading.Lock()  # one restart at a time: the watch's, or one asked for (`restart`)
         self._thread = threading.Thread(target=self._run, name="engine-supervisor", daemon=True)
 
     def start(self) -> Supervisor:
@@ -199,16 +200,28 @@ class Supervisor:
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             for server in self.servers:
-                if not self.stopping and not server.alive():
-                    log.warning("vLLM %s died; restarting", server.name)
-                    server.restarts += 1
-                    server.stop()  # reap it and any orphaned engine-core process of its group
-                    server.start()
-                    try:
-                        server.wait_ready()
-                        self.on_restart(server)
-                    except RuntimeError as error:
-                        log.error("%s", error)
+                with self._busy:
+                    if not self.stopping and not server.alive():
+                        log.warning("vLLM %s died; restarting", server.name)
+                        server.restarts += 1
+                        self._start_again(server)
+
+    def restart(self, server: VllmServer) -> None:
+        """Stop and start `server` on its port (it reads its model's files anew), and wait until it
+        serves; its tasks answer 503 with Retry-After meanwhile. Raises RuntimeError if it does not come up."""
+        with self._busy:
+            self._start_again(server, raising=True)
+
+    def _start_again(self, server: VllmServer, raising: bool = False) -> None:
+        server.stop()  # reap it and any orphaned engine-core process of its group
+        server.start()
+        try:
+            server.wait_ready()
+            self.on_restart(server)
+        except RuntimeError as error:
+            log.error("%s", error)
+            if raising:
+                raise
 
     @property
     def stopping(self) -> bool:

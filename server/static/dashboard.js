@@ -252,14 +252,15 @@ function renderLastRound() {
 }
 
 function renderJobs() {
-  // a running training round, where it stands (the trainer writes it as it goes)
+  // a running training round or the demo model's fine-tuning, where it stands (each writes it as it goes)
   const el = document.getElementById("jobs");
   const jobs = (state.stats && state.stats.jobs) || [];
   el.hidden = !jobs.length;
   el.textContent = jobs.map(job => {
     const done = `${Math.round(job.share * 100)}%${job.of_whole ? "" : " of this stage"}`;
     const left = job.seconds_left === null ? "" : `, about ${Math.max(1, Math.round(job.seconds_left / 60))} min left`;
-    return `Training ${job.job === "round" ? "round" : job.job}: ${job.stage}, ${done}${left}`;
+    const what = { round: "Training round", bootstrap: "Fine-tuning the demo model (the pretrained model answers meanwhile)" }[job.job] || job.job;
+    return `${what}: ${job.stage}, ${done}${left}`;
   }).join(" · ");
 }
 

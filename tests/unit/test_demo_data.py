@@ -96,8 +96,27 @@ def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path
     monkeypatch.setattr(bootstrap.pretrained, "gguf_file", lambda source, work_dir: Path("/nonexistent.gguf"))
     monkeypatch.setattr(bootstrap.pretrained, "convert", converted)
     monkeypatch.setattr(bootstrap, "tokenizer_eos", lambda *args: None)
-    monkeypatch.setattr(bootstrap, "think_copy", lambda base, out_dir, template: out_dir.mkdir() or (out_dir / "config.json").write_text("{}"))
+    copies = []
+
+    def with_template(base, out_dir, template):
+        copies.append((base.name, out_dir.name, template))
+        out_dir.mkdir()
+        (out_dir / "config.json").write_text("{}")
+
+    monkeypatch.setattr(bootstrap, "with_template", with_template)
+    if model == "smollm2":  # what `tucano serve` builds first: the pretrained weights under the served paths, no training
+        bootstrap.run(settings, serveable_only=True)
+        assert bootstrap.is_serveable(settings) and not bootstrap.is_built(settings) and not seen
+        templates = bootstrap.TEMPLATES[bootstrap.pretrained.SOURCES[model].chat]
+        assert copies == [("pretrained-" + bootstrap.pretrained.SOURCES[model].name, "early_base.partial", templates["base"]),
+                          ("pretrained-" + bootstrap.pretrained.SOURCES[model].name, "early_think.partial", templates["think"])]
+        assert "early_models" in bootstrap.read_manifest(settings)["steps"]
+        bootstrap.run(settings, serveable_only=True)  # nothing to do again
+        assert len(copies) == 2
     bootstrap.run(settings)
+    assert bootstrap.is_built(settings) and bootstrap.is_serveable(settings)
+    assert "early_models" not in bootstrap.read_manifest(settings)["steps"]  # models/base is the fine-tuned model now
+    bootstrap.run(settings, serveable_only=True)  # a built bootstrap has nothing early to build
     assert bootstrap.is_built(settings)
     assert seen
     general = {input_key(r["input"]) for t in TASKS for r in load_split(root / "datasets", t, "bootstrap")}

@@ -1,0 +1,66 @@
+"""The first `tucano serve` does not wait for the demo model's fine-tuning: the engines serve the
+pretrained weights while the bootstrap finishes as its own process, then each engine is restarted
+on the fine-tuned weights, and only then may training rounds start."""
+from __future__ import annotations
+
+import sys
+import threading
+
+from common.settings import load_settings
+from deploy import serve
+from deploy.vllm_server import Supervisor
+
+
+class Engine:
+    """What the supervisor asks of a vLLM server, with each call written down."""
+
+    def __init__(self, name: str, comes_up: bool = True):
+        self.name, self.comes_up, self.calls, self.restarts = name, comes_up, [], 0
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def wait_ready(self) -> None:
+        self.calls.append("ready")
+        if not self.comes_up:
+            raise RuntimeError(f"vLLM {self.name} not ready")
+
+
+def finish(tmp_path, code: int, engines: list[Engine]) -> tuple[threading.Event, list[str], list[str]]:
+    restarted, said, trainable = [], [], threading.Event()
+    supervisor = Supervisor(engines, on_restart=lambda server: restarted.append(server.name))
+    settings = load_settings(data_dir=tmp_path)
+    serve._finish_bootstrap(settings, "redis://127.0.0.1:9/0", engines, supervisor, trainable, said.append,
+                            command=[sys.executable, "-c", f"raise SystemExit({code})"])
+    return trainable, restarted, said
+
+
+def test_a_finished_fine_tuning_restarts_every_engine_then_lets_rounds_train(tmp_path):
+    engines = [Engine("base"), Engine("think")]
+    trainable, restarted, said = finish(tmp_path, 0, engines)
+    assert restarted == ["base", "think"] and all(e.calls == ["stop", "start", "ready"] for e in engines)
+    assert trainable.is_set() and said[-1] == "the fine-tuned demo model serves now; training rounds may start"
+    assert (tmp_path / "logs" / "bootstrap.log").exists()
+
+
+def test_a_failed_fine_tuning_keeps_the_pretrained_model_serving_and_rounds_waiting(tmp_path):
+    engines = [Engine("base"), Engine("think")]
+    trainable, restarted, said = finish(tmp_path, 3, engines)
+    assert restarted == [] and all(e.calls == [] for e in engines) and not trainable.is_set()
+    assert "fine-tuning failed (exit code 3" in said[-1] and "the pretrained model keeps serving" in said[-1]
+    waited: list[str] = []
+    serve._run_round_process(load_settings(data_dir=tmp_path), "redis://127.0.0.1:9/0", waited.append, trainable)
+    assert waited == ["the training round waits: the demo model's fine-tuning is still running"]
+
+
+def test_an_engine_that_does_not_come_back_is_said_and_rounds_keep_waiting(tmp_path):
+    engines = [Engine("base", comes_up=False), Engine("think")]
+    trainable, restarted, said = finish(tmp_path, 0, engines)
+    assert not trainable.is_set() and engines[1].calls == [] and restarted == []
+    assert said[-1] == "[red]vLLM base did not come back on the fine-tuned weights: vLLM base not ready[/red]"
