@@ -24,9 +24,11 @@ from router.prompts import build_messages
 LORA_RANK, LORA_ALPHA = 32, 64
 BATCH_SIZE = 8
 MAX_TOKENS = 1024
+CHECKPOINTING = False
 
 
-def _example(tokenizer, template: str, task: str, row: dict, think: bool) -> tuple[list[int], int]:
+def example_ids(tokenizer, template: str, task: str, row: dict, think: bool) -> tuple[list[int], int]:
+    """A row as token ids (prompt, then answer and end of turn, cut at `MAX_TOKENS`) and its prompt's length."""
     prompt = tokenizer.apply_chat_template(build_messages(task, row["input"]), tokenize=False, add_generation_prompt=True,
                                            chat_template=template)
     completion = row["target"].removeprefix("<think>\n") if think else row["target"]
@@ -47,10 +49,13 @@ def _batch(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Te
     return input_ids, attention, labels
 
 
-def finetune(model_dir: Path, out_dir: Path, rows: dict[str, list[dict]], templates: dict[str, str], think_tasks: set[str],
-             steps: int, lr: float, seed: int, bf16: bool, on_step: Callable[[int, float], None]) -> dict:
+def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]], templates: dict[str, str], think_tasks: set[str],
+             steps: int, lr: float, seed: int, bf16: bool, on_step: Callable[[int, float], None],
+             checkpointing: bool = CHECKPOINTING) -> dict:
     """LoRA SFT of the checkpoint at model_dir on `rows` (per task), merged and saved at out_dir
-    with the `base` template; returns what the manifest records."""
+    with the `base` template (None: not saved, as a benchmark runs it); returns what the manifest
+    records. `checkpointing`: each layer's activations are recomputed in the backward pass instead
+    of kept, so a step holds one layer's, not thirty's."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,13 +65,15 @@ def finetune(model_dir: Path, out_dir: Path, rows: dict[str, list[dict]], templa
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear", lora_dropout=0.0,
                                              task_type="CAUSAL_LM"))
-    examples = {task: [_example(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
+    examples = {task: [example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
                        for row in task_rows] for task, task_rows in rows.items() if task_rows}
     tasks = sorted(examples)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)
     inner = model.base_model.model
+    if checkpointing:
+        inner.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     losses, started = [], time.perf_counter()
     for step in range(steps):
@@ -86,12 +93,13 @@ def finetune(model_dir: Path, out_dir: Path, rows: dict[str, list[dict]], templa
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
         on_step(step, losses[-1])
-    merged = model.merge_and_unload()
-    merged.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(out_dir)
-    tokenizer.chat_template = templates["base"]
-    tokenizer.save_pretrained(out_dir)
+    if out_dir is not None:
+        merged = model.merge_and_unload()
+        merged.eval()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        merged.save_pretrained(out_dir)
+        tokenizer.chat_template = templates["base"]
+        tokenizer.save_pretrained(out_dir)
     return {"sft_steps": steps, "sft_examples": sum(len(e) for e in examples.values()), "sft_seconds": round(time.perf_counter() - started, 1),
             "final_sft_loss": round(sum(losses[-len(tasks):]) / max(1, len(losses[-len(tasks):])), 4) if losses else None,
-            "lora_rank_merged": LORA_RANK, "bf16": bf16}
+            "lora_rank_merged": LORA_RANK, "bf16": bf16, "checkpointing": checkpointing}

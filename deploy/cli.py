@@ -461,6 +461,29 @@ def bench_first_answer(
     _report(settings, "first-answer", results, bench.table(results))
 
 
+@bench_app.command("finetune")
+def bench_finetune(
+    steps: Annotated[int, typer.Option(help="Steps per arm.", min=2)] = 8,
+    arm: Annotated[list[str] | None, typer.Option(help="Arms (repeatable): loop, loop+checkpointing, trl, trl+checkpointing.")] = None,
+) -> None:
+    """The bootstrap's fine-tuning by its own loop against TRL's SFTTrainer (and each with gradient
+    checkpointing): seconds per step and peak memory, each arm in its own process."""
+    from deploy.bench import finetune as bench
+
+    settings = _built_settings()
+    if settings.bootstrap_model == "tiny":
+        raise _fail("the tiny models are built from scratch, not fine-tuned: set TUCANO_BOOTSTRAP_MODEL to a pretrained demo model", 2)
+    arms = tuple(arm or bench.ARMS)
+    unknown = [a for a in arms if a not in bench.ARMS]
+    if unknown:
+        raise _fail(f"unknown arm {unknown}; arms are {', '.join(bench.ARMS)}", 2)
+    try:
+        results = bench.run(settings, steps, arms, say=lambda text: console.print(text, highlight=False))
+    except RuntimeError as error:
+        raise _fail(str(error)) from None
+    _report(settings, "finetune", results, bench.table(results))
+
+
 @bench_app.command("calibration")
 def bench_calibration(
     answers: Annotated[str | None, typer.Option(help="A JSONL file of answers with references (`bench trivial --save-answers`).")] = None,

@@ -1,0 +1,127 @@
+"""`tucano bench finetune`: the bootstrap's fine-tuning of the pretrained demo model, by its own
+loop (`demo/finetune.py`) against TRL's `SFTTrainer`, each with and without gradient
+checkpointing, on the same rows and settings (LoRA r=32 on every linear layer, batch 8, at most
+1024 tokens, the loss on the answer's tokens only, learning rate 1e-3 with warm-up and cosine
+decay, bf16 autocast where the CPU computes bf16), for a few steps each.
+
+Each arm runs in a fresh interpreter, so its peak resident memory (`ru_maxrss`) is its own; the
+arms run one after the other on the same cores. Reported per arm: seconds per step after the
+first (which pays for warm-up), the peak memory, and the last steps' loss.
+"""
+from __future__ import annotations
+
+import json
+import math
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ARMS = ("loop", "loop+checkpointing", "trl", "trl+checkpointing")
+
+
+def measure(arm: str, steps: str, out_path: str) -> None:
+    """One arm, in this interpreter: its figures as JSON in `out_path`."""
+    import torch
+
+    from common.processes import bf16_on_cpu
+    from common.settings import load_settings
+    from common.tasks import TASK_ENGINE, TASKS
+    from demo import finetune, pretrained
+    from demo.bootstrap import FINETUNE_LR, training_rows
+    from demo.templates import TEMPLATES
+
+    settings = load_settings()
+    source = pretrained.SOURCES[settings.bootstrap_model]
+    model_dir = settings.models_dir / f"pretrained-{source.name}"
+    rows, templates = training_rows(settings, TASKS), TEMPLATES[source.chat]
+    think_tasks = {t for t in TASKS if TASK_ENGINE[t] == "think"}
+    bf16, n, checkpointing = bf16_on_cpu(settings.train_cpu_precision), int(steps), arm.endswith("+checkpointing")
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    times: list[float] = []
+    losses: list[float] = []
+    if arm.startswith("loop"):
+        last = [time.perf_counter()]
+
+        def on_step(step: int, loss: float) -> None:
+            now = time.perf_counter()
+            times.append(now - last[0])
+            last[0] = now
+            losses.append(loss)
+        finetune.finetune(model_dir, None, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, on_step, checkpointing)
+    else:
+        times, losses = _trl(model_dir, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, checkpointing)
+    after_first = times[1:] or times
+    Path(out_path).write_text(json.dumps({
+        "arm": arm, "steps": len(times), "first_step_s": round(times[0], 2),
+        "seconds_per_step": round(sum(after_first) / len(after_first), 2),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
+
+
+def _trl(model_dir: Path, rows: dict, templates: dict, think_tasks: set, steps: int, lr: float, seed: int, bf16: bool,
+         checkpointing: bool) -> tuple[list[float], list[float]]:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from demo import finetune
+    from trainer import trl_internals
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    examples = []
+    for task, task_rows in rows.items():
+        for row in task_rows:
+            ids, prompt = finetune.example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
+            examples.append({"input_ids": ids, "completion_mask": [0] * prompt + [1] * (len(ids) - prompt)})
+    times: list[float] = []
+    losses: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.began = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            times.append(time.perf_counter() - self.began)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                losses.append(logs["loss"])
+
+    config = SFTConfig(output_dir=tempfile.mkdtemp(prefix="tucano-bench-finetune-"), max_steps=steps, per_device_train_batch_size=finetune.BATCH_SIZE,
+                       learning_rate=lr, lr_scheduler_type="cosine", warmup_steps=max(1, math.ceil(steps / 20)), logging_steps=1,
+                       save_strategy="no", report_to="none", seed=seed, bf16=bf16, use_cpu=True, disable_tqdm=True,
+                       dataloader_num_workers=0, gradient_checkpointing=checkpointing, completion_only_loss=True,
+                       max_length=finetune.MAX_TOKENS)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    lora = LoraConfig(r=finetune.LORA_RANK, lora_alpha=finetune.LORA_ALPHA, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
+    trl_internals.project_labelled_positions_only()  # as every round's SFT runs
+    trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                         peft_config=lora, callbacks=[Clock()])
+    trainer.train()
+    return times, losses
+
+
+def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print) -> dict:
+    results = {"steps": steps, "bootstrap_model": settings.bootstrap_model, "arms": []}
+    for arm in arms:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            say(f"{arm}: {steps} steps")
+            done = subprocess.run([sys.executable, "-c", "import sys; from deploy.bench.finetune import measure; measure(*sys.argv[1:])",
+                                   arm, str(steps), out.name], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"the {arm} arm failed (exit code {done.returncode}):\n{done.stderr[-2000:]}")
+            results["arms"].append(json.loads(Path(out.name).read_text()))
+            say(f"{arm}: {results['arms'][-1]}")
+    return results
+
+
+def table(results: dict) -> str:
+    lines = [f"{results['steps']} steps of the bootstrap's fine-tuning of {results['bootstrap_model']}, each arm in its own process:", "",
+             "| arm | first step s | s per step after it | peak resident memory GB | loss of the last 4 steps |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {a['arm']} | {a['first_step_s']} | {a['seconds_per_step']} | {a['peak_rss_gb']} | {a['last_loss']} |" for a in results["arms"]]
+    return "\n".join(lines)
