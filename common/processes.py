@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -46,6 +47,11 @@ def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (2^30 bytes)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
 
 
 def usable_cores() -> int:

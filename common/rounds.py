@@ -240,6 +240,8 @@ class TaskOutcome:
     training: list[MethodRun] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time per phase: training, load, gate, shadow, flip."""
+    peak_rss_gb: float | None = None
+    """The round process's peak resident memory once this task had trained (it only grows over a round)."""
     stop_conditions: dict[str, StopCondition] = field(default_factory=dict)
     decision: GateDecision | None = None
     incumbent: str | None = None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from common.processes import peak_rss_gb
 from router.prompts import build_messages
 
 LORA_RANK, LORA_ALPHA = 32, 64
@@ -102,4 +103,4 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
         tokenizer.save_pretrained(out_dir)
     return {"sft_steps": steps, "sft_examples": sum(len(e) for e in examples.values()), "sft_seconds": round(time.perf_counter() - started, 1),
             "final_sft_loss": round(sum(losses[-len(tasks):]) / max(1, len(losses[-len(tasks):])), 4) if losses else None,
-            "lora_rank_merged": LORA_RANK, "bf16": bf16, "checkpointing": checkpointing}
+            "lora_rank_merged": LORA_RANK, "bf16": bf16, "checkpointing": checkpointing, "peak_rss_gb": peak_rss_gb()}

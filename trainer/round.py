@@ -34,6 +34,7 @@ from typing import Protocol
 import msgspec
 from redis.exceptions import LockError
 
+from common.processes import peak_rss_gb
 from common.records import AdapterMeta
 from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
@@ -212,6 +213,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         say(f"{task}: failed: {entry.reason}")
         return entry
     entry.seconds["training"] = round(time.perf_counter() - started, 2)
+    entry.peak_rss_gb = peak_rss_gb()
     entry.version, entry.method = candidate.version, candidate.method
     entry.training, entry.stop_conditions = candidate.training.methods, candidate.training.stop_conditions
     asyncio.run(_judge(settings, store, fleet, candidate, _round_seed(round_id), say, entry, progress))

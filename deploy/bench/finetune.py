@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ def measure(arm: str, steps: str, out_path: str) -> None:
     """One arm, in this interpreter: its figures as JSON in `out_path`."""
     import torch
 
-    from common.processes import bf16_on_cpu
+    from common.processes import bf16_on_cpu, peak_rss_gb
     from common.settings import load_settings
     from common.tasks import TASK_ENGINE, TASKS
     from demo import finetune, pretrained
@@ -57,7 +56,7 @@ def measure(arm: str, steps: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps({
         "arm": arm, "steps": len(times), "first_step_s": round(times[0], 2),
         "seconds_per_step": round(sum(after_first) / len(after_first), 2),
-        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "peak_rss_gb": peak_rss_gb(),
         "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
 
 

@@ -342,7 +342,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     task_entry = msgspec.to_builtins(summary.tasks[t])
                     results["tasks"][t]["rounds"].append(measurement)
                     entry["tasks"][t] = {"traffic": played[t], **{key: task_entry.get(key) for key in (
-                        "outcome", "reason", "plan", "start", "training", "seconds", "decision", "shadow", "stop_conditions")}}
+                        "outcome", "reason", "plan", "start", "training", "seconds", "peak_rss_gb", "decision", "shadow", "stop_conditions")}}
                     say(f"round {number} {t}: {task_entry['outcome']}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
                 results["rounds"].append(entry)
                 for t in tasks:
@@ -465,8 +465,8 @@ def table(results: dict) -> str:
         lines.append(f"| {t} | " + " | ".join(cells) + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
                      f"{oracle.get('mean', '-')} | {oracle.get('gain', {}).get('mean', '-')} | {oracle.get('loop_share', '-')} |")
     lines += ["", targets_table(results), "", components_table(results)]
-    lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | gate difference [95%] n |",
-              "|---:|---|---|---|---|---:|---:|---:|---:|---|"]
+    lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | peak GB | gate difference [95%] n |",
+              "|---:|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for entry in results["rounds"]:
         for t, e in entry["tasks"].items():
             seconds, decision = e.get("seconds") or {}, e.get("decision") or {}
@@ -478,8 +478,8 @@ def table(results: dict) -> str:
             traffic = e["traffic"]
             lines.append(f"| {entry['round']} | {t} | {traffic['requests']} ({traffic['corrected']}, {traffic['rated']}) | {plan} | "
                          f"{e.get('outcome') or '-'} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "
-                         f"{seconds.get('shadow', '-')} | {seconds.get('flip', '-')} | {diff} |")
-        lines.append(f"| {entry['round']} | all | | | | | | | | round {entry['seconds']} s |")
+                         f"{seconds.get('shadow', '-')} | {seconds.get('flip', '-')} | {e.get('peak_rss_gb') or '-'} | {diff} |")
+        lines.append(f"| {entry['round']} | all | | | | | | | | | round {entry['seconds']} s |")
     if any(entry.get("label_curve") for entry in results["tasks"].values()):
         lines += ["", label_curve_table(results)]
     for ablation in results.get("ablation", []):

@@ -34,17 +34,18 @@ def results(summary: RoundSummary, model_parameters: int | None) -> dict:
         methods = {m.method: {"steps": m.steps, "epochs": m.epochs, "seconds": m.seconds, "stopped_by": m.stopped_by,
                               **({"phases": m.phases} if m.phases else {})} for m in entry.training}
         tasks[task] = {"methods": methods, "seconds": {p: entry.seconds.get(p, 0.0) for p in PHASES},
-                       "outcome": str(entry.outcome), "gate_rows": entry.decision.n if entry.decision else None}
+                       "outcome": str(entry.outcome), "gate_rows": entry.decision.n if entry.decision else None,
+                       "peak_rss_gb": entry.peak_rss_gb}
     return {"round": summary.round, "round_seconds": summary.seconds, "model_parameters": model_parameters, "tasks": tasks}
 
 
 def table(result: dict) -> str:
-    lines = ["| task | methods (steps, stopped by) | " + " | ".join(f"{p} s" for p in PHASES) + " | gate rows | outcome |",
-             "|---|---|" + "---:|" * len(PHASES) + "---:|---|"]
+    lines = ["| task | methods (steps, stopped by) | " + " | ".join(f"{p} s" for p in PHASES) + " | gate rows | outcome | peak GB |",
+             "|---|---|" + "---:|" * len(PHASES) + "---:|---|---:|"]
     for task, row in result["tasks"].items():
         methods = ", ".join(f"{name} ({m['steps']}, {m['stopped_by']})" for name, m in row["methods"].items())
         lines.append(f"| {task} | {methods} | " + " | ".join(str(row["seconds"][p]) for p in PHASES)
-                     + f" | {row['gate_rows'] or '-'} | {row['outcome']} |")
+                     + f" | {row['gate_rows'] or '-'} | {row['outcome']} | {row.get('peak_rss_gb') or '-'} |")
     size = f"; base model {result['model_parameters']:,} parameters" if result["model_parameters"] else ""
     lines.append(f"\nround {result['round']}, {result['round_seconds']} s in all{size}.")
     return "\n".join(lines)
