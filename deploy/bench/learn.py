@@ -465,7 +465,8 @@ def table(results: dict) -> str:
         lines.append(f"| {t} | " + " | ".join(cells) + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
                      f"{oracle.get('mean', '-')} | {oracle.get('gain', {}).get('mean', '-')} | {oracle.get('loop_share', '-')} |")
     lines += ["", targets_table(results), "", components_table(results)]
-    lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | peak GB | gate difference [95%] n |",
+    lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | peak GB "
+              "| gate difference [95%] n |",
               "|---:|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for entry in results["rounds"]:
         for t, e in entry["tasks"].items():
