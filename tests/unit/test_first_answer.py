@@ -64,3 +64,37 @@ def test_an_engine_that_does_not_come_back_is_said_and_rounds_keep_waiting(tmp_p
     trainable, restarted, said = finish(tmp_path, 0, engines)
     assert not trainable.is_set() and engines[1].calls == [] and restarted == []
     assert said[-1] == "[red]vLLM base did not come back on the fine-tuned weights: vLLM base not ready[/red]"
+
+
+def test_serve_builds_only_what_serving_needs_before_it_starts(tmp_path, monkeypatch):
+    """`tucano serve` on a data dir without the fine-tuned demo model: a pretrained demo model is
+    served from its early copies with the fine-tuning left to run beside it; the tiny models, or
+    engines it does not start, get the whole bootstrap first; a finished one, nothing."""
+    import signal as signals
+
+    from typer.testing import CliRunner
+
+    from deploy import cli
+
+    calls: list[tuple] = []
+    built = {"built": False, "serveable": False}
+    monkeypatch.setattr("demo.bootstrap.is_built", lambda settings: built["built"])
+    monkeypatch.setattr("demo.bootstrap.is_serveable", lambda settings: built["serveable"])
+    monkeypatch.setattr(cli, "_run_bootstrap", lambda settings, force=False, serveable_only=False: calls.append(("bootstrap", serveable_only)))
+    monkeypatch.setattr("deploy.serve.serve", lambda settings, say, finish_bootstrap: calls.append(("serve", finish_bootstrap)))
+    monkeypatch.setattr(signals, "signal", lambda *args: None)  # the CLI's SIGTERM handler would outlive the test
+    runner = CliRunner()
+
+    def serve(**env) -> list[tuple]:
+        calls.clear()
+        result = runner.invoke(cli.app, ["serve"], env={"TUCANO_DATA_DIR": str(tmp_path), **env})
+        assert result.exit_code == 0, result.output
+        return list(calls)
+
+    assert serve() == [("bootstrap", True), ("serve", True)]  # fresh: what serving needs, then serve with the rest beside it
+    built["serveable"] = True
+    assert serve() == [("serve", True)]  # a serve stopped during the fine-tuning: the early models serve again
+    assert serve(TUCANO_BOOTSTRAP_MODEL="tiny") == [("bootstrap", False), ("serve", False)]
+    assert serve(TUCANO_BASE_ENGINE_URLS='["http://127.0.0.1:9"]') == [("bootstrap", False), ("serve", False)]
+    built["built"] = True
+    assert serve() == [("serve", False)]
