@@ -174,17 +174,27 @@ class AdapterMeta:
     history: list[StatusChange] = field(default_factory=list)
 
 
-class Route(msgspec.Struct, kw_only=True, omit_defaults=True):
+@dataclass(kw_only=True)
+class Route:
     """A task's route: the alias `active` and, while one runs, a canary with its share of the
     task's traffic. `previous` and `earlier` are the versions active before, newest first: what
-    successive rollbacks go back to. Replaced whole, in one atomic step (`Store.change_route`)."""
+    successive rollbacks go back to. Replaced whole, in one atomic step (`Store.change_route`).
+    A dataclass, like `AdapterMeta`: the API answers it as stored."""
+    __pydantic_config__ = DOCSTRINGS
     active: str | None = None
+    """The active version; None: the base model serves the task."""
     previous: str | None = None
-    earlier: list[str] = []
+    """The version active before: where a rollback goes."""
+    earlier: list[str] = field(default_factory=list)
+    """The versions active before `previous`, newest first."""
     canary: str | None = None
+    """A running canary's version."""
     canary_share: float = 0.0
-    canary_started: float | None = None  # epoch seconds
-    canary_since: str | None = None  # the records stream's last entry id when it started: its records come after
+    """The share of the task's traffic the canary serves."""
+    canary_started: float | None = None
+    """When the canary started (epoch seconds)."""
+    canary_since: str | None = None
+    """The records stream's last entry id when it started: its records come after."""
 
     def served(self) -> set[str]:
         """The versions this route sends traffic to."""

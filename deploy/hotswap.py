@@ -16,11 +16,10 @@ import contextlib
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
-import msgspec
 
 from common.records import AdapterMeta, Route
 from common.rounds import CanaryRecord
@@ -229,14 +228,14 @@ class HotSwap:
         def start(current: Route) -> Route:
             if current.canary:
                 raise PromotionRefused(f"a canary of {task} ({current.canary}) is already running")
-            return msgspec.structs.replace(current, canary=version, canary_share=share, canary_started=time.time(), canary_since=since)
+            return replace(current, canary=version, canary_share=share, canary_started=time.time(), canary_since=since)
         try:
             route = self.store.change_route(task, start)
         except PromotionRefused:
             await unload_everywhere(self.urls(kind), version)
             raise
         self.store.update_adapter(version, status="canary", reason=f"canary at {share:.0%} of {task} traffic")
-        return {"task": task, **msgspec.structs.asdict(route)}
+        return {"task": task, **asdict(route)}
 
     def _canary(self, task: str) -> str:
         canary = self.store.route(task).canary

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from common.records import AdapterMeta, JobProgress
+from common.records import AdapterMeta, JobProgress, Route
 from common.rounds import RoundSummary
 from common.tasks import TASKS
 from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
@@ -87,7 +87,8 @@ class TaskRequest(BaseModel):
     reference: dict[str, Any] | str | None = Field(None, description="Optional reference answer to score against.")
 
 
-class Route(BaseModel):
+class ServedBy(BaseModel):
+    """Which engine model and adapter answered (the task's `Route` chose it)."""
     model: str
     adapter: str | None
     version: str
@@ -110,7 +111,7 @@ class TaskResponse(BaseModel):
     output: Any
     raw: str
     valid: bool
-    route: Route
+    route: ServedBy
     scores: Scores
     usage: Usage
     latency_ms: float
@@ -251,20 +252,9 @@ class RoundList(BaseModel):
     rounds: list[RoundSummary] = Field(description="Round summaries, newest first.")
 
 
-class RouteInfo(BaseModel):
-    """A task's route (`common.records.Route`): the version its traffic goes to, and a canary's."""
-    active: str | None = Field(description="The active version; null: the base model serves the task.")
-    previous: str | None = Field(description="The version active before: where a rollback goes.")
-    earlier: list[str] = Field(description="The versions active before `previous`, newest first.")
-    canary: str | None = Field(description="A running canary's version, else null.")
-    canary_share: float = Field(description="The share of the task's traffic the canary serves.")
-    canary_started: float | None = Field(description="When the canary started (epoch seconds).")
-    canary_since: str | None = Field(description="The records stream's entry id when the canary started.")
-
-
 class AdapterList(BaseModel):
     adapters: list[AdapterMeta] = Field(description="Every registered version, by task and age.")
-    routes: dict[str, RouteInfo] = Field(description="Each task's route; a task without one is served by the base model.")
+    routes: dict[str, Route] = Field(description="Each task's route; a task without one is served by the base model.")
 
 
 class SeriesPoint(BaseModel):

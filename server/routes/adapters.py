@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import msgspec
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
@@ -25,7 +24,7 @@ async def list_adapters(caller: User) -> AdapterList:
     adapters = await run_in_threadpool(caller.state.store.adapters)
     _, routes = await run_in_threadpool(caller.state.store.routes)
     return AdapterList(adapters=adapters,
-                       routes={task: msgspec.structs.asdict(route) for task, route in routes.items()})
+                       routes=routes)
 
 
 async def _act(caller, action: str, target: str, **options) -> dict:

@@ -9,7 +9,7 @@ from rewards.references import InvalidReference, check_reference
 from server import answering
 from server.deps import TaskPath, User
 from server.errors import ApiError
-from server.schemas import INPUT_MODELS, ErrorResponse, Route, Scores, TaskRequest, TaskResponse, Usage
+from server.schemas import INPUT_MODELS, ErrorResponse, Scores, ServedBy, TaskRequest, TaskResponse, Usage
 
 router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
@@ -46,7 +46,7 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
     reward = record.reward
     return TaskResponse(
         id=record.id, task=task, output=record.output, raw=record.raw, valid=record.valid,
-        route=Route(model=record.model, adapter=record.adapter, version=record.version),
+        route=ServedBy(model=record.model, adapter=record.adapter, version=record.version),
         scores=Scores(total=reward.total, components=reward.components, reference_used=reward.reference_used),
         usage=Usage(prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens),
         latency_ms=record.latency_ms, examples=record.examples, answered_from=record.answered_from,

@@ -119,14 +119,14 @@ def test_the_fastapi_free_shim_hands_task_posts_to_the_route_function_and_the_re
 
     from deploy.bench import parts
     from server.routes import tasks
-    from server.schemas import Route, Scores, TaskResponse, Usage
+    from server.schemas import Scores, ServedBy, TaskResponse, Usage
 
     calls, passed = [], []
 
     async def run_task(task, body, caller):
         calls.append((task, body.input, caller.client))
         return TaskResponse(id="1" * 32, task=task, output={"message": "oi"}, raw="oi", valid=True,
-                            route=Route(model="base", adapter=None, version="base"),
+                            route=ServedBy(model="base", adapter=None, version="base"),
                             scores=Scores(total=0.5, components={}, reference_used=False),
                             usage=Usage(prompt_tokens=1, completion_tokens=1), latency_ms=1.0)
 
