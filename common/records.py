@@ -1,7 +1,13 @@
 """The typed shapes that cross rooms: what the gateway writes for every answer (`Record`), what
-a user attaches to it (`Feedback`), the labelled examples kept across rounds (`Label`), and what
-the registry holds for every adapter version (`AdapterMeta`). msgspec Structs: the gateway encodes a record per request on its event loop,
-and msgspec does it in a fraction of the json module's time; decoding checks every type.
+a user attaches to it (`Feedback`), the labelled examples kept across rounds (`Label`), what the
+registry holds for every adapter version (`AdapterMeta`), each task's route (`Route`), and where
+a long job stands (`JobProgress`).
+
+The per-request shapes are msgspec Structs: the gateway encodes a record per request on its event
+loop, and msgspec does it in a fraction of the json module's time; decoding checks every type.
+The shapes the API answers as they are stored (`AdapterMeta`, `Route`, `JobProgress`, and the
+round's in `common.rounds`) are standard dataclasses, which msgspec stores and FastAPI documents
+from the one definition.
 """
 from __future__ import annotations
 
