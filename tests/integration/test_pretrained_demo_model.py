@@ -121,3 +121,56 @@ def test_a_bootstrap_killed_half_way_resumes(tmp_path):
     manifest = bootstrap.run(settings)  # 2 steps now: the fine-tuning is redone, the conversion is not
     assert manifest["steps"]["pretrained"]["seconds"] == converted
     assert bootstrap.is_built(settings) and not list(settings.root.glob("*.partial"))
+
+
+def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_path):
+    """`tucano serve` on a fresh data dir: the pretrained weights answer while the fine-tuning runs
+    beside the service (named, with its share done, in /readyz), then the engines restart on the
+    fine-tuned weights and answer again; the bootstrap is then whole, and a stop is clean."""
+    import httpx
+
+    from common.processes import free_port
+
+    port, data_dir = free_port(), tmp_path / "data"
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "TUCANO_DATA_DIR": str(data_dir), "TUCANO_BOOTSTRAP_MODEL": "smollm2", "TUCANO_BOOTSTRAP_ORDERS": "600",
+           "TUCANO_BOOTSTRAP_SFT_STEPS": "6", "TUCANO_PORT": str(port), "TUCANO_TRAIN_ENABLED": "false"}
+    env.pop("TUCANO_REDIS_URL", None)
+    log_path = tmp_path / "serve.log"
+    question = {"input": {"question": "Quantos pedidos foram entregues?"}}
+    early = finetuned = None
+    stages: set[str] = set()
+    with log_path.open("wb") as log:
+        serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 900
+        while finetuned is None:
+            assert time.monotonic() < deadline and serve.poll() is None, log_path.read_text()[-3000:]
+            done = "the fine-tuned demo model serves now" in log_path.read_text()
+            try:
+                answer = httpx.post(f"{url}/v1/tasks/sql", json=question, timeout=120)
+                ready = httpx.get(f"{url}/readyz", timeout=10).json()
+            except httpx.TransportError:
+                time.sleep(0.5)
+                continue
+            assert answer.status_code in (200, 503), answer.text  # 503 while an engine starts or restarts
+            if answer.status_code == 503:
+                assert answer.headers["Retry-After"]
+            if answer.status_code == 200 and not done and early is None:
+                early = answer.json()
+            stages |= {job["stage"] for job in ready["jobs"] if job["job"] == "bootstrap"}
+            if done and answer.status_code == 200:
+                finetuned = answer.json()
+            time.sleep(0.5)
+        assert early is not None, "no answer came while the fine-tuning ran"
+        assert "base_model" in stages, stages  # /readyz named the fine-tuning while it ran
+        assert finetuned["route"]["model"] == early["route"]["model"] == "base"
+        manifest = json.loads((data_dir / "manifest.json").read_text())
+        settings = load_settings(data_dir=data_dir, bootstrap_model="smollm2")
+        assert bootstrap.is_built(settings) and "early_models" not in manifest["steps"] and manifest["steps"]["base_model"]["sft_steps"] == 6
+        assert "bootstrap: base_model" in (data_dir / "logs" / "bootstrap.log").read_text()
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=90)
+    output = log_path.read_text()
+    assert code in (0, 143) and "nanobind: leaked" not in output, output[-3000:]
