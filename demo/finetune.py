@@ -25,7 +25,7 @@ from router.prompts import build_messages
 LORA_RANK, LORA_ALPHA = 32, 64
 BATCH_SIZE = 8
 MAX_TOKENS = 1024
-CHECKPOINTING = False
+CHECKPOINTING = True  # `tucano bench finetune`: 4.4 GB peak instead of 9.7, at 1.2x the seconds per step
 
 
 def example_ids(tokenizer, template: str, task: str, row: dict, think: bool) -> tuple[list[int], int]:
