@@ -107,7 +107,9 @@ def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print,
         serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL)
     try:
-        with Sampler(serve.pid) as sampler, httpx.Client(timeout=120) as client:
+        # a newcomer waits for the answer: one request at a time, each given as long as the gateway
+        # gives the engine (a client that gave up would leave the engine generating for nobody)
+        with Sampler(serve.pid) as sampler, httpx.Client(timeout=httpx.Timeout(10.0, read=settings.engine_timeout_s + 30)) as client:
             first = finetuned = after = None
             asked = -ASK_EVERY_S
             while time.monotonic() - started < timeout_s and serve.poll() is None:
