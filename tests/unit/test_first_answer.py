@@ -87,7 +87,8 @@ def test_serve_builds_only_what_serving_needs_before_it_starts(tmp_path, monkeyp
 
     def serve(**env) -> list[tuple]:
         calls.clear()
-        result = runner.invoke(cli.app, ["serve"], env={"TUCANO_DATA_DIR": str(tmp_path), **env})
+        # the integration tier's conftest sets TUCANO_BOOTSTRAP_MODEL=tiny for the whole session
+        result = runner.invoke(cli.app, ["serve"], env={"TUCANO_DATA_DIR": str(tmp_path), "TUCANO_BOOTSTRAP_MODEL": "smollm2", **env})
         assert result.exit_code == 0, result.output
         return list(calls)
 
