@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from common.processes import die_with_parent
+
 
 def serve_gateway(data_dir: str, redis_url: str, base_url: str, think_url: str, port: str, workers: str, metrics_dir: str,
                   access_log: str) -> None:
@@ -30,11 +32,13 @@ def serve_gateway(data_dir: str, redis_url: str, base_url: str, think_url: str, 
 
 def start(stack: ExitStack, target: str, log_path: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     """`module:function(*args)` in its own interpreter, its output in `log_path`, stopped when the
-    stack unwinds."""
+    stack unwinds, or when the benchmark dies without unwinding it (killed, or stopped by a signal
+    it does not handle): it never outlives the run as an orphan."""
     module, function = target.split(":")
     log = stack.enter_context(log_path.open("wb"))
     process = subprocess.Popen([sys.executable, "-c", f"import sys; from {module} import {function}; {function}(*sys.argv[1:])",
-                                *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+                                *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               preexec_fn=die_with_parent)
     stack.callback(process.wait, 15)
     stack.callback(process.terminate)
     return process
