@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from server import answering, errors, metrics
 from server.errors import error_response
 from server.routes import adapters, chat, dashboard, feedback, health, review, rounds, stats, tasks
-from server.schemas import ChatCompletionChunk
+from server.schemas import ChatCompletionChunk, StreamError
 from server.state import GatewayState
 
 # an escaped surrogate, or one encoded as bytes (which `json.loads` reads with surrogatepass)
@@ -140,8 +140,9 @@ def _document_stream_events(app: FastAPI) -> None:
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
-            event = ChatCompletionChunk.model_json_schema(ref_template="#/components/schemas/{model}")
-            schema["components"]["schemas"].update({**event.pop("$defs", {}), "ChatCompletionChunk": event})
+            for model in (ChatCompletionChunk, StreamError):
+                event = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schema["components"]["schemas"].update({**event.pop("$defs", {}), model.__name__: event})
         return app.openapi_schema
     app.openapi = openapi
 

@@ -16,8 +16,14 @@ from server.schemas import ChatCompletion, ChatRequest, ErrorResponse, ModelCard
 router = APIRouter(tags=["openai"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
 STARTED = int(time.time())
-STREAMED = {"description": "with `stream: true`: chat.completion.chunk events, then `data: [DONE]`",
-            "schema": {"$ref": "#/components/schemas/ChatCompletionChunk"}}  # added to the components by server/app.py
+STREAMED = {"description": "with `stream: true`: chat.completion.chunk events, then `data: [DONE]`; a stream that fails after "
+                           "its status was sent ends with an error event instead",
+            # one server-sent event (OpenAPI 3.2's per-event reading of `schema` for text/event-stream): its data is
+            # JSON, a chunk or an error (both added to the components by server/app.py), and `[DONE]` at the end
+            "schema": {"type": "object", "required": ["data"], "properties": {"data": {"anyOf": [
+                {"const": "[DONE]"},
+                {"type": "string", "contentMediaType": "application/json", "contentSchema": {"anyOf": [
+                    {"$ref": "#/components/schemas/ChatCompletionChunk"}, {"$ref": "#/components/schemas/StreamError"}]}}]}}}}
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERRORS)

@@ -78,7 +78,10 @@ def test_the_stream_events_shape_is_in_the_openapi_schema():
     with TestClient(app_for(None, None)) as client:
         schema = client.get("/openapi.json").json()
     streamed = schema["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
-    assert streamed == {"$ref": "#/components/schemas/ChatCompletionChunk"}
+    done, data = streamed["properties"]["data"]["anyOf"]
+    assert streamed["required"] == ["data"] and done == {"const": "[DONE]"}
+    assert data["type"] == "string" and data["contentMediaType"] == "application/json"
+    assert data["contentSchema"] == {"anyOf": [{"$ref": "#/components/schemas/ChatCompletionChunk"}, {"$ref": "#/components/schemas/StreamError"}]}
     components = schema["components"]["schemas"]
-    assert {"ChatCompletionChunk", "ChunkChoice", "ChunkDelta", "ChatUsage"} <= set(components)
+    assert {"ChatCompletionChunk", "ChunkChoice", "ChunkDelta", "ChatUsage", "StreamError"} <= set(components)
     assert components["ChatCompletionChunk"]["properties"]["choices"]["items"] == {"$ref": "#/components/schemas/ChunkChoice"}
