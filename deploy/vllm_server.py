@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -185,12 +186,15 @@ def run_engines(stack, servers: list[VllmServer], say) -> None:
 
 class Supervisor:
     """Notices an engine that died and starts it again on the same port (its tasks answer 503
-    meanwhile, as the gateway's health probe marks it down)."""
+    meanwhile, as the gateway's health probe marks it down), and restarts one when asked
+    (`restart`). Every start happens in the supervisor's own thread: an engine dies with the
+    thread that started it (`die_with_parent` is the parent-death signal, which Linux ties to the
+    starting thread), so one started by a short-lived thread would die when that thread ends."""
 
     def __init__(self, servers: list[VllmServer], every_s: float = 2.0, on_restart=lambda server: None):
         self.servers, self.every_s, self.on_restart = servers, every_s, on_restart
         self._stop = threading.Event()
-        self._busy = threading.Lock()  # one restart at a time: the watch's, or one asked for (`restart`)
+        self._asked: queue.Queue = queue.Queue()  # (server, reply) restarts asked for
         self._thread = threading.Thread(target=self._run, name="engine-supervisor", daemon=True)
 
     def start(self) -> Supervisor:
@@ -198,19 +202,39 @@ class Supervisor:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while not self.stopping:
+            try:
+                server, reply = self._asked.get(timeout=self.every_s)
+            except queue.Empty:
+                server, reply = None, None
+            if self.stopping:
+                break
+            if server is not None:
+                try:
+                    self._start_again(server, raising=True)
+                except RuntimeError as error:
+                    reply["error"] = error
+                reply["done"].set()
+                continue
             for server in self.servers:
-                with self._busy:
-                    if not self.stopping and not server.alive():
-                        log.warning("vLLM %s died; restarting", server.name)
-                        server.restarts += 1
-                        self._start_again(server)
+                if not self.stopping and not server.alive():
+                    log.warning("vLLM %s died; restarting", server.name)
+                    server.restarts += 1
+                    self._start_again(server)
 
     def restart(self, server: VllmServer) -> None:
-        """Stop and start `server` on its port (it reads its model's files anew), and wait until it
-        serves; its tasks answer 503 with Retry-After meanwhile. Raises RuntimeError if it does not come up."""
-        with self._busy:
+        """Stop and start `server` on its port (it reads its model's files anew) in the
+        supervisor's thread, and wait until it serves; its tasks answer 503 with Retry-After
+        meanwhile. Raises RuntimeError if it does not come up. A supervisor that is not watching
+        (never started) restarts it in the caller's thread."""
+        if not self._thread.is_alive():
             self._start_again(server, raising=True)
+            return
+        reply = {"done": threading.Event(), "error": None}
+        self._asked.put((server, reply))
+        reply["done"].wait()
+        if reply["error"] is not None:
+            raise reply["error"]
 
     def _start_again(self, server: VllmServer, raising: bool = False) -> None:
         server.stop()  # reap it and any orphaned engine-core process of its group
@@ -229,3 +253,7 @@ class Supervisor:
 
     def stop(self) -> None:
         self._stop.set()
+        while not self._asked.empty():  # a restart asked for as the stack stops is not waited for
+            _, reply = self._asked.get_nowait()
+            reply["error"] = RuntimeError("the supervisor stopped before the restart")
+            reply["done"].set()

@@ -174,3 +174,4 @@ def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_pat
         code = serve.wait(timeout=90)
     output = log_path.read_text()
     assert code in (0, 143) and "nanobind: leaked" not in output, output[-3000:]
+    assert "died; restarting" not in output, output[-3000:]  # the restart onto the fine-tuned weights held

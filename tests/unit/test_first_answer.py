@@ -99,3 +99,23 @@ def test_serve_builds_only_what_serving_needs_before_it_starts(tmp_path, monkeyp
     assert serve(TUCANO_BASE_ENGINE_URLS='["http://127.0.0.1:9"]') == [("bootstrap", False), ("serve", False)]
     built["built"] = True
     assert serve() == [("serve", False)]
+
+
+def test_an_asked_restart_runs_in_the_supervisors_own_thread(tmp_path):
+    """An engine dies with the thread that started it (the parent-death signal is per thread): a
+    restart asked for by the short-lived fine-tuning thread must start it in the supervisor's."""
+    started_in: list[str] = []
+
+    class Tracked(Engine):
+        def start(self) -> None:
+            started_in.append(threading.current_thread().name)
+
+    engine = Tracked("base")
+    supervisor = Supervisor([engine], every_s=0.05).start()
+    try:
+        asker = threading.Thread(target=supervisor.restart, args=(engine,), name="bootstrap")
+        asker.start()
+        asker.join(timeout=10)
+        assert not asker.is_alive() and started_in == ["engine-supervisor"]
+    finally:
+        supervisor.stop()
