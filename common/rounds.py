@@ -279,13 +279,9 @@ def encode_round(summary: RoundSummary) -> bytes:
     return msgspec.json.encode(summary)
 
 
-def round_as_dict(summary: RoundSummary) -> dict:
-    return msgspec.to_builtins(summary)
-
-
-def decode_round(raw: bytes | str | dict) -> RoundSummary:
+def decode_round(raw: bytes | str) -> RoundSummary:
     """A stored summary, including one written before the outcome was typed."""
-    data = msgspec.json.decode(raw) if isinstance(raw, (bytes, str)) else raw
+    data = msgspec.json.decode(raw)
     for entry in data.get("tasks", {}).values():
         if "status" in entry and "outcome" not in entry:  # "not trained: <why>", "failed: <why>", "promoted"
             outcome, _, why = str(entry.pop("status")).partition(":")

@@ -20,7 +20,6 @@ import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     TaskProgressColumn,
     TextColumn,
@@ -35,7 +34,6 @@ bench_app = typer.Typer(no_args_is_help=True, help="Performance benchmarks (resu
 app.add_typer(adapters_app, name="adapters")
 app.add_typer(bench_app, name="bench")
 console = Console(stderr=True)
-_BAR_COLUMNS = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:

@@ -60,8 +60,9 @@ def _message(task: str, record: Record) -> AssistantMessage:
     """What the assistant says, and the reasoning kept apart from it (insights)."""
     if TRAITS[task].thinks:
         return AssistantMessage(content=record.output["answer"], reasoning_content=record.output.get("think"))
-    if TRAITS[task].runs_sql:
-        return AssistantMessage(content=record.output["sql"] or record.raw)
+    field = TRAITS[task].answer_field
+    if field:
+        return AssistantMessage(content=record.output[field] or record.raw)
     return AssistantMessage(content=json.dumps(record.output, ensure_ascii=False) if record.output is not None else record.raw)
 
 

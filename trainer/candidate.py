@@ -94,14 +94,15 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
         shutil.rmtree(partial, ignore_errors=True)  # leave nothing half-written behind
         raise AdapterWriteError(f"{version} could not be written to {settings.adapters_dir}: {error}") from None
     os.rename(partial, final)
+    steps_by_method = {o.method: o.steps_log for o in outcomes}
     meta = AdapterMeta(
         version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,
         method="+".join(o.method for o in outcomes), base_model=path, sha256=content_sha256(final),
         trainable_parameters=trainable_parameters(model), data=data.summary(),
-        training=TrainingRecord(quantization=quantize, methods=[o.summary() for o in outcomes], steps={o.method: o.steps_log for o in outcomes},
+        training=TrainingRecord(quantization=quantize, methods=[o.summary() for o in outcomes], steps=steps_by_method,
                                 seconds={"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
                                          "save": round(time.perf_counter() - started, 2)},
-                                stop_conditions=stop_conditions({o.method: o.steps_log for o in outcomes})),
+                                stop_conditions=stop_conditions(steps_by_method)),
     )
     store.put_adapter(meta)
     return meta
