@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import httpx
@@ -194,7 +195,7 @@ class Supervisor:
     def __init__(self, servers: list[VllmServer], every_s: float = 2.0, on_restart=lambda server: None):
         self.servers, self.every_s, self.on_restart = servers, every_s, on_restart
         self._stop = threading.Event()
-        self._asked: queue.Queue = queue.Queue()  # (server, reply) restarts asked for
+        self._asked: queue.Queue[tuple[VllmServer, Future]] = queue.Queue()  # restarts asked for (`restart`)
         self._thread = threading.Thread(target=self._run, name="engine-supervisor", daemon=True)
 
     def start(self) -> Supervisor:
@@ -204,17 +205,18 @@ class Supervisor:
     def _run(self) -> None:
         while not self.stopping:
             try:
-                server, reply = self._asked.get(timeout=self.every_s)
+                server, asked = self._asked.get(timeout=self.every_s)
             except queue.Empty:
-                server, reply = None, None
-            if self.stopping:
-                break
-            if server is not None:
+                server, asked = None, None
+            if asked is not None:
+                if self.stopping:
+                    asked.set_exception(RuntimeError("the supervisor stopped before the restart"))
+                    break
                 try:
                     self._start_again(server, raising=True)
+                    asked.set_result(None)
                 except RuntimeError as error:
-                    reply["error"] = error
-                reply["done"].set()
+                    asked.set_exception(error)
                 continue
             for server in self.servers:
                 if not self.stopping and not server.alive():
@@ -230,11 +232,9 @@ class Supervisor:
         if not self._thread.is_alive():
             self._start_again(server, raising=True)
             return
-        reply = {"done": threading.Event(), "error": None}
-        self._asked.put((server, reply))
-        reply["done"].wait()
-        if reply["error"] is not None:
-            raise reply["error"]
+        asked: Future = Future()
+        self._asked.put((server, asked))
+        asked.result()
 
     def _start_again(self, server: VllmServer, raising: bool = False) -> None:
         server.stop()  # reap it and any orphaned engine-core process of its group
@@ -253,7 +253,9 @@ class Supervisor:
 
     def stop(self) -> None:
         self._stop.set()
-        while not self._asked.empty():  # a restart asked for as the stack stops is not waited for
-            _, reply = self._asked.get_nowait()
-            reply["error"] = RuntimeError("the supervisor stopped before the restart")
-            reply["done"].set()
+        while True:  # a restart asked for as the stack stops is not waited for
+            try:
+                _, asked = self._asked.get_nowait()
+            except queue.Empty:
+                break
+            asked.set_exception(RuntimeError("the supervisor stopped before the restart"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import threading
 
+import pytest
+
 from common.settings import load_settings
 from deploy import serve
 from deploy.vllm_server import Supervisor
@@ -117,5 +119,14 @@ def test_an_asked_restart_runs_in_the_supervisors_own_thread(tmp_path):
         asker.start()
         asker.join(timeout=10)
         assert not asker.is_alive() and started_in == ["engine-supervisor"]
+    finally:
+        supervisor.stop()
+
+
+def test_a_restart_that_fails_in_the_supervisors_thread_raises_in_the_callers():
+    supervisor = Supervisor([], every_s=0.05).start()
+    try:
+        with pytest.raises(RuntimeError, match="vLLM base not ready"):
+            supervisor.restart(Engine("base", comes_up=False))
     finally:
         supervisor.stop()
