@@ -6,7 +6,8 @@ decay, bf16 autocast where the CPU computes bf16), for a few steps each.
 
 Each arm runs in a fresh interpreter, so its peak resident memory (`ru_maxrss`) is its own; the
 arms run one after the other on the same cores. Reported per arm: seconds per step after the
-first (which pays for warm-up), the peak memory, and the last steps' loss.
+first (which pays for warm-up) with its interval over the steps, the peak memory, and the last
+steps' loss.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def measure(arm: str, steps: str, out_path: str) -> None:
 
     from common.processes import bf16_on_cpu, peak_rss_gb
     from common.settings import load_settings
+    from common.stats import mean_interval
     from common.tasks import TASK_ENGINE, TASKS
     from demo import finetune, pretrained
     from demo.bootstrap import FINETUNE_LR, training_rows
@@ -53,9 +55,10 @@ def measure(arm: str, steps: str, out_path: str) -> None:
     else:
         times, losses = _trl(model_dir, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, checkpointing)
     after_first = times[1:] or times
+    per_step, low, high = mean_interval(after_first)
     Path(out_path).write_text(json.dumps({
         "arm": arm, "steps": len(times), "first_step_s": round(times[0], 2),
-        "seconds_per_step": round(sum(after_first) / len(after_first), 2),
+        "seconds_per_step": round(per_step, 2), "seconds_per_step_interval": [round(low, 2), round(high, 2)],
         "peak_rss_gb": peak_rss_gb(),
         "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
 
@@ -118,9 +121,15 @@ def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print) -> dict:
     return results
 
 
+def _interval(arm: dict) -> str:
+    low, high = arm.get("seconds_per_step_interval", (None, None))
+    return f"[{low}, {high}]" if low is not None else ""
+
+
 def table(results: dict) -> str:
     lines = [f"{results['steps']} steps of the bootstrap's fine-tuning of {results['bootstrap_model']}, each arm in its own process:", "",
-             "| arm | first step s | s per step after it | peak resident memory GB | loss of the last 4 steps |",
+             "| arm | first step s | s per step after it [95%] | peak resident memory GB | loss of the last 4 steps |",
              "|---|---:|---:|---:|---:|"]
-    lines += [f"| {a['arm']} | {a['first_step_s']} | {a['seconds_per_step']} | {a['peak_rss_gb']} | {a['last_loss']} |" for a in results["arms"]]
+    lines += [f"| {a['arm']} | {a['first_step_s']} | {a['seconds_per_step']} {_interval(a)} | {a['peak_rss_gb']} | {a['last_loss']} |"
+              for a in results["arms"]]
     return "\n".join(lines)
