@@ -129,6 +129,7 @@ def serve() -> None:
     from demo.bootstrap import is_built, is_serveable
     from deploy.serve import OpenBindRefused, check_bind
     from deploy.serve import serve as run_stack
+    from deploy.starting import StartingResponder
 
     settings = _settings()
     try:
@@ -136,22 +137,31 @@ def serve() -> None:
     except OpenBindRefused as error:
         raise _fail(str(error), 2) from None
     _exit_cleanly_on_sigterm()
-    uses_demo_models = settings.base_model is None or settings.think_model is None
-    finish_bootstrap = uses_demo_models and not is_built(settings)
-    if finish_bootstrap and (settings.bootstrap_model == "tiny" or settings.base_engine_urls or settings.think_engine_url):
-        # the tiny models build in a minute; engines this `serve` does not start cannot be restarted on new weights
-        console.print(f"no bootstrap of the {settings.bootstrap_model} demo models in {settings.root} yet: "
-                      "building the models, the commerce DB and the datasets first (once)")
-        _run_bootstrap(settings)
-        finish_bootstrap = False
-    elif finish_bootstrap and not is_serveable(settings):
-        console.print(f"no bootstrap of the {settings.bootstrap_model} demo model in {settings.root} yet: building what serving "
-                      "needs first (the commerce DB, the datasets, the pretrained model); its fine-tuning then runs beside the service")
-        _run_bootstrap(settings, serveable_only=True)
     try:
-        run_stack(settings, say=lambda text: console.print(text, highlight=False), finish_bootstrap=finish_bootstrap)
-    except RuntimeError as error:
-        raise _fail(str(error)) from None
+        starting = StartingResponder(settings.host, settings.port)
+    except OSError as error:
+        raise _fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror} (another program holds the port? "
+                    "set TUCANO_PORT)", 2) from None
+    with starting:
+        uses_demo_models = settings.base_model is None or settings.think_model is None
+        finish_bootstrap = uses_demo_models and not is_built(settings)
+        if finish_bootstrap and (settings.bootstrap_model == "tiny" or settings.base_engine_urls or settings.think_engine_url):
+            # the tiny models build in a minute; engines this `serve` does not start cannot be restarted on new weights
+            console.print(f"no bootstrap of the {settings.bootstrap_model} demo models in {settings.root} yet: "
+                          "building the models, the commerce DB and the datasets first (once)")
+            starting.stage = "building the demo models"
+            _run_bootstrap(settings)
+            finish_bootstrap = False
+        elif finish_bootstrap and not is_serveable(settings):
+            console.print(f"no bootstrap of the {settings.bootstrap_model} demo model in {settings.root} yet: building what serving "
+                          "needs first (the commerce DB, the datasets, the pretrained model); its fine-tuning then runs beside the service")
+            starting.stage = "building the commerce DB, the datasets and the pretrained model"
+            _run_bootstrap(settings, serveable_only=True)
+        try:
+            run_stack(settings, say=lambda text: console.print(text, highlight=False), finish_bootstrap=finish_bootstrap,
+                      starting=starting)
+        except RuntimeError as error:
+            raise _fail(str(error)) from None
 
 
 def _store_url(settings: Settings):
@@ -462,10 +472,10 @@ def bench_first_answer(
 @bench_app.command("finetune")
 def bench_finetune(
     steps: Annotated[int, typer.Option(help="Steps per arm.", min=2)] = 8,
-    arm: Annotated[list[str] | None, typer.Option(help="Arms (repeatable): loop, loop+checkpointing, trl, trl+checkpointing.")] = None,
+    arm: Annotated[list[str] | None, typer.Option(help="Arms (repeatable): plain, checkpointing.")] = None,
 ) -> None:
-    """The bootstrap's fine-tuning by its own loop against TRL's SFTTrainer (and each with gradient
-    checkpointing): seconds per step and peak memory, each arm in its own process."""
+    """The bootstrap's fine-tuning (TRL's SFTTrainer) with and without gradient checkpointing:
+    seconds per step and peak memory, each arm in its own process."""
     from deploy.bench import finetune as bench
 
     settings = _built_settings()

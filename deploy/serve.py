@@ -36,6 +36,7 @@ from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
+from deploy.starting import StartingResponder
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
 from router.engine_client import ChatTemplate, EnginePool
 from router.route_table import RouteTable
@@ -261,9 +262,10 @@ def check_models(settings: Settings) -> None:
         check_model(path, setting if configured else f"the bootstrap's model {Path(path).name}")
 
 
-def serve(settings: Settings, say=print, finish_bootstrap: bool = False) -> None:
+def serve(settings: Settings, say=print, finish_bootstrap: bool = False, starting: StartingResponder | None = None) -> None:
     """`finish_bootstrap`: the engines start on the demo model's early copies (the pretrained
-    weights) and the rest of the bootstrap runs beside them (`_finish_bootstrap`)."""
+    weights) and the rest of the bootstrap runs beside them (`_finish_bootstrap`). `starting`:
+    what answers 503 on the gateway's port until the gateway binds it."""
     check_models(settings)
     warning = check_bind(settings)
     if warning:
@@ -277,6 +279,8 @@ def serve(settings: Settings, say=print, finish_bootstrap: bool = False) -> None
             servers.append(local_engine("base", settings.base_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
         if not settings.think_engine_url:
             servers.append(local_engine("think", settings.think_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
+        if starting is not None:
+            starting.stage = "the engines are loading their models"
         run_engines(stack, servers, say)
         base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
         think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
@@ -300,6 +304,8 @@ def serve(settings: Settings, say=print, finish_bootstrap: bool = False) -> None
         stack.callback(scheduler.shutdown, wait=False)
         say(f"gateway on http://{settings.host}:{settings.port} (OpenAI base URL http://{settings.host}:{settings.port}/v1), "
             f"{settings.gateway_workers} worker(s)")
+        if starting is not None:
+            starting.close()
         # returns on SIGINT/SIGTERM (uvicorn's handlers), then the stack unwinds
         run_gateway(redis_url, base_urls, think_url, settings.host, settings.port, settings.gateway_workers,
                     settings.root / "run" / "gateway-metrics", settings.access_log)
