@@ -1,23 +1,24 @@
 """The bootstrap's brief supervised phase for a pretrained demo model: a LoRA on every linear
-projection, trained on the `bootstrap` split of the four tasks (general rows only: never the
-demo store's own), then merged into the weights. The model learns the tasks' output shapes and
-the general cases; the store's own catalogue, categories, questions and campaigns are left for
-the learning loop to learn from the team's labels.
+projection, trained with TRL's `SFTTrainer` (as every round's SFT is) on the `bootstrap` split of
+the four tasks (general rows only: never the demo store's own), then merged into the weights. The
+model learns the tasks' output shapes and the general cases; the store's own catalogue,
+categories, questions and campaigns are left for the learning loop to learn from the team's labels.
 
-Each step takes one task's examples (similar lengths, little padding), and the loss reads only
-the answer's tokens, whose logits alone are computed (the LM head over the prompt is wasted work
-on a CPU), in bf16 autocast over fp32 weights where `bf16` says so (a CPU with bf16 arithmetic:
-about 0.6 of an fp32 step's time). Insights examples are rendered with the Think model's template (it opens `<think>`).
+The loss reads only the answer's tokens, and only their logits are computed (the LM head over the
+prompt is wasted work on a CPU: `trainer.trl_internals.project_labelled_positions_only`, as in
+the rounds), in bf16 autocast over fp32 weights where `bf16` says so (a CPU with bf16
+arithmetic: about 0.6 of an fp32 step's time). Insights examples are rendered with the Think
+model's template (it opens `<think>`). Gradient checkpointing keeps one layer's activations, not
+thirty's. This file had a training loop of its own until `tucano bench finetune` found TRL no
+slower and no larger on the same rows and settings (docs/results.md, 2026-11-28).
 """
 from __future__ import annotations
 
 import math
-import random
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import torch
 
 from common.processes import peak_rss_gb
 from router.prompts import build_messages
@@ -25,7 +26,8 @@ from router.prompts import build_messages
 LORA_RANK, LORA_ALPHA = 32, 64
 BATCH_SIZE = 8
 MAX_TOKENS = 1024
-CHECKPOINTING = True  # `tucano bench finetune`: 4.4 GB peak instead of 9.7, at 1.2x the seconds per step
+MIN_LR_RATE = 0.1  # the cosine decay ends at a tenth of the peak rate, not at zero
+CHECKPOINTING = True  # `tucano bench finetune`: 4.5 GB peak instead of 9.1, at 1.2-1.4x the seconds per step
 
 
 def example_ids(tokenizer, template: str, task: str, row: dict, think: bool) -> tuple[list[int], int]:
@@ -38,69 +40,54 @@ def example_ids(tokenizer, template: str, task: str, row: dict, think: bool) -> 
     return (prompt_ids + completion_ids)[:MAX_TOKENS], len(prompt_ids)
 
 
-def _batch(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(examples), width), dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    for row, (ids, prompt_len) in enumerate(examples):
-        input_ids[row, :len(ids)] = torch.tensor(ids)
-        attention[row, :len(ids)] = 1
-        labels[row, prompt_len:len(ids)] = torch.tensor(ids[prompt_len:])
-    return input_ids, attention, labels
-
-
 def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]], templates: dict[str, str], think_tasks: set[str],
              steps: int, lr: float, seed: int, bf16: bool, on_step: Callable[[int, float], None],
              checkpointing: bool = CHECKPOINTING) -> dict:
-    """LoRA SFT of the checkpoint at model_dir on `rows` (per task), merged and saved at out_dir
-    with the `base` template (None: not saved, as a benchmark runs it); returns what the manifest
-    records. `checkpointing`: each layer's activations are recomputed in the backward pass instead
-    of kept, so a step holds one layer's, not thirty's."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """LoRA SFT of the checkpoint at model_dir on `rows` (per task, shuffled together), merged and
+    saved at out_dir with the `base` template (None: not saved, as a benchmark runs it); calls
+    `on_step(step, loss)` after each optimizer step; returns what the manifest records."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
+    from trainer import trl_internals
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear", lora_dropout=0.0,
-                                             task_type="CAUSAL_LM"))
-    examples = {task: [example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
-                       for row in task_rows] for task, task_rows in rows.items() if task_rows}
-    tasks = sorted(examples)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    inner = model.base_model.model
-    if checkpointing:
-        inner.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    losses, started = [], time.perf_counter()
-    for step in range(steps):
-        scale = (step + 1) / warmup if step < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-        for group in optimizer.param_groups:
-            group["lr"] = lr * scale
-        task = tasks[step % len(tasks)]
-        input_ids, attention, labels = _batch(rng.sample(examples[task], k=min(BATCH_SIZE, len(examples[task]))), pad_id)
-        answer = labels[:, 1:] != -100
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            hidden = inner.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
-            logits = inner.lm_head(hidden[:, :-1][answer])
-        loss = torch.nn.functional.cross_entropy(logits.float(), labels[:, 1:][answer])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        on_step(step, losses[-1])
+    examples = []
+    for task, task_rows in sorted(rows.items()):
+        for row in task_rows:
+            ids, prompt = example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
+            examples.append({"input_ids": ids, "completion_mask": [0] * prompt + [1] * (len(ids) - prompt)})
+    losses: list[float] = []
+
+    class Report(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+                on_step(state.global_step - 1, losses[-1])
+
+    started = time.perf_counter()
+    config = SFTConfig(output_dir=tempfile.mkdtemp(prefix="tucano-bootstrap-sft-"), max_steps=steps, per_device_train_batch_size=BATCH_SIZE,
+                       learning_rate=lr, lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": MIN_LR_RATE},
+                       warmup_steps=max(1, math.ceil(steps / 20)), weight_decay=0.0, max_grad_norm=1.0, logging_steps=1,
+                       save_strategy="no", report_to="none", seed=seed, bf16=bf16, use_cpu=True, disable_tqdm=True,
+                       dataloader_num_workers=0, gradient_checkpointing=checkpointing,
+                       gradient_checkpointing_kwargs={"use_reentrant": False}, completion_only_loss=True, max_length=MAX_TOKENS)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
+    trl_internals.project_labelled_positions_only()
+    trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                         peft_config=lora, callbacks=[Report()])
+    trainer.train()
     if out_dir is not None:
-        merged = model.merge_and_unload()
+        merged = trainer.model.merge_and_unload()
         merged.eval()
         out_dir.mkdir(parents=True, exist_ok=True)
         merged.save_pretrained(out_dir)
         tokenizer.chat_template = templates["base"]
         tokenizer.save_pretrained(out_dir)
-    return {"sft_steps": steps, "sft_examples": sum(len(e) for e in examples.values()), "sft_seconds": round(time.perf_counter() - started, 1),
-            "final_sft_loss": round(sum(losses[-len(tasks):]) / max(1, len(losses[-len(tasks):])), 4) if losses else None,
+    last = losses[-len(rows):]
+    return {"sft_steps": steps, "sft_examples": len(examples), "sft_seconds": round(time.perf_counter() - started, 1),
+            "final_sft_loss": round(sum(last) / len(last), 4) if last else None, "trainer": "trl.SFTTrainer",
             "lora_rank_merged": LORA_RANK, "bf16": bf16, "checkpointing": checkpointing, "peak_rss_gb": peak_rss_gb()}

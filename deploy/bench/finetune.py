@@ -1,8 +1,9 @@
-"""`tucano bench finetune`: the bootstrap's fine-tuning of the pretrained demo model, by its own
-loop (`demo/finetune.py`) against TRL's `SFTTrainer`, each with and without gradient
-checkpointing, on the same rows and settings (LoRA r=32 on every linear layer, batch 8, at most
-1024 tokens, the loss on the answer's tokens only, learning rate 1e-3 with warm-up and cosine
-decay, bf16 autocast where the CPU computes bf16), for a few steps each.
+"""`tucano bench finetune`: the bootstrap's fine-tuning of the pretrained demo model
+(`demo/finetune.py`, TRL's `SFTTrainer`) with and without gradient checkpointing, on its rows and
+settings (LoRA r=32 on every linear layer, batch 8, at most 1024 tokens, the loss on the answer's
+tokens only, learning rate 1e-3 with warm-up and cosine decay, bf16 autocast where the CPU
+computes bf16), for a few steps each. (Until 2026-11-28 the bootstrap had a loop of its own; this
+bench measured it against TRL, found TRL no slower and no larger, and the loop went.)
 
 Each arm runs in a fresh interpreter, so its peak resident memory (`ru_maxrss`) is its own; the
 arms run one after the other on the same cores. Reported per arm: seconds per step after the
@@ -12,14 +13,13 @@ steps' loss.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ARMS = ("loop", "loop+checkpointing", "trl", "trl+checkpointing")
+ARMS = ("plain", "checkpointing")
 
 
 def measure(arm: str, steps: str, out_path: str) -> None:
@@ -39,21 +39,18 @@ def measure(arm: str, steps: str, out_path: str) -> None:
     model_dir = settings.models_dir / f"pretrained-{source.name}"
     rows, templates = training_rows(settings, TASKS), TEMPLATES[source.chat]
     think_tasks = {t for t in TASKS if TASK_ENGINE[t] == "think"}
-    bf16, n, checkpointing = bf16_on_cpu(settings.train_cpu_precision), int(steps), arm.endswith("+checkpointing")
+    bf16, n, checkpointing = bf16_on_cpu(settings.train_cpu_precision), int(steps), arm == "checkpointing"
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
     times: list[float] = []
     losses: list[float] = []
-    if arm.startswith("loop"):
-        last = [time.perf_counter()]
+    last = [time.perf_counter()]
 
-        def on_step(step: int, loss: float) -> None:
-            now = time.perf_counter()
-            times.append(now - last[0])
-            last[0] = now
-            losses.append(loss)
-        finetune.finetune(model_dir, None, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, on_step, checkpointing)
-    else:
-        times, losses = _trl(model_dir, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, checkpointing)
+    def on_step(step: int, loss: float) -> None:
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+        losses.append(loss)
+    finetune.finetune(model_dir, None, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, on_step, checkpointing)
     after_first = times[1:] or times
     per_step, low, high = mean_interval(after_first)
     Path(out_path).write_text(json.dumps({
@@ -61,50 +58,6 @@ def measure(arm: str, steps: str, out_path: str) -> None:
         "seconds_per_step": round(per_step, 2), "seconds_per_step_interval": [round(low, 2), round(high, 2)],
         "peak_rss_gb": peak_rss_gb(),
         "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
-
-
-def _trl(model_dir: Path, rows: dict, templates: dict, think_tasks: set, steps: int, lr: float, seed: int, bf16: bool,
-         checkpointing: bool) -> tuple[list[float], list[float]]:
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
-    from demo import finetune
-    from trainer import trl_internals
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    examples = []
-    for task, task_rows in rows.items():
-        for row in task_rows:
-            ids, prompt = finetune.example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
-            examples.append({"input_ids": ids, "completion_mask": [0] * prompt + [1] * (len(ids) - prompt)})
-    times: list[float] = []
-    losses: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.began = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            times.append(time.perf_counter() - self.began)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                losses.append(logs["loss"])
-
-    config = SFTConfig(output_dir=tempfile.mkdtemp(prefix="tucano-bench-finetune-"), max_steps=steps, per_device_train_batch_size=finetune.BATCH_SIZE,
-                       learning_rate=lr, lr_scheduler_type="cosine", warmup_steps=max(1, math.ceil(steps / 20)), logging_steps=1,
-                       save_strategy="no", report_to="none", seed=seed, bf16=bf16, use_cpu=True, disable_tqdm=True,
-                       dataloader_num_workers=0, gradient_checkpointing=checkpointing, completion_only_loss=True,
-                       max_length=finetune.MAX_TOKENS)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-    lora = LoraConfig(r=finetune.LORA_RANK, lora_alpha=finetune.LORA_ALPHA, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
-    trl_internals.project_labelled_positions_only()  # as every round's SFT runs
-    trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                         peft_config=lora, callbacks=[Clock()])
-    trainer.train()
-    return times, losses
 
 
 def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print) -> dict:
