@@ -46,9 +46,9 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
     """LoRA SFT of the checkpoint at model_dir on `rows` (per task, shuffled together), merged and
     saved at out_dir with the `base` template (None: not saved, as a benchmark runs it); calls
     `on_step(step, loss)` after each optimizer step; returns what the manifest records."""
-    from datasets import Dataset
+    import datasets
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     from trainer import trl_internals
@@ -77,8 +77,10 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
     trl_internals.project_labelled_positions_only()
-    trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+    datasets.disable_progress_bars()  # the bootstrap prints its own progress, one line a stage and every 10%
+    trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list(examples), processing_class=tokenizer,
                          peft_config=lora, callbacks=[Report()])
+    trainer.remove_callback(PrinterCallback)  # a dict per step on stdout otherwise
     trainer.train()
     if out_dir is not None:
         merged = trainer.model.merge_and_unload()

@@ -73,34 +73,67 @@ def test_serve_builds_only_what_serving_needs_before_it_starts(tmp_path, monkeyp
     served from its early copies with the fine-tuning left to run beside it; the tiny models, or
     engines it does not start, get the whole bootstrap first; a finished one, nothing."""
     import signal as signals
+    import socket
 
+    import httpx
     from typer.testing import CliRunner
 
     from deploy import cli
 
     calls: list[tuple] = []
     built = {"built": False, "serveable": False}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def port_answers() -> tuple[int, str]:  # what a client probing the gateway's port gets meanwhile
+        answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        return answer.status_code, answer.headers.get("Retry-After", "")
+
     monkeypatch.setattr("demo.bootstrap.is_built", lambda settings: built["built"])
     monkeypatch.setattr("demo.bootstrap.is_serveable", lambda settings: built["serveable"])
-    monkeypatch.setattr(cli, "_run_bootstrap", lambda settings, force=False, serveable_only=False: calls.append(("bootstrap", serveable_only)))
-    monkeypatch.setattr("deploy.serve.serve", lambda settings, say, finish_bootstrap: calls.append(("serve", finish_bootstrap)))
+    monkeypatch.setattr(cli, "_run_bootstrap", lambda settings, force=False, serveable_only=False:
+                        calls.append(("bootstrap", serveable_only)) or calls.append(port_answers()))
+    monkeypatch.setattr("deploy.serve.serve", lambda settings, say, finish_bootstrap, starting:
+                        calls.append(("serve", finish_bootstrap)) or calls.append(port_answers()))
     monkeypatch.setattr(signals, "signal", lambda *args: None)  # the CLI's SIGTERM handler would outlive the test
     runner = CliRunner()
 
     def serve(**env) -> list[tuple]:
         calls.clear()
         # the integration tier's conftest sets TUCANO_BOOTSTRAP_MODEL=tiny for the whole session
-        result = runner.invoke(cli.app, ["serve"], env={"TUCANO_DATA_DIR": str(tmp_path), "TUCANO_BOOTSTRAP_MODEL": "smollm2", **env})
+        result = runner.invoke(cli.app, ["serve"], env={"TUCANO_DATA_DIR": str(tmp_path), "TUCANO_BOOTSTRAP_MODEL": "smollm2",
+                                                        "TUCANO_HOST": "127.0.0.1", "TUCANO_PORT": str(port), **env})
         assert result.exit_code == 0, result.output
         return list(calls)
 
-    assert serve() == [("bootstrap", True), ("serve", True)]  # fresh: what serving needs, then serve with the rest beside it
+    starting = (503, "5")  # the port answers 503 with Retry-After while serve starts
+    assert serve() == [("bootstrap", True), starting, ("serve", True), starting]  # fresh: what serving needs, then the rest beside it
     built["serveable"] = True
-    assert serve() == [("serve", True)]  # a serve stopped during the fine-tuning: the early models serve again
-    assert serve(TUCANO_BOOTSTRAP_MODEL="tiny") == [("bootstrap", False), ("serve", False)]
-    assert serve(TUCANO_BASE_ENGINE_URLS='["http://127.0.0.1:9"]') == [("bootstrap", False), ("serve", False)]
+    assert serve() == [("serve", True), starting]  # a serve stopped during the fine-tuning: the early models serve again
+    assert serve(TUCANO_BOOTSTRAP_MODEL="tiny") == [("bootstrap", False), starting, ("serve", False), starting]
+    assert serve(TUCANO_BASE_ENGINE_URLS='["http://127.0.0.1:9"]') == [("bootstrap", False), starting, ("serve", False), starting]
     built["built"] = True
-    assert serve() == [("serve", False)]
+    assert serve() == [("serve", False), starting]
+    with pytest.raises(httpx.ConnectError):  # and lets go of the port when serve returns
+        port_answers()
+
+
+def test_serve_on_a_taken_port_says_so_before_building_anything(tmp_path, monkeypatch):
+    import socket
+
+    from typer.testing import CliRunner
+
+    from deploy import cli
+
+    monkeypatch.setattr(cli, "_run_bootstrap", lambda *args, **kwargs: pytest.fail("built before checking the port"))
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        result = CliRunner().invoke(cli.app, ["serve"], env={"TUCANO_DATA_DIR": str(tmp_path), "TUCANO_HOST": "127.0.0.1",
+                                                             "TUCANO_PORT": str(other.getsockname()[1])})
+    assert result.exit_code == 2
+    assert "cannot listen on 127.0.0.1" in result.output and "TUCANO_PORT" in result.output
 
 
 def test_an_asked_restart_runs_in_the_supervisors_own_thread(tmp_path):
