@@ -15,7 +15,6 @@ rebuilt when the store's label counter for the task moves (checked at most every
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import NamedTuple
@@ -26,9 +25,8 @@ from redis.exceptions import RedisError
 
 from common.datasets import input_hash
 from common.records import Label
-from common.tasks import TRAITS
-from rewards.parsing import split_think
 from rewards.text import STOP_WORDS, fold
+from router.prompts import answer_text
 
 
 class Example(NamedTuple):
@@ -36,16 +34,6 @@ class Example(NamedTuple):
     input: dict
     answer: str  # as the model writes it
     source: str  # correction, reference or liked
-
-
-def answer_text(task: str, answer) -> str:
-    """An answer as a demonstration shows it (insights without its think block)."""
-    field = TRAITS[task].answer_field
-    if field:
-        return answer[field] if isinstance(answer, dict) else str(answer)
-    if TRAITS[task].thinks:
-        return split_think(str(answer)).answer
-    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 
 
 def examples_of(task: str, labels: list[Label]) -> tuple[list[Example], dict[str, Example]]:

@@ -18,8 +18,10 @@ from common.tasks import (
     PUSH_TITLE_MAX,
     SENTIMENT_SCORE_RANGE,
     SENTIMENTS,
+    TRAITS,
     URGENCIES,
 )
+from rewards.parsing import split_think
 
 SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in SCHEMA_COLUMNS.items())
 
@@ -78,6 +80,22 @@ USER_MESSAGES = {"extraction": _review, "sql": _question, "push": _campaign, "in
 
 def user_message(task: str, task_input: dict) -> str:
     return USER_MESSAGES[task](task_input)
+
+
+def answer_text(task: str, answer, *, think_opened: bool = False) -> str:
+    """An answer as the model writes it in a chat: a structured answer's text field (push's
+    `copy`...) or its JSON; a thinking task's answer either after a template that has opened
+    `<think>` already (`think_opened`: what a training example completes) or without its think
+    block (a demonstration shown as an earlier turn)."""
+    field = TRAITS[task].answer_field
+    if field:
+        return answer[field] if isinstance(answer, dict) else str(answer)
+    if TRAITS[task].thinks:
+        text = str(answer)
+        if not think_opened:
+            return split_think(text).answer
+        return text.removeprefix("<think>").lstrip("\n") if "</think>" in text else "</think>\n\n" + text
+    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 
 
 def build_messages(task: str, task_input: dict, demonstrations: tuple[tuple[dict, str], ...] = ()) -> list[dict[str, str]]:

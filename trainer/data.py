@@ -27,7 +27,7 @@ from common.records import Label, Record
 from common.rounds import DataSources, TrainingData
 from common.tasks import TRAITS
 from rewards import score
-from router.prompts import build_messages
+from router.prompts import answer_text, build_messages
 
 PAIR_MARGIN = 0.1  # a served answer at least this much below the reference makes a pair
 VALIDATION_SHARE = 0.15
@@ -57,17 +57,6 @@ class TaskData:
                                                 prompts=sources(self.prompts)))
 
 
-def answer_text(task: str, answer) -> str:
-    """An answer as the model should write it after the chat template's generation prompt."""
-    field = TRAITS[task].answer_field
-    if field:
-        return answer[field] if isinstance(answer, dict) else str(answer)
-    if TRAITS[task].thinks:  # the Think template has opened <think> already
-        text = str(answer)
-        return text.removeprefix("<think>").lstrip("\n") if "</think>" in text else "</think>\n\n" + text
-    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
-
-
 def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
     by_input: dict[str, list[Label]] = {}
     for label in labels:  # oldest first: the newest answer of an input wins
@@ -94,7 +83,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         with_answer = [label for label in same_input if label.answer is not None]
         if with_answer:
             best = with_answer[-1]
-            target = answer_text(task, best.answer)
+            target = answer_text(task, best.answer, think_opened=True)
             data.sft.append({"prompt": prompt, "completion": target, "source": best.id})
             for label in same_input:  # what was served, when it scores below the answer, is the rejected side
                 served = score(task, label.served, best.answer, context).total

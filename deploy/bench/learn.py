@@ -54,7 +54,7 @@ from router.engine_client import ChatTemplate, EnginePool
 from router.task_specs import TASK_SPECS
 from trainer import gate, grpo
 from trainer.candidate import train_candidate
-from trainer.data import TaskData, answer_text, split_validation
+from trainer.data import TaskData, split_validation
 from trainer.round import run_round
 
 LIKED = 0.8  # a simulated user likes an answer that scores at least this against the reference
@@ -213,12 +213,12 @@ def distinct(rows: list[dict]) -> list[dict]:
 def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
     """SFT on the references of `rows` (every one of them labelled)."""
     render = ChatTemplate.load(settings.model_path_of(task)).render
-    from router.prompts import build_messages
+    from router.prompts import answer_text, build_messages
 
     data = TaskData(task)
     for row in rows:
         answer = row["reference"] if TRAITS[task].scored_with_reference else row["target"]
-        data.sft.append({"prompt": render(build_messages(task, row["input"])), "completion": answer_text(task, answer),
+        data.sft.append({"prompt": render(build_messages(task, row["input"])), "completion": answer_text(task, answer, think_opened=True),
                          "source": row["id"]})
     split_validation(data, settings.seed)
     return data

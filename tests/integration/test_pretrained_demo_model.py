@@ -58,10 +58,10 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
     from deploy.hotswap import load_everywhere
     from deploy.vllm_server import VllmServer
     from router.engine_client import ChatTemplate, EnginePool
-    from router.prompts import build_messages
+    from router.prompts import answer_text, build_messages
     from router.task_specs import TASK_SPECS
     from trainer.candidate import train_candidate
-    from trainer.data import TaskData, answer_text, split_validation
+    from trainer.data import TaskData, split_validation
 
     server = VllmServer("base", smol.base_model_path, lora=True, device="cpu", log_dir=tmp_path)
     server.start()

@@ -167,8 +167,9 @@ def test_a_worse_canary_is_rolled_back_and_a_better_one_promoted_under_load(admi
 def _train_better(built, store, tmp_path, sources: dict[str, str]) -> AdapterMeta:
     """An SFT LoRA on extraction references: clearly better than the base model there. `sources`:
     the record ids of the rows the team labelled, which its metadata says it trained on."""
+    from router.prompts import answer_text
     from trainer import sft
-    from trainer.data import TaskData, answer_text, split_validation
+    from trainer.data import TaskData, split_validation
     from trainer.policy import load_policy
 
     settings = load_settings(data_dir=built.data_dir, sft_max_epochs=4)
