@@ -8,7 +8,8 @@ msgspec encodes and decodes them as it does the records, and FastAPI documents t
 OpenAPI schema, so each shape has this one home.
 
 Summaries written before the outcome was typed kept it in a string (`"status": "not trained:
-<why>"`); `decode_round` reads those too, so a store keeps its history across the upgrade.
+<why>"`), and before the gate's record was nested kept its decision, incumbent and shadow replay
+beside the outcome; `decode_round` reads those too, so a store keeps its history across the upgrades.
 """
 from __future__ import annotations
 
@@ -243,9 +244,8 @@ class TaskOutcome:
     peak_rss_gb: float | None = None
     """The round process's peak resident memory once this task had trained (it only grows over a round)."""
     stop_conditions: dict[str, StopCondition] = field(default_factory=dict)
-    decision: GateDecision | None = None
-    incumbent: str | None = None
-    shadow: ShadowReplay | None = None
+    gate: GateRecord | None = None
+    """What judged the candidate: the gate's decision, against which incumbent, and the shadow replay."""
     retired: Retirement | None = None
     reason: str | None = None
     """The outcome in words: the gate's reason, or why it was not trained or failed."""
@@ -293,4 +293,9 @@ def decode_round(raw: bytes | str) -> RoundSummary:
             entry["start"]["weights"] = entry["start"].pop("from")
         if "trained_on" in entry and isinstance(entry.get("data"), dict):
             entry["data"]["sources"] = entry.pop("trained_on")
+        if entry.get("decision") is not None and "gate" not in entry:  # kept flat before the gate's record was nested
+            entry["gate"] = {"decision": entry.pop("decision"), "incumbent": entry.pop("incumbent", None) or "base",
+                             "shadow": entry.pop("shadow", None)}
+        for flat in ("decision", "incumbent", "shadow"):
+            entry.pop(flat, None)
     return msgspec.convert(data, RoundSummary)

@@ -29,7 +29,7 @@ def rounds_table(rounds: list[RoundSummary]) -> Table:
             examples = f"sft {data.sft} pairs {data.pairs} kto {data.kto} prompts {data.prompts}"
             flags = [name for name, flag in entry.stop_conditions.items() if flag.flagged]
             table.add_row(summary.round, when(summary.started), task, entry.method or "-", examples,
-                          _interval(entry.decision), str(entry.outcome), ", ".join(flags) or "-", str(summary.seconds))
+                          _interval(entry.gate.decision if entry.gate else None), str(entry.outcome), ", ".join(flags) or "-", str(summary.seconds))
     return table
 
 

@@ -69,8 +69,8 @@ def weakest_components(rounds: list[RoundSummary], task: str) -> set[str]:
     """The components the newest gate of the task found the candidate behind on."""
     for summary in rounds:  # newest first
         entry = summary.tasks.get(task)
-        if entry and entry.decision and entry.decision.components:
-            return {name for name, c in entry.decision.components.items() if c.difference < 0 and not name.startswith("field:")}
+        if entry and entry.gate and entry.gate.decision.components:
+            return {name for name, c in entry.gate.decision.components.items() if c.difference < 0 and not name.startswith("field:")}
     return set()
 
 

@@ -148,7 +148,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
     finally:
         await pool.close()
     store.update_adapter(version, gate=judged)
-    entry.decision, entry.incumbent, entry.shadow, entry.reason = judged.decision, judged.incumbent, judged.shadow, reason
+    entry.gate, entry.reason = judged, reason
     started = time.perf_counter()
     if passed and settings.canary_share > 0:
         await fleet.start_canary(version, settings.canary_share)

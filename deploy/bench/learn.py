@@ -341,8 +341,10 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     latest[t] = scores
                     task_entry = msgspec.to_builtins(summary.tasks[t])
                     results["tasks"][t]["rounds"].append(measurement)
-                    entry["tasks"][t] = {"traffic": played[t], **{key: task_entry.get(key) for key in (
-                        "outcome", "reason", "plan", "start", "training", "seconds", "peak_rss_gb", "decision", "shadow", "stop_conditions")}}
+                    gate_record = task_entry.get("gate") or {}
+                    entry["tasks"][t] = {"traffic": played[t], "decision": gate_record.get("decision"), "shadow": gate_record.get("shadow"),
+                                         **{key: task_entry.get(key) for key in (
+                                             "outcome", "reason", "plan", "start", "training", "seconds", "peak_rss_gb", "stop_conditions")}}
                     say(f"round {number} {t}: {task_entry['outcome']}; served reward {results['tasks'][t]['rounds'][-1]['mean']}")
                 results["rounds"].append(entry)
                 for t in tasks:

@@ -34,7 +34,7 @@ def results(summary: RoundSummary, model_parameters: int | None) -> dict:
         methods = {m.method: {"steps": m.steps, "epochs": m.epochs, "seconds": m.seconds, "stopped_by": m.stopped_by,
                               **({"phases": m.phases} if m.phases else {})} for m in entry.training}
         tasks[task] = {"methods": methods, "seconds": {p: entry.seconds.get(p, 0.0) for p in PHASES},
-                       "outcome": str(entry.outcome), "gate_rows": entry.decision.n if entry.decision else None,
+                       "outcome": str(entry.outcome), "gate_rows": entry.gate.decision.n if entry.gate else None,
                        "peak_rss_gb": entry.peak_rss_gb}
     return {"round": summary.round, "round_seconds": summary.seconds, "model_parameters": model_parameters, "tasks": tasks}
 

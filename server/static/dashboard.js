@@ -121,7 +121,7 @@ function learningPoints() {
   const rounds = (state.rounds ? state.rounds.rounds : []).slice().reverse();
   return rounds.flatMap(summary => {
     const entry = (summary.tasks || {})[state.task];
-    const decision = entry && entry.decision;
+    const decision = entry && entry.gate && entry.gate.decision;
     if (!decision || decision.n === undefined || !decision.n) return [];
     return [{ round: summary.round, time: summary.started, version: entry.version, promoted: Boolean(decision.promote),
       candidate: decision.candidate_mean, incumbent: decision.incumbent_mean, difference: decision.difference,
@@ -240,7 +240,7 @@ function renderLastRound() {
   if (!last) { el.textContent = `No round has looked at ${state.task} yet.`; return; }
   const entry = last.tasks[state.task];
   const flags = Object.entries(entry.stop_conditions || {}).filter(([, f]) => f.flagged).map(([name]) => name);
-  const decision = entry.decision || {};
+  const decision = (entry.gate || {}).decision || {};
   const worse = Object.entries(decision.components || {}).filter(([, c]) => c.worse).map(([name]) => name);
   const dl = document.createElement("dl");
   el.replaceChildren(dl);

@@ -96,7 +96,7 @@ def served(built, redis_url, gateway, loop):
             assert response.status_code == 200, response.text
     quick = loop_settings(built, redis_url, train_time_budget_s=10, promote_margin=0.99)
     summary = run_round(quick, store, fleet_for(quick, store, gateway), ("push",), say=print)
-    assert summary.tasks["push"].decision and summary.tasks["push"].outcome == Outcome.REJECTED, summary.tasks["push"]
+    assert summary.tasks["push"].gate and summary.tasks["push"].outcome == Outcome.REJECTED, summary.tasks["push"]
     return summary
 
 
@@ -111,11 +111,11 @@ def test_the_charts_hold_what_the_api_returns(browser, gateway, served, built):
         [d.version, d.data.map(point => point.y)]))""")
     assert rewards == {v["version"]: [p["mean_reward"] for p in v["points"]] for v in stats["versions"]}
     rounds = httpx.get(f"{gateway.url}/v1/rounds?limit=100").json()["rounds"]
-    judged = [r["tasks"]["push"]["decision"]["candidate_mean"] for r in reversed(rounds)
-              if r.get("tasks", {}).get("push", {}).get("decision", {}).get("n")]
+    judged = [r["tasks"]["push"]["gate"]["decision"]["candidate_mean"] for r in reversed(rounds)
+              if ((r.get("tasks", {}).get("push", {}).get("gate") or {}).get("decision") or {}).get("n")]
     candidate = page.evaluate("""() => window.tucano.charts['learning-chart'].data.datasets
         .find(d => d.label === 'candidate').data.map(point => point.y)""")
-    assert candidate == judged and served.tasks["push"].decision.candidate_mean in candidate
+    assert candidate == judged and served.tasks["push"].gate.decision.candidate_mean in candidate
     calibration = stats["calibration"]  # beside the served-reward curve, saying whether to trust it
     said = page.inner_text("#calibration")
     verdict = "too few labels" if calibration["weak"] is None else ("Weak calibration" if calibration["weak"] else "Calibrated")

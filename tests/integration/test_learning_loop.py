@@ -138,7 +138,7 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert len(train_corrections) < corrected  # the team's eval share held out
     liked = [label for label in labels if label.rating == 1 and label.answer is None and label.split == "train"]
     assert counts.liked_sft == len(liked)  # a liked answer nobody corrected is a supervised example too
-    decision = entry.decision
+    decision = entry.gate.decision
     assert decision.n >= settings.gate_min_rows and decision.rows["bootstrap"] > 0 and decision.rows["team"] > 0
     assert entry.outcome == Outcome.PROMOTED, entry.reason
     meta = store.adapter(entry.version)
@@ -250,5 +250,5 @@ def test_a_round_on_a_4bit_nf4_base_makes_an_adapter_vllm_serves_and_the_gate_ju
     entry = run_round(qlora, store, fleet_for(qlora, store, gateway), ("sql",), say=print).tasks["sql"]
     meta = store.adapter(entry.version)
     assert meta.training.quantization == "nf4" and meta.method == "sft"
-    assert entry.decision.n >= qlora.gate_min_rows, entry  # the engine loaded it and answered the eval rows with it
+    assert entry.gate.decision.n >= qlora.gate_min_rows, entry  # the engine loaded it and answered the eval rows with it
     assert entry.outcome in (Outcome.PROMOTED, Outcome.REJECTED), entry

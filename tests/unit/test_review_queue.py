@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from common.datasets import input_hash
 from common.records import Label, Reward
-from common.rounds import ComponentDifference, GateDecision, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
+from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
 from server.review import rank, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
@@ -38,7 +38,8 @@ def test_low_scores_disagreements_weak_components_and_canaries_come_first():
     decision = GateDecision(promote=False, reason="", n=30, rows={}, candidate_mean=0.5, incumbent_mean=0.5, difference=0.0,
                             interval=(-0.1, 0.1), components={"question_match": ComponentDifference(-0.1, (-0.2, 0.0), False),
                                                               "parse": ComponentDifference(0.2, (0.1, 0.3), False)})
-    rounds = [RoundSummary(round="r1", started=1.0, tasks={"sql": TaskOutcome(outcome=Outcome.REJECTED, why="new labels", decision=decision)})]
+    judged = TaskOutcome(outcome=Outcome.REJECTED, why="new labels", gate=GateRecord(decision=decision, incumbent="base"))
+    rounds = [RoundSummary(round="r1", started=1.0, tasks={"sql": judged})]
     ranked = rank("sql", records, [], rounds, "k1", False, 10)
     order = [record.id for record, _, _ in ranked]
     assert order[0] == "low" and order[-2:] == ["high", "twice-2"]  # the second answer to an input listed already goes last
@@ -118,7 +119,8 @@ def test_rounds_are_served_with_their_documented_shape(monkeypatch):
     assert summary.outcomes() == {"extraction": Outcome.PROMOTED, "sql": Outcome.NOT_TRAINED}
     assert summary.tasks["sql"].reason == "nothing new" and summary.tasks["extraction"].start.weights == "base"
     assert summary.tasks["extraction"].data.sources.sft == ["a", "b"]  # `trained_on` is the data's sources now
-    assert summary.tasks["extraction"].decision.labelled is None  # kept before the labelled check existed
+    assert summary.tasks["extraction"].gate.decision.labelled is None  # kept before the labelled check existed
+    assert summary.tasks["extraction"].gate.incumbent == "base" and summary.tasks["sql"].gate is None  # nested since
     assert decode_round(encode_round(summary)) == summary
     with TestClient(app_for(None, None)) as client:
         monkeypatch.setattr(client.app.state.gateway.store, "rounds", lambda limit: [summary])
@@ -130,8 +132,9 @@ def test_rounds_are_served_with_their_documented_shape(monkeypatch):
     assert listed == [one] and one["tasks"]["extraction"]["training"][0]["steps"] == 40 and one["tasks"]["sql"]["version"] is None
     assert one["tasks"]["extraction"]["outcome"] == "promoted" and one["tasks"]["sql"]["outcome"] == "not trained"
     assert one["tasks"]["extraction"]["retired"]["retired"] == 14 and one["orphans_removed"] == []
-    assert one["tasks"]["extraction"]["decision"]["components"]["field:urgency"]["interval"] == [0.1, 0.3]
-    assert {"outcome", "decision", "retired", "plan"} <= set(schema["TaskOutcome"]["properties"])
+    assert one["tasks"]["extraction"]["gate"]["decision"]["components"]["field:urgency"]["interval"] == [0.1, 0.3]
+    assert {"outcome", "gate", "retired", "plan"} <= set(schema["TaskOutcome"]["properties"])
+    assert not {"decision", "incumbent", "shadow"} & set(schema["TaskOutcome"]["properties"])  # one shape: GateRecord
     assert schema["Outcome"]["enum"] == ["promoted", "canary", "rejected", "not trained", "failed"]
     assert schema["RoundList"]["properties"]["rounds"]["items"] == {"$ref": "#/components/schemas/RoundSummary"}
     assert schema["TaskOutcome"]["properties"]["why"]["description"].startswith("Why the task trained")
