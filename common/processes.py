@@ -5,6 +5,7 @@ whether this machine has an NVIDIA GPU, and whether its CPU computes bf16 native
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import resource
 import shutil
@@ -13,6 +14,11 @@ import socket
 import subprocess
 
 PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6", use_errno=True)
 
 
 def free_port() -> int:
@@ -52,6 +58,16 @@ def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
 def peak_rss_gb() -> float:
     """This process's peak resident memory so far, in GB (2^30 bytes)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+
+
+def return_freed_memory() -> None:
+    """Hand the free pages of glibc's heap back to the system (`malloc_trim(0)`). Training steps
+    allocate and free activations of a different size each step; glibc keeps the freed pages in
+    its heap, so a process's resident set grows step after step though it holds no more tensors.
+    A no-op where the C library has no `malloc_trim`."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def usable_cores() -> int:

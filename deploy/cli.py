@@ -459,13 +459,15 @@ def bench_trivial(
 def bench_first_answer(
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.", min=60)] = 3600.0,
     keep: Annotated[bool, typer.Option(help="Keep the fresh data dir (its logs) afterwards.")] = False,
+    ask_every: Annotated[float, typer.Option(help="Seconds between questions after the first answer (each keeps an engine "
+                                                  "busy beside the fine-tuning).", min=1)] = 30.0,
 ) -> None:
     """A newcomer's first `tucano serve` on a fresh data dir: seconds to the first answer and until the
     fine-tuned demo model serves, each process's peak memory, and a clean stop."""
     from deploy.bench import first_answer as bench
 
     settings = _settings()
-    results = bench.run(settings, timeout, say=lambda text: console.print(text, highlight=False), keep=keep)
+    results = bench.run(settings, timeout, say=lambda text: console.print(text, highlight=False), keep=keep, ask_every_s=ask_every)
     _report(settings, "first-answer", results, bench.table(results))
 
 

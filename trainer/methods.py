@@ -27,7 +27,7 @@ import datasets
 import transformers
 from transformers.trainer_callback import TrainerCallback
 
-from common.processes import bf16_on_cpu
+from common.processes import bf16_on_cpu, return_freed_memory
 from common.records import AdapterMeta
 from common.rounds import MethodRun
 from common.settings import Settings
@@ -165,6 +165,13 @@ class TimeBudget(TrainerCallback):
             self.hit = control.should_training_stop = True
 
 
+class ReturnFreedMemory(TrainerCallback):
+    """After each step, the heap's free pages go back to the system (`return_freed_memory`)."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return_freed_memory()
+
+
 class Progress(TrainerCallback):
     def __init__(self, name: str, report):
         self.name, self.report = name, report
@@ -179,6 +186,7 @@ def run(trainer, outcome: TrainingRun, budget: TimeBudget, metrics: StepMetrics)
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # metrics are kept with the round, not printed per step
+    trainer.add_callback(ReturnFreedMemory())
     trl_internals.project_labelled_positions_only()
     started = time.perf_counter()
     try:

@@ -2,7 +2,7 @@
 
 It starts `tucano serve` (a separate process, its own data dir, embedded defaults) and measures:
 - the seconds until the first successful answer (an SQL question, asked every second until then
-  and every `ASK_EVERY_S` after, each answer's status kept: a 503 with Retry-After while the
+  and every `ask_every_s` after, each answer's status kept: a 503 with Retry-After while the
   engines start or restart is expected, a hang or a 500 is not);
 - the seconds until the fine-tuned demo model serves (serve's log says so after restarting its
   engines on the fine-tuned weights), and the first answer after it;
@@ -28,6 +28,7 @@ import httpx
 import psutil
 
 from common.processes import free_port
+from deploy.starting import STARTING_ERROR
 
 QUESTION = {"input": {"question": "Quantos pedidos foram entregues?"}}
 ASK_EVERY_S = 30.0  # after the first answer: a newcomer trying it now and then, not a load test that slows the fine-tuning
@@ -89,7 +90,8 @@ def role(command: str) -> str:
     return command[:60]
 
 
-def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print, keep: bool = False) -> dict:
+def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print, keep: bool = False,
+        ask_every_s: float = ASK_EVERY_S) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix="tucano-first-answer-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -98,8 +100,9 @@ def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print,
     env.update(TUCANO_DATA_DIR=str(data_dir), TUCANO_PORT=str(port), TUCANO_BOOTSTRAP_MODEL=settings.bootstrap_model,
                TUCANO_TRAIN_ENABLED="false")  # no round: what is measured is the bootstrap alone
     statuses: dict[int, int] = {}
+    starting_503 = 0  # answered by the port's placeholder while serve started (deploy/starting.py)
     progress_seen: list[dict] = []
-    results: dict = {"bootstrap_model": settings.bootstrap_model, "targets": {"first_answer_s": TARGET_FIRST_ANSWER_S,
+    results: dict = {"bootstrap_model": settings.bootstrap_model, "ask_every_s": ask_every_s, "targets": {"first_answer_s": TARGET_FIRST_ANSWER_S,
                                                                                "peak_rss_gb": TARGET_PEAK_RSS_GB}}
     started = time.monotonic()
     say(f"tucano serve on a fresh data dir {data_dir}, port {port}; log {log_path}")
@@ -111,7 +114,7 @@ def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print,
         # gives the engine (a client that gave up would leave the engine generating for nobody)
         with Sampler(serve.pid) as sampler, httpx.Client(timeout=httpx.Timeout(10.0, read=settings.engine_timeout_s + 30)) as client:
             first = finetuned = after = None
-            asked = -ASK_EVERY_S
+            asked = -ask_every_s
             while time.monotonic() - started < timeout_s and serve.poll() is None:
                 now = time.monotonic() - started
                 try:
@@ -120,13 +123,15 @@ def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print,
                         if not progress_seen or progress_seen[-1]["text"] != job["text"]:
                             progress_seen.append({"at_s": round(now, 1), "stage": job["stage"], "share": job["share"],
                                                   "text": job["text"]})
-                    if first is not None and now - asked < ASK_EVERY_S:
+                    if first is not None and now - asked < ask_every_s:
                         raise _NotYet
                     asked = now
                     response = client.post(f"{url}/v1/tasks/sql", json=QUESTION)
                     statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
                     if response.status_code == 503 and "Retry-After" not in response.headers:
                         results.setdefault("problems", []).append(f"a 503 without Retry-After at {now:.0f} s")
+                    if response.status_code == 503 and response.json().get("error", {}).get("type") == STARTING_ERROR:
+                        starting_503 += 1
                     if response.status_code == 200 and first is None:
                         first = time.monotonic() - started
                         results["first_answer"] = str(response.json()["output"])[:200]
@@ -154,6 +159,7 @@ def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print,
                        finetuned_serving_s=round(finetuned, 1) if finetuned is not None else None,
                        first_finetuned_answer_s=round(after, 1) if after is not None else None,
                        statuses={("refused" if code == 0 else str(code)): n for code, n in sorted(statuses.items())},
+                       starting_503=starting_503,
                        progress=progress_seen[:: max(1, len(progress_seen) // 20)],
                        processes=[{"role": role(p["command"]), **p} for p in peaks])
     finally:
@@ -192,7 +198,8 @@ def table(results: dict) -> str:
              f"| leak lines at a clean stop | {results.get('leak_lines')} | 0 |", "",
              "| process | peak resident memory (GB) |", "|---|---:|"]
     lines += [f"| {p['role']} | {p['peak_rss_gb']:.2f} |" for p in results.get("processes", [])[:8]]
-    lines += ["", "Answers by status while it started: " + ", ".join(f"{k}: {v}" for k, v in results.get("statuses", {}).items()),
+    lines += ["", "Answers by status while it started: " + ", ".join(f"{k}: {v}" for k, v in results.get("statuses", {}).items())
+              + f" (of the 503s, {results.get('starting_503', 0)} from the port's placeholder before the gateway was up)",
               "", f"The first answer: {results.get('first_answer')}", "", f"The fine-tuned model's first: {results.get('first_finetuned_answer')}"]
     if results.get("progress"):
         lines += ["", "What /readyz said meanwhile (a sample):", ""] + [f"- {p['at_s']} s: {p['text']}" for p in results["progress"]]
