@@ -1,5 +1,6 @@
 """Bootstrap intervals, in one place: every decision (the gate, shadow replay, canaries) and every
-benchmark table states its uncertainty with these, at one resampling count and one percentile rule.
+benchmark table states its uncertainty with these, at one resampling count (more only where a
+level's tails need it: `resamples_for`) and one percentile rule.
 
 - `mean_interval`: the mean of one sample (a paired difference is one sample of differences).
 - `difference_interval`: mean(a) - mean(b) of two independent samples (a canary's arm against
@@ -16,6 +17,7 @@ degenerate interval [x, x] (scipy would answer NaN and warn).
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +27,13 @@ from scipy.stats import bootstrap
 
 RESAMPLES = 2000
 LEVEL = 0.95
+MIN_TAIL_DRAWS = 27  # resamples beyond each end of an interval, at the least: a 99.73% interval's 0.135% tail of 2000 would be 3
+
+
+def resamples_for(level: float) -> int:
+    """The resampling count of an interval at `level`: `RESAMPLES`, or more where the level's tails
+    would hold fewer than `MIN_TAIL_DRAWS` resamples (20,000 at 99.73%)."""
+    return max(RESAMPLES, math.ceil(MIN_TAIL_DRAWS / ((1 - level) / 2)))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -44,7 +53,7 @@ def _interval(data: tuple, statistic: Callable, estimate: float, level: float, r
     return low, high
 
 
-def mean_interval(values: Sequence[float], *, level: float = LEVEL, resamples: int = RESAMPLES,
+def mean_interval(values: Sequence[float], *, level: float = LEVEL, resamples: int | None = None,
                   seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high): the mean and its percentile-bootstrap interval at `level`; (0, 0, 0) when
     there are no values."""
@@ -54,7 +63,7 @@ def mean_interval(values: Sequence[float], *, level: float = LEVEL, resamples: i
     mean = float(sample.mean())
     if len(sample) < 2 or np.ptp(sample) == 0:
         return mean, mean, mean
-    low, high = _interval((sample,), np.mean, mean, level, resamples, seed, vectorized=True)
+    low, high = _interval((sample,), np.mean, mean, level, resamples or resamples_for(level), seed, vectorized=True)
     return mean, low, high
 
 

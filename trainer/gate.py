@@ -57,7 +57,6 @@ from router.task_specs import TASK_SPECS
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
-EARLY_WIN_RESAMPLES = 20_000  # its 0.135% tail is the 27th of them, not the 3rd of 2000
 SOURCES = ("team", "file", "bootstrap")
 
 
@@ -253,7 +252,7 @@ def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], p
     if not decision.promote or drifting:
         return None
     diffs = [c.total - i.total for c, i in zip(candidate, incumbent)]
-    _, low, high = mean_interval(diffs, resamples=EARLY_WIN_RESAMPLES, seed=seed, level=EARLY_WIN_LEVEL)
+    _, low, high = mean_interval(diffs, seed=seed, level=EARLY_WIN_LEVEL)
     if low <= margin:
         return None
     decision.reason = (f"{early}: paired difference {decision.difference:+.4f}, 99.73% interval [{low:+.4f}, {high:+.4f}] "

@@ -33,7 +33,7 @@ def test_a_higher_level_is_wider_and_the_same_seed_gives_the_same_interval():
     rng = random.Random(2)
     sample = [rng.random() for _ in range(50)]
     _, l95, h95 = mean_interval(sample)
-    _, l99, h99 = mean_interval(sample, level=0.9973, resamples=20_000)
+    _, l99, h99 = mean_interval(sample, level=0.9973)  # 20,000 resamples, so that each tail holds 27
     assert l99 < l95 and h99 > h95
     assert mean_interval(sample, seed=7) == mean_interval(sample, seed=7)
 
@@ -71,3 +71,10 @@ def test_percentile_interpolates():
     assert percentile([1, 2, 3, 4], 0.5) == 2.5
     assert percentile([5], 0.99) == 5.0
     assert percentile(list(range(101)), 0.99) == 99.0
+
+
+def test_a_wider_level_draws_enough_resamples_for_its_tails():
+    from common.stats import RESAMPLES, resamples_for
+
+    assert resamples_for(0.95) == RESAMPLES == 2000
+    assert resamples_for(0.9973) == 20_000  # the gate's early-win level: 27 resamples in its 0.135% tail
