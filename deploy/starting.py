@@ -28,7 +28,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.read(min(length, 1 << 20))  # read what was sent, so the client sees the answer, not a reset
         stage = self.server.stage
         if self.path.split("?")[0] == "/readyz":
-            body = {"ready": False, "starting": stage}
+            body = {"ready": False, "degraded": True, "starting": stage, "jobs": []}  # the gateway's /readyz keys a client reads
         else:
             body = {"error": {"type": STARTING_ERROR,
                               "message": f"tucano is starting ({stage}); ask again in {RETRY_AFTER_S} s"}}

@@ -73,11 +73,15 @@ class ExampleBook:
 
     def __init__(self, task: str, labels: list[Label]):
         self.task = task
-        self.examples, self.corrected = examples_of(task, labels)
+        examples, self.corrected = examples_of(task, labels)
+        tokens = _tokens([input_text(e.input) for e in examples])
+        # an input with no word to match (stop words, punctuation) can never be retrieved, and a
+        # corpus of only such inputs has no vocabulary, which bm25s cannot index
+        self.examples = [e for e, words in zip(examples, tokens) if words]
         self.index = None
         if self.examples:
             self.index = bm25s.BM25()
-            self.index.index(_tokens([input_text(e.input) for e in self.examples]), show_progress=False)
+            self.index.index([words for words in tokens if words], show_progress=False)
 
     def correction_for(self, task_input: dict) -> Example | None:
         return self.corrected.get(input_hash(self.task, task_input))

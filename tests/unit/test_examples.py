@@ -39,6 +39,18 @@ def test_similar_inputs_retrieve_the_teams_answers_but_never_eval_or_retired_one
     assert all(e.id != "r1" for e in book.similar({"review": "O fone chegou quebrado e não liga."}, k=3))  # never itself
 
 
+def test_inputs_without_a_word_to_match_are_never_retrieved_and_break_nothing():
+    """A corrected input of only stop words or punctuation has no word to index; a task whose every
+    example is such an input once made bm25s fail on an empty vocabulary, and every request a 500."""
+    wordless = [label(8, "e o a", FIXED, "correction"), label(9, "?!...", FIXED, "correction")]
+    book = ExampleBook("extraction", wordless)
+    assert book.examples == [] and book.similar({"review": "O fone chegou quebrado."}, k=2) == []
+    assert book.correction_for({"review": "e o a"}).id == "r8"  # its exact repeat still gets the correction
+    mixed = ExampleBook("extraction", LABELS + wordless)
+    assert {e.id for e in mixed.examples} == {"r1", "r2", "r3"}
+    assert mixed.similar({"review": "Meu fone de ouvido chegou quebrado."}, k=1)[0].id == "r1"
+
+
 def test_an_exact_repeat_of_a_corrected_input_is_answered_by_its_newest_correction():
     newer = label(7, "O fone chegou quebrado e não liga.", {"sentiment": "negative", "complaint_category": "wrong_item"},
                   "correction", at=10)

@@ -19,7 +19,8 @@ def test_every_request_gets_503_with_retry_after_and_the_stage():
         assert chat.json()["error"]["type"] == "starting"
         assert "the engines are loading their models" in chat.json()["error"]["message"]
         ready = httpx.get(f"{base}/readyz", timeout=5)
-        assert ready.status_code == 503 and ready.json() == {"ready": False, "starting": "the engines are loading their models"}
+        assert ready.status_code == 503
+        assert ready.json() == {"ready": False, "degraded": True, "starting": "the engines are loading their models", "jobs": []}
         assert httpx.head(f"{base}/v1/tasks", timeout=5).status_code == 503
         assert httpx.delete(f"{base}/v1/adapters/x", timeout=5).status_code == 503
 
