@@ -20,14 +20,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common.processes import peak_rss_gb, return_freed_memory
+from common.processes import peak_rss_gb
 from router.prompts import build_messages
 
 LORA_RANK, LORA_ALPHA = 32, 64
 BATCH_SIZE = 8
 MAX_TOKENS = 1024
 MIN_LR_RATE = 0.1  # the cosine decay ends at a tenth of the peak rate, not at zero
-RETURN_FREED_MEMORY = True
 CHECKPOINTING = True  # `tucano bench finetune`: 4.5 GB peak instead of 9.1, at 1.2-1.4x the seconds per step
 
 
@@ -53,6 +52,7 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
     from trl import SFTConfig, SFTTrainer
 
     from trainer import trl_internals
+    from trainer.methods import ReturnFreedMemory
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     examples = []
@@ -68,10 +68,6 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
                 losses.append(float(logs["loss"]))
                 on_step(state.global_step - 1, losses[-1])
 
-        def on_step_end(self, args, state, control, **kwargs):
-            if RETURN_FREED_MEMORY:
-                return_freed_memory()
-
     started = time.perf_counter()
     config = SFTConfig(output_dir=tempfile.mkdtemp(prefix="tucano-bootstrap-sft-"), max_steps=steps, per_device_train_batch_size=BATCH_SIZE,
                        learning_rate=lr, lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": MIN_LR_RATE},
@@ -84,7 +80,7 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
     trl_internals.project_labelled_positions_only()
     datasets.disable_progress_bars()  # the bootstrap prints its own progress, one line a stage and every 10%
     trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list(examples), processing_class=tokenizer,
-                         peft_config=lora, callbacks=[Report()])
+                         peft_config=lora, callbacks=[Report(), ReturnFreedMemory()])
     trainer.remove_callback(PrinterCallback)  # a dict per step on stdout otherwise
     trainer.train()
     if out_dir is not None:
