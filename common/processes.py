@@ -1,5 +1,5 @@
 """Process helpers every long-running piece uses, written once: a free loopback port, a child
-that dies with its parent, the cores it may use, a stop that asks first (SIGTERM) and insists later (SIGKILL),
+that dies with its parent, progress bars that lock within the process, the cores it may use, a stop that asks first (SIGTERM) and insists later (SIGKILL),
 whether this machine has an NVIDIA GPU, and whether its CPU computes bf16 natively.
 """
 from __future__ import annotations
@@ -12,6 +12,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
+
+from tqdm import tqdm
 
 PR_SET_PDEATHSIG = 1
 
@@ -32,6 +35,16 @@ def die_with_parent() -> None:
     """For `preexec_fn`: the kernel sends this child SIGTERM when its parent dies, even by
     SIGKILL, so no engine or Redis server outlives the process that owns it."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def bars_lock_within_the_process() -> None:
+    """tqdm's bars (bm25s wraps its indexing in one even when hidden) lock with a thread lock
+    instead of tqdm's default, a multiprocessing lock. In a process started by spawn, as uvicorn
+    starts the gateway's workers, that lock is a named semaphore registered with the resource
+    tracker; a worker ends by the SIGTERM uvicorn re-raises, so no exit handler unlinks it and the
+    tracker printed "leaked semaphore" at every stop of `serve`. No bar here is shared with
+    another process."""
+    tqdm.set_lock(threading.RLock())
 
 
 def pid_alive(pid: int) -> bool:

@@ -29,7 +29,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI
 from redis.exceptions import LockError
 
-from common.processes import die_with_parent, has_gpu, usable_cores
+from common.processes import bars_lock_within_the_process, die_with_parent, has_gpu, usable_cores
 from common.rounds import CanaryRecord
 from common.settings import Settings, load_settings
 from common.store import UNKNOWN_NUMERICS, Store
@@ -88,6 +88,7 @@ def gateway_app() -> FastAPI:
     settings = load_settings()
     if settings.gateway_workers > 1:  # a worker of uvicorn's supervisor: it must not outlive a killed `serve`
         die_with_parent()
+        bars_lock_within_the_process()
     return create_app(build_state(settings, settings.redis_url, settings.base_engine_urls, settings.think_engine_url))
 
 

@@ -39,3 +39,23 @@ def test_a_child_started_with_die_with_parent_goes_when_its_parent_is_killed():
     while running(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(child)
+
+
+BAR_THEN_EXIT = """
+import multiprocessing, os, sys
+from tqdm import tqdm
+multiprocessing.set_start_method("spawn")  # as in a gateway worker, which uvicorn starts by spawn
+{setup}
+list(tqdm(range(3), disable=True))  # as bm25s's hidden bar does
+sys.stderr.flush()
+os._exit(0)  # a worker ends by a re-raised SIGTERM: no exit handler unlinks a semaphore
+"""
+
+
+def test_bars_lock_within_the_process_so_an_exit_without_handlers_leaks_no_semaphore():
+    def stderr_of(setup: str) -> str:
+        return subprocess.run([sys.executable, "-c", BAR_THEN_EXIT.format(setup=setup)], capture_output=True, text=True,
+                              timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))).stderr
+
+    assert "leaked semaphore" in stderr_of("")  # tqdm's default lock: the noise serve's stop printed
+    assert stderr_of("from common.processes import bars_lock_within_the_process; bars_lock_within_the_process()") == ""
