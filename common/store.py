@@ -66,6 +66,7 @@ ROUTES_VERSION = "tucano:routes:version"
 ENGINES = "tucano:engines"
 ENGINE_NUMERICS = "tucano:engines:numerics"  # per kind: how the engines compute (cuda, cpu-bf16, cpu-fp32, unknown)
 UNKNOWN_NUMERICS = "unknown"  # engines given by URL: the service cannot see how they compute
+PRETRAINED = "tucano:engines:pretrained"  # set while the engines serve the demo model's pretrained weights
 ROUND_LOCK = "tucano:lock:round"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
@@ -442,6 +443,17 @@ class Store:
             pipe.hset(ENGINES, kind, json.dumps(urls))
             pipe.hset(ENGINE_NUMERICS, kind, numerics)
             pipe.execute()
+
+    def set_serving_pretrained(self, pretrained: bool) -> None:
+        """Whether the engines serve the demo model's pretrained weights (its fine-tuning still to
+        come or failed): then prompts show the bootstrap split's rows (`router.examples`)."""
+        if pretrained:
+            self.redis.set(PRETRAINED, 1)
+        else:
+            self.redis.delete(PRETRAINED)
+
+    def serving_pretrained(self) -> bool:
+        return bool(self.redis.exists(PRETRAINED))
 
     def engine_urls(self, kind: str) -> list[str]:
         return json.loads(self.redis.hget(ENGINES, kind) or "[]")

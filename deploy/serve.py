@@ -167,12 +167,12 @@ def unload_drained(fleet: HotSwap, say) -> None:
         say(f"unloaded after their drain: {', '.join(unloaded)}")
 
 
-def _finish_bootstrap(settings: Settings, redis_url: str, servers: list[VllmServer], supervisor: Supervisor,
+def _finish_bootstrap(settings: Settings, store: Store, redis_url: str, servers: list[VllmServer], supervisor: Supervisor,
                       trainable: threading.Event, say, command: list[str] | None = None) -> None:
     """The demo model's fine-tuning (`tucano bootstrap`, which publishes where it stands in the
     store for /readyz and the dashboard) as its own process beside the running service, while the
-    engines serve the pretrained weights; then each engine is restarted on the fine-tuned weights,
-    and training rounds may start."""
+    engines serve the pretrained weights (prompts show the bootstrap split's rows meanwhile); then
+    each engine is restarted on the fine-tuned weights, and training rounds may start."""
     log_path = settings.root / "logs" / "bootstrap.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TUCANO_REDIS_URL=redis_url, TUCANO_DATA_DIR=str(settings.root))
@@ -197,6 +197,7 @@ def _finish_bootstrap(settings: Settings, redis_url: str, servers: list[VllmServ
         except RuntimeError as error:  # its supervisor keeps trying; rounds wait until a serve with the whole model
             say(f"[red]vLLM {server.name} did not come back on the fine-tuned weights: {error}[/red]")
             return
+    store.set_serving_pretrained(False)
     trainable.set()
     say("the fine-tuned demo model serves now; training rounds may start")
 
@@ -289,6 +290,7 @@ def serve(settings: Settings, say=print, finish_bootstrap: bool = False, startin
         numerics = {server.name: server.numerics for server in servers}
         store.register_engines("base", base_urls, numerics.get("base", UNKNOWN_NUMERICS))  # trainers and the CLI load adapters into these
         store.register_engines("think", [think_url], numerics.get("think", UNKNOWN_NUMERICS))
+        store.set_serving_pretrained(finish_bootstrap)
         reload_active_adapters(store, "base", base_urls, say)
         reload_active_adapters(store, "think", [think_url], say)
         supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, s.name, [s.url]))
@@ -297,7 +299,7 @@ def serve(settings: Settings, say=print, finish_bootstrap: bool = False, startin
         fleet = HotSwap.for_settings(store, settings, base_urls, think_url)
         trainable = threading.Event()
         if finish_bootstrap:
-            threading.Thread(target=_finish_bootstrap, args=(settings, redis_url, servers, supervisor, trainable, say),
+            threading.Thread(target=_finish_bootstrap, args=(settings, store, redis_url, servers, supervisor, trainable, say),
                              name="bootstrap", daemon=True).start()
         else:
             trainable.set()

@@ -9,21 +9,29 @@ are never demonstrations: the gate measures on them, and a demonstration of the 
 measures would measure recall. An exact repeat of one is still answered with its correction: the
 user who corrected it sees the fix.
 
-`ExampleBook` is one task's index, built from its labels; `Examples` keeps every task's book,
-rebuilt when the store's label counter for the task moves (checked at most every
-`examples_poll_s`, so a correction acts from the next request a second later at most).
+While the engines serve the demo model's pretrained weights (the first `tucano serve`, until its
+fine-tuning is done; the store says so), a task's prompts also show the most similar rows of the
+bootstrap split, the very rows that fine-tuning trains on: an instruct model that has never seen
+the store's schema, fields or campaigns copies their shape from the demonstrations. The team's
+own examples come first for an input both have.
+
+`ExampleBook` is one task's index, built from its labels (and those rows); `Examples` keeps every
+task's book, rebuilt when the store's label counter for the task moves or the pretrained weights
+stop serving (checked at most every `examples_poll_s`, so a correction acts from the next
+request a second later at most).
 """
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import bm25s
 import numpy as np
 from redis.exceptions import RedisError
 
-from common.datasets import input_hash
+from common.datasets import input_hash, load_split
 from common.records import Label
 from rewards.text import STOP_WORDS, fold
 from router.prompts import answer_text
@@ -33,7 +41,7 @@ class Example(NamedTuple):
     id: str  # the label's record id
     input: dict
     answer: str  # as the model writes it
-    source: str  # correction, reference or liked
+    source: str  # correction, reference, liked, or bootstrap (a row of the bootstrap split, its id the row's)
 
 
 def examples_of(task: str, labels: list[Label]) -> tuple[list[Example], dict[str, Example]]:
@@ -58,6 +66,12 @@ def examples_of(task: str, labels: list[Label]) -> tuple[list[Example], dict[str
     return list(retrievable.values()), corrected
 
 
+def bootstrap_examples(rows: list[dict]) -> list[Example]:
+    """The bootstrap split's rows as demonstrations: each row's target, the completion the demo
+    model's fine-tuning teaches for its input."""
+    return [Example(row["id"], row["input"], row["target"], "bootstrap") for row in rows]
+
+
 def input_text(task_input: dict) -> str:
     """What an input says, for matching: its text and number fields (a review, a question, a
     campaign and product), without the prompt's fixed wording or a table's rows."""
@@ -71,9 +85,11 @@ def _tokens(texts: list[str]) -> list[list[str]]:
 class ExampleBook:
     """One task's examples, indexed."""
 
-    def __init__(self, task: str, labels: list[Label]):
+    def __init__(self, task: str, labels: list[Label], demonstrations: list[Example] = ()):
         self.task = task
         examples, self.corrected = examples_of(task, labels)
+        labelled = {input_hash(task, e.input) for e in examples}
+        examples += [d for d in demonstrations if input_hash(task, d.input) not in labelled]
         tokens = _tokens([input_text(e.input) for e in examples])
         # an input with no word to match (stop words, punctuation) can never be retrieved, and a
         # corpus of only such inputs has no vocabulary, which bm25s cannot index
@@ -103,10 +119,11 @@ class ExampleBook:
 class Examples:
     """Every task's book, kept current with the store's labels."""
 
-    def __init__(self, store, tasks: list[str], k: int, exact_repeats: bool, poll_s: float):
+    def __init__(self, store, tasks: list[str], k: int, exact_repeats: bool, poll_s: float, datasets_dir: Path | None = None):
         self.store, self.tasks, self.k, self.exact_repeats, self.poll_s = store, set(tasks), k, exact_repeats, poll_s
+        self.datasets_dir = datasets_dir  # where the bootstrap split is, for the pretrained weights' demonstrations
         self.books: dict[str, ExampleBook] = {}
-        self.versions: dict[str, int] = {}
+        self.versions: dict[str, tuple[int, bool]] = {}
         self.checked: dict[str, float] = {}
         self.lock = threading.Lock()
 
@@ -118,13 +135,23 @@ class Examples:
             with self.lock:
                 self.checked[task] = now
                 try:
-                    version = self.store.labels_version(task)
+                    version = (self.store.labels_version(task), self.store.serving_pretrained())
                     if version != self.versions.get(task):
-                        self.books[task] = ExampleBook(task, self.store.labels(task))
+                        self.books[task] = ExampleBook(task, self.store.labels(task), self.demonstrations(task, version[1]))
                         self.versions[task] = version
                 except RedisError:
                     pass  # the book as last read: a store that is down fails the record's write with a 503, not this
         return self.books.get(task)
+
+    def demonstrations(self, task: str, pretrained: bool) -> list[Example]:
+        """The bootstrap split's rows of the task while the pretrained weights serve (none where the
+        data dir has no such split: engines and datasets of a team's own)."""
+        if not pretrained or self.datasets_dir is None or task not in self.tasks:
+            return []
+        try:
+            return bootstrap_examples(load_split(self.datasets_dir, task, "bootstrap"))
+        except FileNotFoundError:
+            return []
 
     def for_request(self, task: str, task_input: dict) -> tuple[Example | None, list[Example]]:
         """(the correction that answers an exact repeat, or None; the demonstrations of the prompt)."""

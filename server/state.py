@@ -26,4 +26,5 @@ class GatewayState:
     def __post_init__(self):
         if self.examples is None:
             s = self.settings
-            self.examples = Examples(self.store, s.examples_tasks, s.examples_k, s.exact_repeats, s.examples_poll_s)
+            self.examples = Examples(self.store, s.examples_tasks, s.examples_k, s.exact_repeats, s.examples_poll_s,
+                                     s.datasets_dir)

@@ -62,11 +62,14 @@ def test_an_exact_repeat_of_a_corrected_input_is_answered_by_its_newest_correcti
 
 
 class CountingStore:
-    def __init__(self, labels):
-        self.labels_list, self.version, self.reads = labels, 1, 0
+    def __init__(self, labels, pretrained=False):
+        self.labels_list, self.version, self.reads, self.pretrained = labels, 1, 0, pretrained
 
     def labels_version(self, task):
         return self.version
+
+    def serving_pretrained(self):
+        return self.pretrained
 
     def labels(self, task):
         self.reads += 1
@@ -85,6 +88,33 @@ def test_the_index_is_rebuilt_only_when_the_labels_change():
     assert examples.for_request("extraction", {"review": "Meu fone veio quebrado."})[0].id == "r8" and store.reads == 2
     off = Examples(store, [], k=2, exact_repeats=True, poll_s=0.0)  # retrieval off: repeats still answered
     assert off.for_request("extraction", {"review": "Meu fone de ouvido veio quebrado."}) == (None, [])
+
+
+def test_the_pretrained_weights_are_shown_the_bootstrap_rows_until_the_fine_tuned_model_serves(tmp_path):
+    """While the first serve's engines hold the pretrained weights, a prompt shows the most similar
+    rows of the bootstrap split (their targets); the team's own example wins for an input both have;
+    once the fine-tuned model serves, the rows are shown no more."""
+    (tmp_path / "extraction").mkdir()
+    rows = [{"id": "extraction-bootstrap-00000", "task": "extraction", "input": {"review": "A cadeira quebrou na primeira semana."},
+             "reference": FIXED, "target": '{"sentiment": "negative"}'},
+            {"id": "extraction-bootstrap-00001", "task": "extraction", "input": LABELS[0].input, "reference": FIXED,
+             "target": '{"sentiment": "positive"}'}]
+    (tmp_path / "extraction" / "bootstrap.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    store = CountingStore(LABELS, pretrained=True)
+    examples = Examples(store, ["extraction"], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path)
+    _, shown = examples.for_request("extraction", {"review": "Minha cadeira quebrou."})
+    assert shown[0].id == "extraction-bootstrap-00000" and shown[0].source == "bootstrap"
+    assert shown[0].answer == '{"sentiment": "negative"}'  # the row's target, as the fine-tuning teaches it
+    _, shown = examples.for_request("extraction", {"review": "O fone chegou quebrado, não liga mais."})
+    assert [e.id for e in shown if e.input == LABELS[0].input] == ["r1"]  # the team's answer, not the row's
+    store.pretrained = False  # the fine-tuned weights serve now
+    _, shown = examples.for_request("extraction", {"review": "Minha cadeira quebrou."})
+    assert all(e.source != "bootstrap" for e in shown) and store.reads == 2
+    store.pretrained = True
+    assert Examples(store, [], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path).for_request(
+        "extraction", {"review": "Minha cadeira quebrou."}) == (None, [])  # retrieval off for the task: no rows either
+    no_split = Examples(store, ["extraction"], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path / "elsewhere")
+    assert all(e.source != "bootstrap" for e in no_split.for_request("extraction", {"review": "Minha cadeira quebrou."})[1])
 
 
 def test_demonstrations_come_before_the_request_as_earlier_turns():

@@ -34,27 +34,38 @@ class Engine:
             raise RuntimeError(f"vLLM {self.name} not ready")
 
 
-def finish(tmp_path, code: int, engines: list[Engine]) -> tuple[threading.Event, list[str], list[str]]:
-    restarted, said, trainable = [], [], threading.Event()
+class PretrainedFlag:
+    """The store's word on whether the pretrained weights serve (prompts show the bootstrap rows)."""
+
+    def __init__(self):
+        self.pretrained = True
+
+    def set_serving_pretrained(self, pretrained: bool) -> None:
+        self.pretrained = pretrained
+
+
+def finish(tmp_path, code: int, engines: list[Engine]) -> tuple[threading.Event, list[str], list[str], PretrainedFlag]:
+    restarted, said, trainable, flag = [], [], threading.Event(), PretrainedFlag()
     supervisor = Supervisor(engines, on_restart=lambda server: restarted.append(server.name))
     settings = load_settings(data_dir=tmp_path)
-    serve._finish_bootstrap(settings, "redis://127.0.0.1:9/0", engines, supervisor, trainable, said.append,
+    serve._finish_bootstrap(settings, flag, "redis://127.0.0.1:9/0", engines, supervisor, trainable, said.append,
                             command=[sys.executable, "-c", f"raise SystemExit({code})"])
-    return trainable, restarted, said
+    return trainable, restarted, said, flag
 
 
 def test_a_finished_fine_tuning_restarts_every_engine_then_lets_rounds_train(tmp_path):
     engines = [Engine("base"), Engine("think")]
-    trainable, restarted, said = finish(tmp_path, 0, engines)
+    trainable, restarted, said, flag = finish(tmp_path, 0, engines)
     assert restarted == ["base", "think"] and all(e.calls == ["stop", "start", "ready"] for e in engines)
     assert trainable.is_set() and said[-1] == "the fine-tuned demo model serves now; training rounds may start"
+    assert not flag.pretrained  # the bootstrap rows leave the prompts
     assert (tmp_path / "logs" / "bootstrap.log").exists()
 
 
 def test_a_failed_fine_tuning_keeps_the_pretrained_model_serving_and_rounds_waiting(tmp_path):
     engines = [Engine("base"), Engine("think")]
-    trainable, restarted, said = finish(tmp_path, 3, engines)
-    assert restarted == [] and all(e.calls == [] for e in engines) and not trainable.is_set()
+    trainable, restarted, said, flag = finish(tmp_path, 3, engines)
+    assert restarted == [] and all(e.calls == [] for e in engines) and not trainable.is_set() and flag.pretrained
     assert "fine-tuning failed (exit code 3" in said[-1] and "the pretrained model keeps serving" in said[-1]
     waited: list[str] = []
     serve._run_round_process(load_settings(data_dir=tmp_path), "redis://127.0.0.1:9/0", waited.append, trainable)
@@ -63,8 +74,8 @@ def test_a_failed_fine_tuning_keeps_the_pretrained_model_serving_and_rounds_wait
 
 def test_an_engine_that_does_not_come_back_is_said_and_rounds_keep_waiting(tmp_path):
     engines = [Engine("base", comes_up=False), Engine("think")]
-    trainable, restarted, said = finish(tmp_path, 0, engines)
-    assert not trainable.is_set() and engines[1].calls == [] and restarted == []
+    trainable, restarted, said, flag = finish(tmp_path, 0, engines)
+    assert not trainable.is_set() and engines[1].calls == [] and restarted == [] and flag.pretrained
     assert said[-1] == "[red]vLLM base did not come back on the fine-tuned weights: vLLM base not ready[/red]"
 
 
