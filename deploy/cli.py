@@ -455,6 +455,20 @@ def bench_trivial(
     _report(settings, "trivial", results, bench.table(results))
 
 
+@bench_app.command("early")
+def bench_early(rows: Annotated[int, typer.Option(help="Test rows per task.", min=4)] = 60) -> None:
+    """The pretrained demo model's answers, with and without the bootstrap rows as demonstrations,
+    beside the fine-tuned model's: what a first serve answers before its fine-tuning is done."""
+    from deploy.bench import early as bench
+
+    settings = _built_settings()
+    try:
+        results = bench.run(settings, rows, say=console.print)
+    except FileNotFoundError as missing:
+        raise _fail(str(missing), 2) from None
+    _report(settings, "early", results, bench.table(results))
+
+
 @bench_app.command("first-answer")
 def bench_first_answer(
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.", min=60)] = 3600.0,
