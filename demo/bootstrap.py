@@ -281,7 +281,7 @@ def with_template(base: Path, out_dir: Path, template: str) -> None:
 
 
 def _finetuned_fingerprint(settings: Settings, upstream: str, datasets_fingerprint: str) -> str:
-    return _fingerprint("finetuned-v2", upstream, datasets_fingerprint, settings.seed, sft_steps(settings), FINETUNE_LR,
+    return _fingerprint("finetuned-v3", upstream, datasets_fingerprint, settings.seed, sft_steps(settings), FINETUNE_LR,
                         bf16_on_cpu(settings.train_cpu_precision))
 
 

@@ -4,6 +4,11 @@ the four tasks (general rows only: never the demo store's own), then merged into
 model learns the tasks' output shapes and the general cases; the store's own catalogue,
 categories, questions and campaigns are left for the learning loop to learn from the team's labels.
 
+Each task gets an equal share of the examples the steps read (`equal_shares`), whatever its row
+count: drawn in proportion (1,194 extraction rows, 884 push, 219 SQL, 76 insights) insights got
+a thirtieth of the steps, and the demo model's insights fell below an answer that echoes the
+question (`tucano bench trivial`, docs/results.md, 2026-11-28).
+
 The loss reads only the answer's tokens, and only their logits are computed (the LM head over the
 prompt is wasted work on a CPU: `trainer.trl_internals.project_labelled_positions_only`, as in
 the rounds), in bf16 autocast over fp32 weights where `bf16` says so (a CPU with bf16
@@ -15,6 +20,7 @@ slower and no larger on the same rows and settings (docs/results.md, 2026-11-28)
 from __future__ import annotations
 
 import math
+import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,10 +46,28 @@ def example_ids(tokenizer, template: str, task: str, row: dict, think: bool) -> 
     return (prompt_ids + completion_ids)[:MAX_TOKENS], len(prompt_ids)
 
 
+def equal_shares(rows: dict[str, list[dict]], total: int, seed: int) -> list[tuple[str, dict]]:
+    """`total` (task, row) pairs, each task with an equal share: its rows in a seeded random order,
+    from the start again when a share is larger than the task's rows (the fewer its rows, the more
+    epochs over them)."""
+    rng = random.Random(seed)
+    tasks = sorted(task for task, task_rows in rows.items() if task_rows)
+    share = math.ceil(total / len(tasks))
+    picked = []
+    for task in tasks:
+        order: list[dict] = []
+        while len(order) < share:
+            epoch = list(rows[task])
+            rng.shuffle(epoch)
+            order += epoch
+        picked += [(task, row) for row in order[:share]]
+    return picked
+
+
 def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]], templates: dict[str, str], think_tasks: set[str],
              steps: int, lr: float, seed: int, bf16: bool, on_step: Callable[[int, float], None],
              checkpointing: bool = CHECKPOINTING) -> dict:
-    """LoRA SFT of the checkpoint at model_dir on `rows` (per task, shuffled together), merged and
+    """LoRA SFT of the checkpoint at model_dir on `rows` (per task, in equal shares, shuffled together), merged and
     saved at out_dir with the `base` template (None: not saved, as a benchmark runs it); calls
     `on_step(step, loss)` after each optimizer step; returns what the manifest records."""
     import datasets
@@ -56,10 +80,9 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     examples = []
-    for task, task_rows in sorted(rows.items()):
-        for row in task_rows:
-            ids, prompt = example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
-            examples.append({"input_ids": ids, "completion_mask": [0] * prompt + [1] * (len(ids) - prompt)})
+    for task, row in equal_shares(rows, steps * BATCH_SIZE, seed):  # one epoch of these: every example read once
+        ids, prompt = example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
+        examples.append({"input_ids": ids, "completion_mask": [0] * prompt + [1] * (len(ids) - prompt)})
     losses: list[float] = []
 
     class Report(TrainerCallback):
