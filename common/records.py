@@ -86,7 +86,7 @@ class Record(msgspec.Struct):
     reference: Any = None  # as sent with the request; a correction replaces it when read back
     key_id: str | None = None  # a hash of the API key that made the request (feedback ownership)
     feedback: Feedback | None = None  # merged in when read; never part of the stored entry
-    examples: list[str] = []  # the labels (record ids) whose answers the prompt showed as demonstrations
+    examples: list[str] = []  # the labels (record ids) whose answers the prompt showed as demonstrations, or bootstrap row ids
     answered_from: str | None = None  # an exact repeat of a corrected input: the label whose correction answered it
 
     @property

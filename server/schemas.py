@@ -116,7 +116,9 @@ class TaskResponse(BaseModel):
     usage: Usage
     latency_ms: float
     examples: list[str] = Field(default_factory=list, description="Ids of the team's labelled answers shown to the model as "
-                                                                   "demonstrations (the most similar corrections and liked answers).")
+                                                                   "demonstrations (the most similar corrections and liked answers); "
+                                                                   "while a first serve's engines hold the demo model's pretrained "
+                                                                   "weights, also bootstrap rows (`<task>-bootstrap-<n>`).")
     answered_from: str | None = Field(None, description="Set when this input was corrected before: the id of the record whose "
                                                         "correction is the answer (no model was asked).")
 

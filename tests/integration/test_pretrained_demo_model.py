@@ -125,7 +125,7 @@ def test_a_bootstrap_killed_half_way_resumes(tmp_path):
 
 def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_path):
     """`tucano serve` on a fresh data dir: the pretrained weights answer while the fine-tuning runs
-    beside the service (named, with its share done, in /readyz), then the engines restart on the
+    beside the service (named, with its share done, in /readyz; its prompts show bootstrap rows), then the engines restart on the
     fine-tuned weights and answer again; the bootstrap is then whole, and a stop is clean."""
     import httpx
 
@@ -165,6 +165,9 @@ def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_pat
         assert early is not None, "no answer came while the fine-tuning ran"
         assert "base_model" in stages, stages  # /readyz named the fine-tuning while it ran
         assert finetuned["route"]["model"] == early["route"]["model"] == "base"
+        # the pretrained weights were shown the most similar bootstrap rows; the fine-tuned ones are not
+        assert early["examples"] and all(i.startswith("sql-bootstrap-") for i in early["examples"]), early
+        assert not [i for i in finetuned["examples"] if i.startswith("sql-bootstrap-")], finetuned
         manifest = json.loads((data_dir / "manifest.json").read_text())
         settings = load_settings(data_dir=data_dir, bootstrap_model="smollm2")
         assert bootstrap.is_built(settings) and "early_models" not in manifest["steps"] and manifest["steps"]["base_model"]["sft_steps"] == 6
