@@ -66,7 +66,8 @@ def run(settings: Settings, rows_per_task: int, say=print) -> dict:
         raise FileNotFoundError(f"no pretrained demo model at {weights}: run `tucano bootstrap` with a pretrained TUCANO_BOOTSTRAP_MODEL")
     results: dict = {"rows_per_task": rows_per_task, "k": settings.examples_k, "pretrained": str(weights),
                      "fine_tuned": settings.base_model_path, "tasks": {}}
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="tucano-early-") as scratch:
+    # the copy beside the weights (hard links); the engines stop before it goes
+    with tempfile.TemporaryDirectory(prefix="bench-early-", dir=settings.root) as scratch, ExitStack() as stack:
         early = Path(scratch) / "early-base"
         with_template(weights, early, TEMPLATES[source.chat]["base"])  # as the first serve's early copy
         (Path(scratch) / "fine-tuned").mkdir()  # each engine's log in a folder of its own: both are named base

@@ -193,3 +193,11 @@ def test_freed_heap_pages_go_back_to_the_system():
     return_freed_memory()
     assert resident_bytes() < before - 150 * 2**20, (before, resident_bytes())
     assert len(kept) == 63
+
+
+def test_bench_early_names_what_is_missing_without_the_pretrained_weights(tmp_path):
+    from deploy.bench import early
+
+    with pytest.raises(FileNotFoundError, match=r"no pretrained demo model at .*pretrained-smollm2: run `tucano bootstrap`"):
+        early.run(load_settings(data_dir=tmp_path, bootstrap_model="smollm2"), 8)
+    assert not list(tmp_path.glob("bench-early-*"))  # nothing left behind
