@@ -16,7 +16,7 @@ from pathlib import Path
 from common.tasks import TASKS, TRAITS
 from rewards import extraction, insights, push, sql
 
-REWARD_VERSION = "6"
+REWARD_VERSION = "7"
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x, on every score

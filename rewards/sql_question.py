@@ -5,7 +5,9 @@ reference-free credit only for those, so a query that runs cleanly but ignores t
 (`SELECT COUNT(*) FROM olist_orders_dataset` for any question) earns little, and one whose result
 is a constant, or whose condition compares literals with each other, earns nothing. A value counts only where the query uses it: compared against a
 column (WHERE, HAVING, JOIN ... ON, IN, LIKE, BETWEEN) or as the LIMIT; echoed in a string in the
-select list, it counts for nothing.
+select list, it counts for nothing; nor does a value compared against a column that cannot hold
+its kind (a state against a date, a year against a price): such a filter selects nothing the
+question asked about.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import NamedTuple
 
 from sqlglot import exp
 
-from common.commerce import ORDER_STATUSES, UF_CODES, VIEW
+from common.commerce import ORDER_STATUSES, PAYMENT_TYPES, SCHEMA_COLUMNS, UF_CODES, VIEW
 from rewards.text import fold
 
 ORDERS, CUSTOMERS, SELLERS = "olist_orders_dataset", "olist_customers_dataset", "olist_sellers_dataset"
@@ -131,11 +133,28 @@ def is_constant(tree: exp.Expression) -> bool:
 
 
 OPERATORS = {exp.GT: "above", exp.GTE: "above", exp.LT: "below", exp.LTE: "below", exp.NEQ: "excluded"}
+SCHEMA_COLUMN_NAMES = frozenset(c.lower() for columns in SCHEMA_COLUMNS.values() for c in columns)
+# the kinds of value a question names that only some columns hold: (is of the kind, holds it).
+# A state compared with a date ("strftime('%Y-%m', order_purchase_timestamp) = 'SP'") is used
+# in the query and selects nothing the question asked about.
+HOLDERS = (
+    (lambda value: value.upper() in UF_CODES, lambda column: column.endswith("_state")),
+    (lambda value: re.fullmatch(r"20\d\d(-\d\d)?", value) is not None,
+     lambda column: "timestamp" in column or "date" in column or column.endswith("_at")),
+    (lambda value: value in ORDER_STATUSES, lambda column: column == "order_status"),
+    (lambda value: value in PAYMENT_TYPES, lambda column: column == "payment_type"),
+)
 
 
-def compared_literals(tree: exp.Expression) -> list[tuple[str, str]]:
-    """The literals the query uses, each with how: compared against a column ("equal", "above",
-    "below", "between", "excluded" for != and NOT ...), or "limit"."""
+class Compared(NamedTuple):
+    text: str  # the literal
+    how: str  # "equal", "above", "below", "between", "excluded" (!= and NOT ...), or "limit"
+    columns: frozenset[str]  # the columns it is compared against (none for a LIMIT)
+
+
+def compared_literals(tree: exp.Expression) -> list[Compared]:
+    """The literals the query uses, each with how and against which columns: compared against a
+    column, or as the LIMIT."""
     used = []
     for predicate in tree.find_all(*PREDICATES):
         if predicate.find(exp.Column) is None:
@@ -143,10 +162,21 @@ def compared_literals(tree: exp.Expression) -> list[tuple[str, str]]:
         how = OPERATORS.get(type(predicate), "between" if isinstance(predicate, exp.Between) else "equal")
         if isinstance(predicate.parent, exp.Not):
             how = "excluded"
-        used += [(str(literal.this), how) for literal in predicate.find_all(exp.Literal)]
+        columns = frozenset(c.name.lower() for c in predicate.find_all(exp.Column))
+        used += [Compared(str(literal.this), how, columns) for literal in predicate.find_all(exp.Literal)]
     for limit in tree.find_all(exp.Limit):
-        used += [(str(literal.this), "limit") for literal in limit.find_all(exp.Literal)]
+        used += [Compared(str(literal.this), "limit", frozenset()) for literal in limit.find_all(exp.Literal)]
     return used
+
+
+def held(value: str, columns: frozenset[str]) -> bool:
+    """Whether a column the value is compared against can hold a value of its kind (a state, a
+    date, a status, a payment type); a value of no such kind, or a name that is no schema column
+    (an alias the query made), is given the benefit of the doubt."""
+    for is_kind, holds in HOLDERS:
+        if is_kind(value):
+            return not columns or any(c not in SCHEMA_COLUMN_NAMES or holds(c) for c in columns)
+    return True
 
 
 def _meant(how: str, value: str, cues: Cues) -> bool:
@@ -200,8 +230,9 @@ def question_match(cues: Cues, tree: exp.Expression, tables_used: set[str]) -> t
         parts.append(1.0 if hit else 0.0)
         said.append("reads a table the question names" if hit else f"reads none of {sorted(named)}")
     if cues.values:
-        found = [v for v in cues.values if any(_meant(how, v, cues) and re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", fold(text))
-                                               for text, how in literals)]
+        found = [v for v in cues.values if any(_meant(c.how, v, cues) and held(v, c.columns)
+                                               and re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", fold(c.text))
+                                               for c in literals)]
         parts.append(len(found) / len(cues.values))
         missing = [v for v in cues.values if v not in found]
         said.append(f"{len(found)}/{len(cues.values)} values of the question used in the query" + (f" (missing {missing[:4]})" if missing else ""))

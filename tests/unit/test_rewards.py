@@ -399,6 +399,36 @@ def test_a_sql_answer_that_addresses_the_question_earns_reference_free_credit():
     assert wrong_value.total < right.total
 
 
+@pytest.mark.parametrize("question,sql", [
+    # the demo model's answer in the README's quickstart, which scored 1.000 under reward version 6
+    ("Quantos pedidos foram entregues no estado de SP?",
+     "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y-%m', order_purchase_timestamp) = 'SP'"),
+    ("Quantos pedidos foram feitos em 2017?", "SELECT COUNT(*) FROM orders_enriched WHERE price > 2017"),
+    ("Quantos pedidos foram pagos com boleto?", "SELECT COUNT(*) FROM orders_enriched WHERE order_status = 'boleto'"),
+    ("Quantos pedidos estão com status delivered?", "SELECT COUNT(*) FROM orders_enriched WHERE customer_city = 'delivered'"),
+])
+def test_a_value_compared_against_a_column_that_cannot_hold_it_is_not_used(question, sql):
+    wrong_column = score("sql", sql, None, {"question": question})
+    assert wrong_column.total <= 0.6 and wrong_column.components["question_match"] <= 0.5, wrong_column.details
+    assert "missing" in wrong_column.details["question_match"]
+
+
+@pytest.mark.parametrize("question,sql", [
+    ("Quantos pedidos foram entregues no estado de SP?",
+     "SELECT COUNT(*) FROM orders_enriched WHERE order_status = 'delivered' AND customer_state = 'SP'"),
+    ("Quantos pedidos foram feitos em 2017?",
+     "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2017'"),
+    ("Quantos pedidos foram feitos em 2017?",  # an alias the query made: no schema column to judge by
+     "SELECT ano, COUNT(*) FROM (SELECT strftime('%Y', order_purchase_timestamp) AS ano FROM olist_orders_dataset) "
+     "WHERE ano = '2017' GROUP BY ano"),
+    ("Qual o valor médio dos pagamentos com boleto?",
+     "SELECT AVG(payment_value) FROM olist_order_payments_dataset WHERE payment_type = 'boleto'"),
+])
+def test_a_value_compared_against_a_column_of_its_kind_is_used(question, sql):
+    right = score("sql", sql, None, {"question": question})
+    assert "missing" not in right.details["question_match"], right.details
+
+
 def test_insights_earns_no_grounding_without_data():
     no_data = score("insights", INSIGHT, None, {"question": "Como vão as vendas?"})
     assert no_data.components["grounding"] == 0.0
