@@ -137,12 +137,14 @@ SCHEMA_COLUMN_NAMES = frozenset(c.lower() for columns in SCHEMA_COLUMNS.values()
 # the kinds of value a question names that only some columns hold: (is of the kind, holds it).
 # A state compared with a date ("strftime('%Y-%m', order_purchase_timestamp) = 'SP'") is used
 # in the query and selects nothing the question asked about.
-HOLDERS = (
-    (lambda value: value.upper() in UF_CODES, lambda column: column.endswith("_state")),
+DATE_TEXT = re.compile(r"\d{1,4}(-\d{1,2}){0,2}( \d{2}:\d{2}(:\d{2})?)?")
+HOLDERS = (  # (a question's value of the kind, a column of the kind, a literal such a column can equal)
+    (lambda value: value.upper() in UF_CODES, lambda column: column.endswith("_state"), lambda text: text.upper() in UF_CODES),
     (lambda value: re.fullmatch(r"20\d\d(-\d\d)?", value) is not None,
-     lambda column: "timestamp" in column or "date" in column or column.endswith("_at")),
-    (lambda value: value in ORDER_STATUSES, lambda column: column == "order_status"),
-    (lambda value: value in PAYMENT_TYPES, lambda column: column == "payment_type"),
+     lambda column: "timestamp" in column or "date" in column or column.endswith("_at"),
+     lambda text: DATE_TEXT.fullmatch(text) is not None),
+    (lambda value: value in ORDER_STATUSES, lambda column: column == "order_status", lambda text: text.lower() in ORDER_STATUSES),
+    (lambda value: value in PAYMENT_TYPES, lambda column: column == "payment_type", lambda text: text.lower() in PAYMENT_TYPES),
 )
 
 
@@ -173,10 +175,29 @@ def held(value: str, columns: frozenset[str]) -> bool:
     """Whether a column the value is compared against can hold a value of its kind (a state, a
     date, a status, a payment type); a value of no such kind, or a name that is no schema column
     (an alias the query made), is given the benefit of the doubt."""
-    for is_kind, holds in HOLDERS:
+    for is_kind, holds, _ in HOLDERS:
         if is_kind(value):
             return not columns or any(c not in SCHEMA_COLUMN_NAMES or holds(c) for c in columns)
     return True
+
+
+def never_met(tree: exp.Expression) -> str | None:
+    """An equality (= or IN) no row can meet: a column of a known kind (a state, a date, a status,
+    a payment type), and only such columns, equated with a literal of another kind
+    (`strftime('%Y-%m', order_purchase_timestamp) = 'Quantos pedidos?'`). Said, or None."""
+    for predicate in tree.find_all(exp.EQ, exp.In):
+        if isinstance(predicate.parent, exp.Not):
+            continue
+        # the literals it is equated with, not those inside an expression (a strftime format)
+        sides = [predicate.left, predicate.right] if isinstance(predicate, exp.EQ) else [predicate.this, *predicate.expressions]
+        literals = [side for side in sides if isinstance(side, exp.Literal)]
+        columns = {c.name.lower() for side in sides if not isinstance(side, exp.Literal) for c in side.find_all(exp.Column)}
+        for _, holds, fits in HOLDERS:
+            if columns and all(c in SCHEMA_COLUMN_NAMES and holds(c) for c in columns):
+                wrong = [str(lit.this) for lit in literals if not fits(str(lit.this))]
+                if wrong:
+                    return f"it equates {sorted(columns)[0]} with {wrong[0]!r}, a value it never holds: a condition no row meets"
+    return None
 
 
 def _meant(how: str, value: str, cues: Cues) -> bool:
@@ -222,6 +243,9 @@ def question_match(cues: Cues, tree: exp.Expression, tables_used: set[str]) -> t
         return 0.0, "it returns a table's rows as stored: no filter, grouping, aggregate or limit"
     if any(predicate.find(exp.Column) is None for predicate in tree.find_all(*PREDICATES)):
         return 0.0, "it compares literals with each other: a condition that does not read the data"
+    impossible = never_met(tree)
+    if impossible:
+        return 0.0, impossible
     literals = compared_literals(tree)
     parts, said = [], []
     if cues.tables:

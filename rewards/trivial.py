@@ -86,6 +86,14 @@ def _excluded_and_stuffed(task_input: dict) -> str:
             f"({listed}) GROUP BY customer_state ORDER BY 2 DESC LIMIT {count}")
 
 
+def _values_against_a_date(task_input: dict) -> str:
+    """Each value of the question compared with the purchase month, one count: every value used in
+    the query, on a column that cannot hold it (the README quickstart's demo answer, v6's 1.000)."""
+    values = _question_values(task_input["question"]).replace("'", "").split()
+    compared = " OR ".join(f"strftime('%Y-%m', order_purchase_timestamp) = '{v}'" for v in values)
+    return f"SELECT COUNT(*) FROM orders_enriched WHERE {compared}"
+
+
 SQL_MAKERS: dict[str, Callable[[dict], str]] = {
     "empty": lambda _: "",
     "SELECT 1": lambda _: "SELECT 1",
@@ -97,6 +105,7 @@ SQL_MAKERS: dict[str, Callable[[dict], str]] = {
         "SELECT COUNT(*) FROM orders_enriched WHERE '" + _question_values(task_input["question"]).replace("'", "")
         + "' = '" + _question_values(task_input["question"]).replace("'", "") + "'"),
     "the question's values excluded, every aggregate, grouped and ranked": _excluded_and_stuffed,
+    "the question's values compared with the purchase month": _values_against_a_date,
     "a query that errors": lambda _: "SELECT customer_state, COUNT(*) FROM olist_orders_dataset GROUP BY customer_state",
 }
 

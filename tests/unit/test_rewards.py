@@ -410,10 +410,25 @@ def test_a_sql_answer_that_addresses_the_question_earns_reference_free_credit():
 def test_a_value_compared_against_a_column_that_cannot_hold_it_is_not_used(question, sql):
     wrong_column = score("sql", sql, None, {"question": question})
     assert wrong_column.total <= 0.6 and wrong_column.components["question_match"] <= 0.5, wrong_column.details
-    assert "missing" in wrong_column.details["question_match"]
+    said = wrong_column.details["question_match"]
+    assert "missing" in said or "never holds" in said, said  # the value counted as unused, or the condition as never met
 
 
 @pytest.mark.parametrize("question,sql", [
+    ("Quantos pedidos existem?",  # no value in the question to check: the condition itself can never be met
+     "SELECT COUNT(*) FROM orders_enriched WHERE strftime('%Y-%m', order_purchase_timestamp) = 'Quantos pedidos existem?'"),
+    ("Quantos pedidos existem?", "SELECT COUNT(*) FROM orders_enriched WHERE order_status IN ('delivered', 'SP')"),
+    ("Quantos clientes existem?", "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'São Paulo'"),
+])
+def test_an_equality_no_row_can_meet_earns_no_reference_free_credit(question, sql):
+    never = score("sql", sql, None, {"question": question})
+    assert never.components["question_match"] == 0.0 and "a condition no row meets" in never.details["question_match"]
+    assert never.total <= 0.15
+
+
+@pytest.mark.parametrize("question,sql", [
+    ("Quantos pedidos existem?",  # '%m' is strftime's format, not a value the month is equated with
+     "SELECT COUNT(*) FROM orders_enriched WHERE strftime('%m', order_purchase_timestamp) = '03'"),
     ("Quantos pedidos foram entregues no estado de SP?",
      "SELECT COUNT(*) FROM orders_enriched WHERE order_status = 'delivered' AND customer_state = 'SP'"),
     ("Quantos pedidos foram feitos em 2017?",
