@@ -30,7 +30,7 @@ from sqlglot import exp
 
 from common.commerce import SCHEMA_COLUMNS
 from rewards.parsing import split_think, strip_fences
-from rewards.sql_question import Cues, is_constant, question_cues, question_match
+from rewards.sql_question import SCHEMA_COLUMN_NAMES, Cues, is_constant, question_cues, question_match
 from rewards.sql_sandbox import QueryResult, check_readonly, execute_readonly
 
 # `reference_ran` (weight 0) says whether the reference itself ran: when it did not, the answer
@@ -48,7 +48,6 @@ SQL_START = re.compile(r"\b(SELECT|WITH)\b", re.I)
 STATEMENT_VERB = re.compile(
     r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER|PRAGMA|ATTACH|DETACH|VACUUM|BEGIN|COMMIT|"
     r"ROLLBACK|REINDEX|ANALYZE|EXPLAIN|SAVEPOINT|RELEASE|VALUES)\b", re.I)
-ALL_COLUMNS = {c.lower() for cols in SCHEMA_COLUMNS.values() for c in cols}
 TABLES = {t.lower(): {c.lower() for c in cols} for t, cols in SCHEMA_COLUMNS.items()}
 
 
@@ -91,7 +90,7 @@ def schema_link(tree: exp.Expression) -> tuple[float, str]:
     real = [t for t in tables if t not in cte_names]
     aliases = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.alias} | cte_names
     aliases |= {str(col).lower() for cte in tree.find_all(exp.CTE) for col in (cte.args.get("alias").columns if cte.args.get("alias") else [])}
-    known = set().union(*(TABLES[t] for t in real if t in TABLES)) if any(t in TABLES for t in real) else ALL_COLUMNS
+    known = set().union(*(TABLES[t] for t in real if t in TABLES)) if any(t in TABLES for t in real) else SCHEMA_COLUMN_NAMES
     columns = [c.name.lower() for c in tree.find_all(exp.Column) if c.name and c.name != "*"]
     checked_columns = [c for c in columns if c not in aliases]
     good = sum(t in TABLES for t in real) + sum(c in known for c in checked_columns)
@@ -103,7 +102,7 @@ def schema_link(tree: exp.Expression) -> tuple[float, str]:
 
 
 IDENTIFIER = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", re.I)
-KNOWN_NAMES = frozenset(TABLES) | frozenset(ALL_COLUMNS)
+KNOWN_NAMES = frozenset(TABLES) | SCHEMA_COLUMN_NAMES
 
 
 def identifier_link(sql: str) -> tuple[float, str]:

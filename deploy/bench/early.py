@@ -24,25 +24,18 @@ from pathlib import Path
 
 from common.datasets import load_split
 from common.settings import Settings
-from common.stats import mean_interval
 from common.tasks import TASK_ENGINE
+from deploy.bench.learn import interval
 from router.engine_client import EnginePool
 from router.examples import ExampleBook, bootstrap_examples
 from router.prompts import build_messages
 from trainer import gate
 
-ARMS = ("pretrained", "pretrained + bootstrap rows", "fine-tuned")
-
-
-def _interval(values: list[float]) -> dict:
-    mean, low, high = mean_interval(values)
-    return {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)], "n": len(values)}
-
 
 async def _answer(settings: Settings, task: str, url: str, model_path: str, rows: list[gate.EvalRow],
                   shown: dict[str, tuple] | None) -> tuple[list[float], float]:
     """Each row's reference score, and the mean prompt tokens."""
-    task_settings = settings.model_copy(update={"base_model" if TASK_ENGINE[task] == "base" else "think_model": model_path})
+    task_settings = settings.model_copy(update={"base_model": model_path})  # only the base engine's tasks are measured
     pool = EnginePool.for_task(task_settings, task, [url])
     try:
         scores = await gate.answer(pool, task_settings, task, None, rows, settings.seed, shown=shown)
@@ -84,8 +77,8 @@ def run(settings: Settings, rows_per_task: int, say=print) -> dict:
                     "fine-tuned": asyncio.run(_answer(settings, task, servers[1].url, settings.base_model_path, rows, None))}
             plain = arms["pretrained"][0]
             results["tasks"][task] = {
-                arm: {**_interval(scores), "prompt_tokens": round(tokens, 1),
-                      **({"gain_over_pretrained": _interval([a - b for a, b in zip(scores, plain)])} if arm != "pretrained" else {})}
+                arm: {**interval(scores), "prompt_tokens": round(tokens, 1),
+                      **({"gain_over_pretrained": interval([a - b for a, b in zip(scores, plain)])} if arm != "pretrained" else {})}
                 for arm, (scores, tokens) in arms.items()}
             say(f"{task}: " + ", ".join(f"{arm} {entry['mean']:.3f}" for arm, entry in results["tasks"][task].items()))
     return results
