@@ -47,6 +47,7 @@ class TaskTraining(BaseModel):
     sft_batch_size: BatchSize | None = None
     train_time_budget_s: TimeBudget | None = None
     sft_from_liked: bool | None = None
+    train_gradient_checkpointing: bool | None = None
 
 
 class Settings(BaseSettings):
@@ -118,14 +119,18 @@ class Settings(BaseSettings):
                           "quantisation, bf16 compute on a GPU, the CPU's training precision on a CPU), none in full precision; "
                           "unset: nf4 on a GPU, none on a CPU.")
     train_max_length: int = Field(1024, ge=64, le=8192, description="Longest training sequence in tokens (prompt and answer).")
+    train_gradient_checkpointing: bool | None = Field(
+        None, description="Recompute each layer's activations in the backward pass instead of keeping them (less memory, "
+                          "slower steps); unset: on a GPU only; a task's own in task_training wins.")
     task_training: dict[str, TaskTraining] = Field(
         default_factory=lambda: {"extraction": {"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0,
                                                 "sft_from_liked": False},
                                  "insights": {"train_learning_rate": 0.002, "sft_batch_size": 4, "train_time_budget_s": 90.0,
-                                              "sft_from_liked": False}},
+                                              "sft_from_liked": False, "train_gradient_checkpointing": True}},
         validate_default=True,
         description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
-                    "settings train_learning_rate, sft_batch_size, train_time_budget_s and sft_from_liked; setting it replaces "
+                    "settings train_learning_rate, sft_batch_size, train_time_budget_s, sft_from_liked and "
+                    "train_gradient_checkpointing; setting it replaces "
                     "the whole default); a task not named trains with the general ones. Extraction's and insights' own are the "
                     "ones their learning was measured with (docs/results.md: extraction at a lower learning rate; insights: a penalty "
                     "against loops).")

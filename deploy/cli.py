@@ -489,23 +489,27 @@ def bench_first_answer(
 def bench_finetune(
     steps: Annotated[int, typer.Option(help="Steps per arm.", min=2)] = 8,
     arm: Annotated[list[str] | None, typer.Option(help="Arms (repeatable): plain, checkpointing.")] = None,
+    task: Annotated[str | None, typer.Option(help="Measure a round's SFT of this task instead of the bootstrap's fine-tuning.")] = None,
 ) -> None:
-    """The bootstrap's fine-tuning (TRL's SFTTrainer) with and without gradient checkpointing:
-    seconds per step and peak memory, each arm in its own process."""
+    """The bootstrap's fine-tuning (TRL's SFTTrainer), or with --task a round's SFT of that task,
+    with and without gradient checkpointing: seconds per step and peak memory, each arm in its own process."""
+    from common.tasks import TASKS
     from deploy.bench import finetune as bench
 
+    if task is not None and task not in TASKS:
+        raise _fail(f"unknown task {task!r}; tasks are {', '.join(TASKS)}", 2)
     settings = _built_settings()
-    if settings.bootstrap_model == "tiny":
+    if settings.bootstrap_model == "tiny" and task is None:
         raise _fail("the tiny models are built from scratch, not fine-tuned: set TUCANO_BOOTSTRAP_MODEL to a pretrained demo model", 2)
     arms = tuple(arm or bench.ARMS)
     unknown = [a for a in arms if a not in bench.ARMS]
     if unknown:
         raise _fail(f"unknown arm {unknown}; arms are {', '.join(bench.ARMS)}", 2)
     try:
-        results = bench.run(settings, steps, arms, say=lambda text: console.print(text, highlight=False))
+        results = bench.run(settings, steps, arms, say=lambda text: console.print(text, highlight=False), task=task)
     except RuntimeError as error:
         raise _fail(str(error)) from None
-    _report(settings, "finetune", results, bench.table(results))
+    _report(settings, f"finetune-{task}" if task else "finetune", results, bench.table(results))
 
 
 @bench_app.command("calibration")

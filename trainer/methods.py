@@ -128,8 +128,7 @@ def bf16(settings: Settings) -> bool:
 def trainer_args(settings: Settings, epochs: float, batch_size: int, examples: int, **extra) -> dict:
     """What every method's TRL config shares: epochs over its data (at least one step), a constant
     learning rate after a 5% warm-up, every step logged, nothing saved but the final adapter.
-    Gradient checkpointing (TRL's default) only on a GPU, where it saves memory for a real model;
-    on a CPU it recomputed every forward for nothing (SFT steps 20% slower, measured here). bf16
+    Gradient checkpointing as `checkpointing` says. bf16
     per `bf16`: on a CPU with bf16 arithmetic, SFT steps of the demo model took 0.62-0.68 of their
     fp32 time here, at the same losses to two decimals."""
     steps = max(1, math.ceil(epochs * examples / batch_size))
@@ -138,7 +137,16 @@ def trainer_args(settings: Settings, epochs: float, batch_size: int, examples: i
                 lr_scheduler_type="constant_with_warmup", warmup_steps=max(1, math.ceil(0.05 * steps)), logging_steps=1,
                 save_strategy="no", report_to="none", seed=settings.seed, bf16=bf16(settings), use_cpu=on_cpu,
                 disable_tqdm=True, dataloader_num_workers=0, per_device_train_batch_size=batch_size,
-                gradient_checkpointing=not on_cpu, **extra)
+                gradient_checkpointing=checkpointing(settings), gradient_checkpointing_kwargs={"use_reentrant": False}, **extra)
+
+
+def checkpointing(settings: Settings) -> bool:
+    """Whether a method recomputes activations in the backward pass: as `train_gradient_checkpointing`
+    says; unset, on a GPU (TRL's default, for a real model) and not on a CPU, where it made the
+    demo model's SFT steps 20% slower and a short task's activations are small."""
+    if settings.train_gradient_checkpointing is not None:
+        return settings.train_gradient_checkpointing
+    return on_gpu()
 
 
 class StepMetrics(TrainerCallback):

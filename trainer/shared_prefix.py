@@ -46,8 +46,8 @@ def with_shared_prefix(model, inputs: dict) -> dict:
     The attention mask keeps its full length (prefix and rest), as a forward with a cache expects.
     Returns the inputs unchanged when the batch shares too little."""
     input_ids, labels = inputs["input_ids"], inputs.get("labels")
-    if labels is None:
-        return inputs
+    if labels is None or getattr(model, "is_gradient_checkpointing", False):
+        return inputs  # a checkpointed layer takes no cache (transformers drops it): the plain forward
     point = split_point(input_ids, labels)
     if not point:
         return inputs

@@ -5,6 +5,11 @@ tokens only, learning rate 1e-3 with warm-up and cosine decay, bf16 autocast whe
 computes bf16), for a few steps each. (Until 2026-11-28 the bootstrap had a loop of its own; this
 bench measured it against TRL, found TRL no slower and no larger, and the loop went.)
 
+With `--task`, the arms are a round's SFT of that task instead (`trainer/sft.py` on the task's
+model with a fresh LoRA, the task's own training settings, its `train` rows as the team's
+labels, the shared prompt prefix where checkpointing allows it), which is what a round's process
+holds at its peak.
+
 Each arm runs in a fresh interpreter, so its peak resident memory (`ru_maxrss`) is its own; the
 arms run one after the other on the same cores. Reported per arm: seconds per step after the
 first (which pays for warm-up) with its interval over the steps, the peak memory, and the last
@@ -60,12 +65,54 @@ def measure(arm: str, steps: str, out_path: str) -> None:
         "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
 
 
-def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print) -> dict:
-    results = {"steps": steps, "bootstrap_model": settings.bootstrap_model, "arms": []}
+def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
+    """One arm of a round's SFT of `task`, in this interpreter: its figures as JSON in `out_path`."""
+    import torch
+
+    from common.datasets import load_split
+    from common.processes import peak_rss_gb
+    from common.settings import load_settings
+    from common.stats import mean_interval
+    from router.engine_client import ChatTemplate
+    from router.prompts import answer_text, build_messages
+    from trainer import methods, sft
+    from trainer.policy import load_policy
+
+    n = int(steps)
+    settings = load_settings().for_task(task).model_copy(update={
+        "train_gradient_checkpointing": arm == "checkpointing", "sft_min_steps": n, "sft_max_epochs": 1e-6})
+    path = settings.model_path_of(task)
+    template = ChatTemplate.load(path)
+    examples = [{"prompt": template.render(build_messages(task, row["input"])),
+                 "completion": answer_text(task, row["target"], think_opened=True)}
+                for row in load_split(settings.datasets_dir, task, "train")][:n * settings.sft_batch_size]  # one epoch of n steps
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    model, tokenizer = load_policy(path, None, settings.lora_rank, settings.lora_alpha, "none", methods.bf16(settings))
+    times: list[float] = []
+    last = [time.perf_counter()]
+
+    def on_step(name: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+    outcome = sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench finetune", on_step)
+    losses = [entry["loss"] for entry in outcome.steps_log if "loss" in entry]
+    per_step, low, high = mean_interval(times[1:] or times)
+    lengths = sorted(len(tokenizer(e["prompt"] + e["completion"])["input_ids"]) for e in examples)
+    Path(out_path).write_text(json.dumps({
+        "arm": arm, "steps": outcome.steps, "first_step_s": round(times[0], 2), "batch": settings.sft_batch_size,
+        "tokens_median": lengths[len(lengths) // 2], "tokens_max": lengths[-1],
+        "seconds_per_step": round(per_step, 2), "seconds_per_step_interval": [round(low, 2), round(high, 2)],
+        "peak_rss_gb": peak_rss_gb(), "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
+
+
+def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print, task: str | None = None) -> dict:
+    results = {"steps": steps, "bootstrap_model": settings.bootstrap_model, "task": task, "arms": []}
+    measured = f"measure_round({task!r}, *sys.argv[1:])" if task else "measure(*sys.argv[1:])"
     for arm in arms:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             say(f"{arm}: {steps} steps")
-            done = subprocess.run([sys.executable, "-c", "import sys; from deploy.bench.finetune import measure; measure(*sys.argv[1:])",
+            done = subprocess.run([sys.executable, "-c", f"import sys; from deploy.bench.finetune import measure, measure_round; {measured}",
                                    arm, str(steps), out.name], capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"the {arm} arm failed (exit code {done.returncode}):\n{done.stderr[-2000:]}")
@@ -80,7 +127,9 @@ def _interval(arm: dict) -> str:
 
 
 def table(results: dict) -> str:
-    lines = [f"{results['steps']} steps of the bootstrap's fine-tuning of {results['bootstrap_model']}, each arm in its own process:", "",
+    what = (f"a round's SFT of {results['task']} (batch {results['arms'][0]['batch']}, median {results['arms'][0]['tokens_median']} "
+            f"tokens, longest {results['arms'][0]['tokens_max']})") if results.get("task") and results["arms"] else "the bootstrap's fine-tuning"
+    lines = [f"{results['steps']} steps of {what} of {results['bootstrap_model']}, each arm in its own process:", "",
              "| arm | first step s | s per step after it [95%] | peak resident memory GB | loss of the last 4 steps |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {a['arm']} | {a['first_step_s']} | {a['seconds_per_step']} {_interval(a)} | {a['peak_rss_gb']} | {a['last_loss']} |"

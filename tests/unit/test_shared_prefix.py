@@ -86,6 +86,14 @@ def test_a_batch_that_shares_nothing_is_left_as_it_is():
     assert with_shared_prefix(lora_model(), inputs) is inputs
 
 
+def test_a_checkpointed_model_takes_the_plain_forward():
+    """transformers drops the cache of a checkpointed layer, so a shared prefix would be lost."""
+    model = lora_model()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    inputs = batch()
+    assert with_shared_prefix(model, inputs) is inputs
+
+
 @pytest.fixture
 def tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -126,6 +134,15 @@ def test_the_rounds_sft_trains_the_same_weights_with_it_and_without_it(tokenizer
     for name, value in plain_weights.items():
         assert torch.allclose(value, shared_weights[name], atol=1e-4), name
     assert shared_prefix.MIN_SHARED_TOKENS <= 24
+
+    checkpointed = settings.model_copy(update={"train_gradient_checkpointing": True})
+    model = lora_model()
+    outcome = sft.train(checkpointed, model, tokenizer, examples, [], 600.0, "test")
+    assert model.is_gradient_checkpointing and outcome.steps == 4
+    assert losses(outcome) == pytest.approx(losses(plain_outcome), abs=1e-4)
+    for name, value in model.named_parameters():
+        if value.requires_grad:
+            assert torch.allclose(value.detach(), plain_weights[name], atol=1e-4), name
 
 
 def test_the_rounds_sft_validates_only_from_the_first_epoch_that_has_its_minimum_steps(tokenizer):
