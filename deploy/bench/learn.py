@@ -7,7 +7,9 @@ share of the answers through `/v1/feedback` (the row's reference as the correcti
 another share (+1 when the answer scores at least `LIKED` against the reference, else -1), then
 runs a training round in process, exactly as `tucano train --once` does.
 
-Served reward is measured before the first round and after each on held-out rows: the test split,
+Served reward is measured before the first round and after each on held-out rows (each version
+alone, and as served: with the team's examples in its prompts, as the gateway and the gate show
+them): the test split,
 the demo store's own rows that are never sent as traffic, never in the demo model's bootstrap
 (pretraining, SFT or tokenizer), and never seen by the gate (which uses the eval split and the
 team's eval labels). Rows are answered through
@@ -339,6 +341,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
                         measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
                     latest[t] = scores
+                    served = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], examples_from=store))
+                    measurement["as_served"] = {**measured(served), "gain": paired_gain(served, baseline[t])}
                     task_entry = msgspec.to_builtins(summary.tasks[t])
                     results["tasks"][t]["rounds"].append(measurement)
                     gate_record = task_entry.get("gate") or {}
@@ -466,6 +470,8 @@ def table(results: dict) -> str:
         oracle = entry.get("oracle") or {}
         lines.append(f"| {t} | " + " | ".join(cells) + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
                      f"{oracle.get('mean', '-')} | {oracle.get('gain', {}).get('mean', '-')} | {oracle.get('loop_share', '-')} |")
+    if any("as_served" in r for entry in results["tasks"].values() for r in entry["rounds"]):
+        lines += ["", as_served_table(results)]
     lines += ["", targets_table(results), "", components_table(results)]
     lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | peak GB "
               "| gate difference [95%] n |",
@@ -503,6 +509,23 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def as_served_table(results: dict) -> str:
+    """What a user gets after each round: the active version with the team's examples in its
+    prompts (as the gateway shows them, and as the gate compares), against the model before any
+    round without them. The main table measures the versions alone."""
+    rounds = len(results["rounds"])
+    lines = ["| task, as served (the version with the team's examples) | " + " | ".join(f"round {r}" for r in range(1, rounds + 1))
+             + " | gain over round 0 after the last round [95%] |", "|---|" + "---:|" * rounds + "---:|"]
+    for t, entry in results["tasks"].items():
+        served = [r["as_served"] for r in entry["rounds"] if "as_served" in r]
+        if not served:
+            continue
+        gain = served[-1]["gain"]
+        lines.append(f"| {t} | " + " | ".join(f"{s['mean']:.3f}" for s in served)
+                     + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] |")
+    return "\n".join(lines)
+
+
 def labels_per_gain(results: dict) -> dict[str, str]:
     """Per task, the labels the team gave (corrections and ratings, every round) and how many of
     them each +0.01 of served reward on the held-out rows cost: what `--label-choice` compares."""
@@ -531,6 +554,12 @@ def targets(results: dict) -> list[dict]:
             out.append({"target": f"{t}: served reward +{TARGETS['gain']:.2f} after the rounds, interval above 0",
                         "measured": f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}]",
                         "met": gain["mean"] >= TARGETS["gain"] and gain["ci95"][0] > 0})
+            served = entry["rounds"][-1].get("as_served")
+            if served:
+                g = served["gain"]
+                out.append({"target": f"{t}: as served (with the team's examples) +{TARGETS['gain']:.2f} after the rounds, interval above 0",
+                            "measured": f"{g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]",
+                            "met": g["mean"] >= TARGETS["gain"] and g["ci95"][0] > 0})
         oracle = entry.get("oracle")
         if oracle and oracle["gain"]["mean"] > 0:
             out.append({"target": f"{t}: the loop reaches {TARGETS['loop_share']} of the oracle's gain",

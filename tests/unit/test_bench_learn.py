@@ -86,6 +86,30 @@ def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
     assert components_table(results) in table(results)
 
 
+def test_the_as_served_table_gives_each_rounds_version_with_the_teams_examples_and_its_gain():
+    from deploy.bench.learn import as_served_table, table
+
+    def measurement(number: int, version: str, alone: float, served: float | None) -> dict:
+        out = {"round": number, "version": version, "mean": alone, "ci95": [alone, alone], "n": 2, "components": {}}
+        if served is not None:
+            out["as_served"] = {"mean": served, "ci95": [served, served], "n": 2, "components": {},
+                                "gain": {"mean": served - 0.5, "ci95": [served - 0.55, served - 0.45], "n": 2}}
+        return out
+
+    results = {"settings": {"rounds": 2, "requests": 10, "correction_rate": 0.2, "rating_rate": 0.3, "measure_rows": {"extraction": 2}},
+               "tasks": {"extraction": {"rounds": [measurement(0, "base", 0.5, None), measurement(1, "base", 0.5, 0.7),
+                                                   measurement(2, "extraction-v2", 0.55, 0.72)],
+                                        "gain": {"mean": 0.05, "ci95": [0.0, 0.1], "n": 2}}},
+               "rounds": [{"round": 1, "seconds": 60.0, "tasks": {}}, {"round": 2, "seconds": 60.0, "tasks": {}}]}
+    lines = as_served_table(results).splitlines()
+    assert "| round 1 | round 2 | gain" in lines[0]
+    assert lines[2] == "| extraction | 0.700 | 0.720 | +0.220 [+0.170, +0.270] |"
+    assert as_served_table(results) in table(results)
+    for entry in results["tasks"]["extraction"]["rounds"]:  # a run from before this measurement: no such table
+        entry.pop("as_served", None)
+    assert "as served" not in table(results)
+
+
 def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
     from deploy.bench.learn import table
 
@@ -178,6 +202,13 @@ def test_each_target_is_judged_from_the_measurements():
     assert not any(k.startswith("insights: served") or k.startswith("insights: the loop") for k in verdicts)  # no structured target, no oracle gain
     assert verdicts["round 1 under 300 s"] and not verdicts["round 2 under 300 s"]
     assert "| round 2 under 300 s | 320.5 s | missed |" in targets_table(results).splitlines()
+    assert not any("as served" in k for k in verdicts)  # a run without that measurement has no such target
+
+    results["tasks"]["extraction"]["rounds"][-1]["as_served"] = {"gain": {"mean": 0.12, "ci95": [0.08, 0.16]}}
+    results["tasks"]["sql"]["rounds"][-1]["as_served"] = {"gain": {"mean": 0.12, "ci95": [-0.01, 0.25]}}
+    verdicts = {t["target"]: t["met"] for t in targets(results)}
+    assert verdicts["extraction: as served (with the team's examples) +0.10 after the rounds, interval above 0"]
+    assert not verdicts["sql: as served (with the team's examples) +0.10 after the rounds, interval above 0"]  # its interval reaches 0
 
 
 def _gateway(*responses):
