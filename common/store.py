@@ -316,9 +316,6 @@ class Store:
         """Every label of a task, oldest first."""
         return sorted((decode_label(raw) for raw in self.redis.hvals(_labels_key(task))), key=lambda label: label.time)
 
-    def labels_version(self, task: str) -> int:
-        return int(self.redis.get(_labels_version_key(task)) or 0)
-
     def retire_labels(self, task: str, record_ids: list[str], version: str) -> int:
         """Mark labels as absorbed by an adapter version (they stay labels; retrieval skips them)."""
         retired = 0
@@ -452,8 +449,14 @@ class Store:
         else:
             self.redis.delete(PRETRAINED)
 
-    def serving_pretrained(self) -> bool:
-        return bool(self.redis.exists(PRETRAINED))
+    def examples_state(self, task: str) -> tuple[int, bool]:
+        """(the task's labels version, whether the pretrained weights serve) in one round trip: what
+        a gateway polls to know whether its examples changed."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(_labels_version_key(task))
+        pipe.exists(PRETRAINED)
+        version, pretrained = pipe.execute()
+        return int(version or 0), bool(pretrained)
 
     def engine_urls(self, kind: str) -> list[str]:
         return json.loads(self.redis.hget(ENGINES, kind) or "[]")

@@ -122,6 +122,7 @@ class Examples:
     def __init__(self, store, tasks: list[str], k: int, exact_repeats: bool, poll_s: float, datasets_dir: Path | None = None):
         self.store, self.tasks, self.k, self.exact_repeats, self.poll_s = store, set(tasks), k, exact_repeats, poll_s
         self.datasets_dir = datasets_dir  # where the bootstrap split is, for the pretrained weights' demonstrations
+        self.bootstrap_rows: dict[str, list[Example]] = {}  # read once: the split does not change while serving
         self.books: dict[str, ExampleBook] = {}
         self.versions: dict[str, tuple[int, bool]] = {}
         self.checked: dict[str, float] = {}
@@ -135,7 +136,7 @@ class Examples:
             with self.lock:
                 self.checked[task] = now
                 try:
-                    version = (self.store.labels_version(task), self.store.serving_pretrained())
+                    version = self.store.examples_state(task)
                     if version != self.versions.get(task):
                         self.books[task] = ExampleBook(task, self.store.labels(task), self.demonstrations(task, version[1]))
                         self.versions[task] = version
@@ -148,10 +149,12 @@ class Examples:
         data dir has no such split: engines and datasets of a team's own)."""
         if not pretrained or self.datasets_dir is None or task not in self.tasks:
             return []
-        try:
-            return bootstrap_examples(load_split(self.datasets_dir, task, "bootstrap"))
-        except FileNotFoundError:
-            return []
+        if task not in self.bootstrap_rows:
+            try:
+                self.bootstrap_rows[task] = bootstrap_examples(load_split(self.datasets_dir, task, "bootstrap"))
+            except FileNotFoundError:
+                self.bootstrap_rows[task] = []
+        return self.bootstrap_rows[task]
 
     def for_request(self, task: str, task_input: dict) -> tuple[Example | None, list[Example]]:
         """(the correction that answers an exact repeat, or None; the demonstrations of the prompt)."""

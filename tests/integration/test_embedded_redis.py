@@ -106,3 +106,22 @@ def test_one_store_writes_records_from_one_event_loop_after_another(tmp_path):
             stored = store.get_record(f"record-{n}")
             assert stored.entry_id == entry_id and stored.record == make_record(id=f"record-{n}")
         assert store.redis.xlen(RECORDS) == 2
+
+
+def test_the_examples_state_moves_with_feedback_and_the_pretrained_flag_in_one_read(tmp_path):
+    import asyncio
+
+    from common.store import Store
+    from tests.unit.test_shapes_and_routing import make_record
+
+    with EmbeddedRedis(tmp_path / "redis") as url:
+        store = Store(url)
+        record = make_record(id="record-0")
+        asyncio.run(store.add_record(record))
+        assert store.examples_state(record.task) == (0, False)
+        store.add_feedback("record-0", 1)
+        store.set_serving_pretrained(True)
+        assert store.examples_state(record.task) == (1, True)
+        assert store.examples_state("push" if record.task != "push" else "sql") == (0, True)  # another task's labels did not move
+        store.set_serving_pretrained(False)
+        assert store.examples_state(record.task) == (1, False)

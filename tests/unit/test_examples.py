@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from common.datasets import input_hash
+from common.datasets import input_hash, load_split
 from common.records import Label
+from router import examples as examples_module
 from router.examples import ExampleBook, Examples
 from router.prompts import build_messages
 
@@ -65,11 +66,8 @@ class CountingStore:
     def __init__(self, labels, pretrained=False):
         self.labels_list, self.version, self.reads, self.pretrained = labels, 1, 0, pretrained
 
-    def labels_version(self, task):
-        return self.version
-
-    def serving_pretrained(self):
-        return self.pretrained
+    def examples_state(self, task):
+        return self.version, self.pretrained
 
     def labels(self, task):
         self.reads += 1
@@ -90,7 +88,7 @@ def test_the_index_is_rebuilt_only_when_the_labels_change():
     assert off.for_request("extraction", {"review": "Meu fone de ouvido veio quebrado."}) == (None, [])
 
 
-def test_the_pretrained_weights_are_shown_the_bootstrap_rows_until_the_fine_tuned_model_serves(tmp_path):
+def test_the_pretrained_weights_are_shown_the_bootstrap_rows_until_the_fine_tuned_model_serves(tmp_path, monkeypatch):
     """While the first serve's engines hold the pretrained weights, a prompt shows the most similar
     rows of the bootstrap split (their targets); the team's own example wins for an input both have;
     once the fine-tuned model serves, the rows are shown no more."""
@@ -101,15 +99,20 @@ def test_the_pretrained_weights_are_shown_the_bootstrap_rows_until_the_fine_tune
              "target": '{"sentiment": "positive"}'}]
     (tmp_path / "extraction" / "bootstrap.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     store = CountingStore(LABELS, pretrained=True)
+    split_reads = []
+    monkeypatch.setattr(examples_module, "load_split", lambda *args: split_reads.append(args) or load_split(*args))
     examples = Examples(store, ["extraction"], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path)
     _, shown = examples.for_request("extraction", {"review": "Minha cadeira quebrou."})
     assert shown[0].id == "extraction-bootstrap-00000" and shown[0].source == "bootstrap"
     assert shown[0].answer == '{"sentiment": "negative"}'  # the row's target, as the fine-tuning teaches it
     _, shown = examples.for_request("extraction", {"review": "O fone chegou quebrado, não liga mais."})
     assert [e.id for e in shown if e.input == LABELS[0].input] == ["r1"]  # the team's answer, not the row's
+    store.version += 1  # a new label: the book is rebuilt, the split is not read again
+    assert examples.for_request("extraction", {"review": "Minha cadeira quebrou."})[1][0].id == "extraction-bootstrap-00000"
+    assert len(split_reads) == 1 and store.reads == 2
     store.pretrained = False  # the fine-tuned weights serve now
     _, shown = examples.for_request("extraction", {"review": "Minha cadeira quebrou."})
-    assert all(e.source != "bootstrap" for e in shown) and store.reads == 2
+    assert all(e.source != "bootstrap" for e in shown) and store.reads == 3
     store.pretrained = True
     assert Examples(store, [], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path).for_request(
         "extraction", {"review": "Minha cadeira quebrou."}) == (None, [])  # retrieval off for the task: no rows either
