@@ -27,13 +27,36 @@ from pathlib import Path
 ARMS = ("plain", "checkpointing")
 
 
+class StepClock:
+    """Each step's seconds, taken at the end of every step (call it from the trainer's report)."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self.last = time.perf_counter()
+
+    def tick(self, *_) -> None:
+        now = time.perf_counter()
+        self.times.append(now - self.last)
+        self.last = now
+
+    def figures(self, losses: list[float]) -> dict:
+        """What every arm reports: its steps, the first step's seconds, the seconds per step after it
+        with their interval, the peak memory, and the loss of the last 4 steps."""
+        from common.processes import peak_rss_gb
+        from common.stats import mean_interval
+
+        per_step, low, high = mean_interval(self.times[1:] or self.times)
+        return {"steps": len(self.times), "first_step_s": round(self.times[0], 2), "seconds_per_step": round(per_step, 2),
+                "seconds_per_step_interval": [round(low, 2), round(high, 2)], "peak_rss_gb": peak_rss_gb(),
+                "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}
+
+
 def measure(arm: str, steps: str, out_path: str) -> None:
     """One arm, in this interpreter: its figures as JSON in `out_path`."""
     import torch
 
-    from common.processes import bf16_on_cpu, peak_rss_gb
+    from common.processes import bf16_on_cpu
     from common.settings import load_settings
-    from common.stats import mean_interval
     from common.tasks import TASK_ENGINE, TASKS
     from demo import finetune, pretrained
     from demo.bootstrap import FINETUNE_LR, training_rows
@@ -46,23 +69,13 @@ def measure(arm: str, steps: str, out_path: str) -> None:
     think_tasks = {t for t in TASKS if TASK_ENGINE[t] == "think"}
     bf16, n, checkpointing = bf16_on_cpu(settings.train_cpu_precision), int(steps), arm == "checkpointing"
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    times: list[float] = []
-    losses: list[float] = []
-    last = [time.perf_counter()]
+    clock, losses = StepClock(), []
 
     def on_step(step: int, loss: float) -> None:
-        now = time.perf_counter()
-        times.append(now - last[0])
-        last[0] = now
+        clock.tick()
         losses.append(loss)
     finetune.finetune(model_dir, None, rows, templates, think_tasks, n, FINETUNE_LR, settings.seed, bf16, on_step, checkpointing)
-    after_first = times[1:] or times
-    per_step, low, high = mean_interval(after_first)
-    Path(out_path).write_text(json.dumps({
-        "arm": arm, "steps": len(times), "first_step_s": round(times[0], 2),
-        "seconds_per_step": round(per_step, 2), "seconds_per_step_interval": [round(low, 2), round(high, 2)],
-        "peak_rss_gb": peak_rss_gb(),
-        "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
+    Path(out_path).write_text(json.dumps({"arm": arm, **clock.figures(losses)}))
 
 
 def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
@@ -70,40 +83,25 @@ def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
     import torch
 
     from common.datasets import load_split
-    from common.processes import peak_rss_gb
     from common.settings import load_settings
-    from common.stats import mean_interval
-    from router.engine_client import ChatTemplate
-    from router.prompts import answer_text, build_messages
+    from deploy.bench.learn import reference_examples
     from trainer import methods, sft
     from trainer.policy import load_policy
 
     n = int(steps)
     settings = load_settings().for_task(task).model_copy(update={
         "train_gradient_checkpointing": arm == "checkpointing", "sft_min_steps": n, "sft_max_epochs": 1e-6})
-    path = settings.model_path_of(task)
-    template = ChatTemplate.load(path)
-    examples = [{"prompt": template.render(build_messages(task, row["input"])),
-                 "completion": answer_text(task, row["target"], think_opened=True)}
-                for row in load_split(settings.datasets_dir, task, "train")][:n * settings.sft_batch_size]  # one epoch of n steps
+    rows = load_split(settings.datasets_dir, task, "train")[:n * settings.sft_batch_size]  # one epoch of n steps
+    examples = reference_examples(settings, task, rows)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    model, tokenizer = load_policy(path, None, settings.lora_rank, settings.lora_alpha, "none", methods.bf16(settings))
-    times: list[float] = []
-    last = [time.perf_counter()]
-
-    def on_step(name: str, done: int, total: int) -> None:
-        now = time.perf_counter()
-        times.append(now - last[0])
-        last[0] = now
-    outcome = sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench finetune", on_step)
+    model, tokenizer = load_policy(settings.model_path_of(task), None, settings.lora_rank, settings.lora_alpha, "none",
+                                   methods.bf16(settings))
+    clock = StepClock()
+    outcome = sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench finetune", clock.tick)
     losses = [entry["loss"] for entry in outcome.steps_log if "loss" in entry]
-    per_step, low, high = mean_interval(times[1:] or times)
     lengths = sorted(len(tokenizer(e["prompt"] + e["completion"])["input_ids"]) for e in examples)
-    Path(out_path).write_text(json.dumps({
-        "arm": arm, "steps": outcome.steps, "first_step_s": round(times[0], 2), "batch": settings.sft_batch_size,
-        "tokens_median": lengths[len(lengths) // 2], "tokens_max": lengths[-1],
-        "seconds_per_step": round(per_step, 2), "seconds_per_step_interval": [round(low, 2), round(high, 2)],
-        "peak_rss_gb": peak_rss_gb(), "last_loss": round(sum(losses[-4:]) / len(losses[-4:]), 4) if losses else None}))
+    Path(out_path).write_text(json.dumps({"arm": arm, "batch": settings.sft_batch_size, "tokens_median": lengths[len(lengths) // 2],
+                                          "tokens_max": lengths[-1], **clock.figures(losses)}))
 
 
 def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print, task: str | None = None) -> dict:

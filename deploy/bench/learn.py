@@ -212,16 +212,20 @@ def distinct(rows: list[dict]) -> list[dict]:
     return list(first.values())
 
 
-def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
-    """SFT on the references of `rows` (every one of them labelled)."""
+def reference_examples(settings: Settings, task: str, rows: list[dict]) -> list[dict]:
+    """SFT examples of `rows` (every one of them labelled): the serving prompt, its reference."""
     render = ChatTemplate.load(settings.model_path_of(task)).render
     from router.prompts import answer_text, build_messages
 
+    return [{"prompt": render(build_messages(task, row["input"])),
+             "completion": answer_text(task, row["reference"] if TRAITS[task].scored_with_reference else row["target"], think_opened=True),
+             "source": row["id"]} for row in rows]
+
+
+def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
+    """SFT on the references of `rows` (every one of them labelled)."""
     data = TaskData(task)
-    for row in rows:
-        answer = row["reference"] if TRAITS[task].scored_with_reference else row["target"]
-        data.sft.append({"prompt": render(build_messages(task, row["input"])), "completion": answer_text(task, answer, think_opened=True),
-                         "source": row["id"]})
+    data.sft = reference_examples(settings, task, rows)
     split_validation(data, settings.seed)
     return data
 
