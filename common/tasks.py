@@ -20,13 +20,14 @@ class TaskTraits(NamedTuple):
     thinks: bool  # its answers may open with a <think> block, which is returned apart from the answer
     runs_sql: bool  # its answer is a query the service can run against the commerce DB
     answer_field: str | None  # the field of a structured answer that holds what the model writes (None: the answer is the text)
+    chat_input_json: bool  # a chat message may be its input's fields as one JSON object (push's customer, product, campaign)
 
 
 TRAITS: dict[str, TaskTraits] = {
-    "extraction": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None),
-    "sql": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql"),
-    "push": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None),
-    "insights": TaskTraits("think", scored_with_reference=False, thinks=True, runs_sql=False, answer_field=None),
+    "extraction": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
+    "sql": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql", chat_input_json=False),
+    "push": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=True),
+    "insights": TaskTraits("think", scored_with_reference=False, thinks=True, runs_sql=False, answer_field=None, chat_input_json=False),
 }
 assert tuple(TRAITS) == TASKS
 TASK_ENGINE: dict[str, str] = {task: traits.engine for task, traits in TRAITS.items()}

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from common.records import Sampling
-from common.tasks import TASK_ENGINE, TASKS, output_json_schema
+from common.tasks import TASK_ENGINE, TASKS, TRAITS, output_json_schema
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,8 @@ class TaskSpec:
     input_field: str  # where a free-text chat message goes in the task input
 
     def input_from_text(self, text: str) -> dict:
-        """A chat message as the task's input; push also accepts its campaign fields as JSON."""
-        if self.name == "push":
+        """A chat message as the task's input; a task whose trait says so also accepts its input's fields as JSON."""
+        if TRAITS[self.name].chat_input_json:
             try:
                 value = json.loads(text)
             except ValueError:

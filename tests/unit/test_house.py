@@ -13,7 +13,6 @@ PACKAGES = ("common", "server", "router", "rewards", "trainer", "deploy", "demo"
 # where naming a task is the point: the registry, a task's own module, the dispatch that picks it
 ALLOWED = {
     "common/tasks.py": "the task registry",
-    "router/task_specs.py": "each task's serving spec",
     "router/classify.py": "the classifier answers with a task's name",
     "rewards/scoring.py": "picks the task's own reward module",
     "deploy/bench/peers.py": "compares its workloads (chat, extraction), not tasks",

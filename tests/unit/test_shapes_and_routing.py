@@ -136,6 +136,15 @@ def test_every_task_has_one_spec_engine_and_prompt():
     assert build_messages("sql", {"question": "x"})[1]["content"] == "Pergunta: x"
 
 
+def test_a_chat_message_becomes_its_tasks_input_and_only_push_reads_json_fields():
+    fields = '{"campaign": "cupom", "customer_name": "Ana"}'
+    assert TASK_SPECS["push"].input_from_text(fields) == {"campaign": "cupom", "customer_name": "Ana"}
+    assert TASK_SPECS["push"].input_from_text("Ana, cupom de 10%") == {TASK_SPECS["push"].input_field: "Ana, cupom de 10%"}
+    assert TASK_SPECS["push"].input_from_text("[1, 2]") == {TASK_SPECS["push"].input_field: "[1, 2]"}  # JSON, but not fields
+    assert TASK_SPECS["sql"].input_from_text(fields) == {"question": fields}
+    assert TASK_SPECS["extraction"].input_from_text(fields) == {"review": fields}
+
+
 @pytest.mark.parametrize("text,task", [
     ("Quantos clientes são do estado SP?", "sql"),
     ("O fone chegou quebrado, não recomendo.", "extraction"),
