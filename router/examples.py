@@ -115,6 +115,10 @@ class ExampleBook:
         picked = [self.examples[i] for i, s in zip(np.asarray(found[0]), np.asarray(scores[0])) if s > 0]
         return [e for e in picked if input_hash(self.task, e.input) != own][:k]
 
+    def shown(self, task_input: dict, k: int) -> tuple[tuple[dict, str], ...]:
+        """The demonstrations a prompt for the input shows, as `build_messages` takes them."""
+        return tuple((e.input, e.answer) for e in self.similar(task_input, k))
+
 
 class Examples:
     """Every task's book, kept current with the store's labels."""

@@ -9,6 +9,11 @@
 - the records new since the last round: their distinct unlabelled inputs become GRPO prompts
   scored by the reference-free rewards, besides the labelled inputs scored with their references.
 
+Every prompt is the one serving would send for its input: where the task's prompts carry the
+team's examples (`examples_tasks`, `train_with_examples`), it shows the examples most similar to
+the input, never the input's own, so a version learns from the prompts it will be served with
+(a version trained without them did worse with them than alone: docs/results.md, run 24).
+
 Inputs of any eval set (the team's share of its labels, fixed by input hash; the bootstrap eval
 split; loaded eval files) never reach a training example. A slice of the supervised examples is
 kept apart as the validation set that stops SFT early. Every example names the label or record
@@ -25,8 +30,10 @@ from dataclasses import dataclass, field
 from common.datasets import input_key
 from common.records import Label, Record
 from common.rounds import DataSources, TrainingData
+from common.settings import Settings
 from common.tasks import TRAITS
 from rewards import score
+from router.examples import ExampleBook
 from router.prompts import answer_text, build_messages
 
 PAIR_MARGIN = 0.1  # a served answer at least this much below the reference makes a pair
@@ -64,10 +71,27 @@ def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
     return by_input
 
 
+Demonstrations = Callable[[dict], tuple[tuple[dict, str], ...]]  # an input's (input, answer) examples, for build_messages
+
+
+def no_demonstrations(_task_input: dict) -> tuple:
+    return ()
+
+
+def served_demonstrations(settings: Settings, task: str, labels: list[Label]) -> Demonstrations:
+    """What serving shows an input's prompt, from the same labels: its most similar examples where
+    the task's prompts carry them, else nothing."""
+    if not (settings.train_with_examples and task in settings.examples_tasks):
+        return no_demonstrations
+    book = ExampleBook(task, labels)
+    return lambda task_input: book.shown(task_input, settings.examples_k)
+
+
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
           reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int,
-          liked_as_supervised: bool) -> TaskData:
-    """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task."""
+          liked_as_supervised: bool, shown: Demonstrations = no_demonstrations) -> TaskData:
+    """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task;
+    `shown`: the demonstrations each input's prompt carries (`served_demonstrations`)."""
     data = TaskData(task)
     liked_answers: list[dict] = []
     labelled_inputs: set[str] = set()
@@ -78,7 +102,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         if newest.split == "eval" or key in held_out:
             data.skipped["eval-set input"] += len(same_input)
             continue
-        prompt = render(build_messages(task, newest.input))
+        prompt = render(build_messages(task, newest.input, shown(newest.input)))
         context = reward_context(newest.input)
         with_answer = [label for label in same_input if label.answer is not None]
         if with_answer:
@@ -103,14 +127,15 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         data.prompts.append({"prompt": prompt, "task": task, "source": newest.id,
                              "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
                              "context": json.dumps(context, ensure_ascii=False)})
-    _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit)
+    _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit, shown)
     split_validation(data, seed)
     if data.sft and liked_as_supervised:  # the validation slice stays the team's own answers
         data.sft += liked_answers
     return data
 
 
-def _add_unlabelled(data: TaskData, new_records, render, reward_context, excluded: set[str], limit: int) -> None:
+def _add_unlabelled(data: TaskData, new_records, render, reward_context, excluded: set[str], limit: int,
+                    shown: Demonstrations) -> None:
     """The newest distinct unlabelled inputs of the records read this round (a recency window)."""
     seen: set[str] = set()
     for entry_id, record in reversed(new_records):
@@ -126,7 +151,7 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
             data.skipped["beyond the recency window"] += 1
             continue
         seen.add(key)
-        data.prompts.append({"prompt": render(build_messages(data.task, record.input)), "task": data.task, "reference": "",
+        data.prompts.append({"prompt": render(build_messages(data.task, record.input, shown(record.input))), "task": data.task, "reference": "",
                              "context": json.dumps(reward_context(record.input), ensure_ascii=False), "source": record.id})
     data.entry_ids.reverse()
 

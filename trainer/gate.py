@@ -127,7 +127,7 @@ def demonstrations(settings: Settings, store, task: str, rows: list[EvalRow]) ->
     if store is None or task not in settings.examples_tasks:
         return {}
     book = ExampleBook(task, store.labels(task))
-    return {row.id: tuple((e.input, e.answer) for e in book.similar(row.input, settings.examples_k)) for row in rows}
+    return {row.id: book.shown(row.input, settings.examples_k) for row in rows}
 
 
 async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], seed: int,

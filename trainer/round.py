@@ -186,7 +186,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     template = ChatTemplate.load(settings.model_path_of(task))
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
-                            settings.sft_from_liked)
+                            settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels))
     steps = methods.plan(settings.train_method, data, settings) if news else []
     entry = TaskOutcome(outcome=Outcome.NOT_TRAINED, why=why, labels=len(labels), data=data.summary(),
                         plan=[PlanStep(method=m, why=w) for m, w in steps])
@@ -288,6 +288,7 @@ def _recipe(settings: Settings) -> dict:
     """The settings a round's outcome depends on, kept with it."""
     keys = ("train_method", "train_from", "train_time_budget_s", "train_learning_rate", "task_training", "sft_max_epochs", "min_sft_examples",
             "min_dpo_pairs", "min_kto_examples", "grpo_advantage", "grpo_std_floor", "grpo_iterations", "grpo_num_generations",
-            "grpo_entropy_coef", "team_eval_share", "promote_margin", "component_tolerance", "gate_max_rows", "gate_look_rows", "shadow_records",
+            "grpo_entropy_coef", "train_with_examples", "examples_tasks", "examples_k",
+            "team_eval_share", "promote_margin", "component_tolerance", "gate_max_rows", "gate_look_rows", "shadow_records",
             "canary_share")
     return settings.model_dump(mode="json", include=set(keys), exclude_none=False)

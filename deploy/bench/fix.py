@@ -11,6 +11,11 @@ the gateway and corrects every answer with the row's reference. Then:
   `before` (no examples), `at once` (the prompts show the retrieved corrections, as the gateway
   would), `after the round` (the round's version, no examples) and `both` (the round's version with
   the examples left after its retirement). Gains are paired by row, with 95% intervals.
+- **examples in training**, side by side, before the round: two candidates trained as the round
+  would (its data, plan and start), from the same corrections, one on prompts that show each input
+  its most similar examples as serving does (`train_with_examples`, the default) and one on bare
+  prompts; each measured on the held-out rows alone and as served (with the examples), and the
+  difference as served paired by row.
 - **latency with examples**: after the corrections, each held-out input is sent one at a time to
   the gateway (which shows the examples) and to a second gateway on the same engines and store
   with retrieval off, in blocks the two take in turn (who goes first swapped every block): the
@@ -34,11 +39,16 @@ from common.processes import free_port
 from common.settings import Settings
 from common.stats import block_interval, percentile
 from common.store import Store
+from common.tasks import TASK_ENGINE
 from deploy.bench.learn import _engines, _env, _scratch, interval, measured, paired_gain, post_as_a_client, served_scores
 from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
-from rewards import score
+from rewards import Score, score
+from router.engine_client import ChatTemplate
+from trainer import data as round_data
+from trainer import gate, methods
+from trainer.candidate import train_candidate
 from trainer.round import run_round
 
 STATES = ("before", "at once", "after the round", "both")
@@ -111,6 +121,42 @@ async def correct_and_repeat(settings: Settings, url: str, task: str, rows: list
             "retried": len(unavailable)}
 
 
+def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task: str, held_out: list[dict], before: list[Score],
+                         say=print) -> dict:
+    """Two candidates from the task's labels, as the round trains them (its data, plan and start),
+    one on prompts that show the examples serving shows and one on bare prompts; each measured
+    alone and as served. Neither is promoted: the route is left as it was."""
+    settings = settings.for_task(task)
+    labels = store.labels(task)
+    render = ChatTemplate.load(settings.model_path_of(task)).render
+    active = store.route(task).active
+    start_from, _ = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
+    out: dict = {"start": start_from}
+    as_served: dict[str, list[Score]] = {}
+    for arm, shown in (("with examples", round_data.served_demonstrations(settings.model_copy(update={"train_with_examples": True}),
+                                                                          task, labels)),
+                       ("bare prompts", round_data.no_demonstrations)):
+        data = round_data.build(task, labels, [], render, settings.reward_context, gate.held_out_inputs(settings, store, task),
+                                settings.seed, settings.unlabelled_prompts_per_round, settings.sft_from_liked, shown)
+        steps = methods.plan(settings.train_method, data, settings)
+        started = time.perf_counter()
+        meta = train_candidate(settings, store, data, steps, "bench-fix", start_from)
+        seconds = round(time.perf_counter() - started, 1)
+        asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
+        alone = asyncio.run(served_scores(settings, fleet, task, meta.version, held_out))
+        as_served[arm] = asyncio.run(served_scores(settings, fleet, task, meta.version, held_out, store))
+        out[arm] = {"version": meta.version, "methods": [m for m, _ in steps], "seconds": seconds,
+                    "steps": {run.method: run.steps for run in meta.training.methods},
+                    "prompt_chars": round(sum(len(e["prompt"]) for e in data.sft) / max(1, len(data.sft))),
+                    "alone": {**measured(alone), "gain": paired_gain(alone, before)},
+                    "as served": {**measured(as_served[arm]), "gain": paired_gain(as_served[arm], before)}}
+        asyncio.run(fleet.unload(meta.version, TASK_ENGINE[task]))
+        store.update_adapter(meta.version, status="rejected", reason="bench fix: one arm of a side-by-side comparison, never gated")
+        say(f"{task}: trained on {arm}: alone {out[arm]['alone']['mean']}, as served {out[arm]['as served']['mean']}")
+    out["as served, with minus bare"] = paired_gain(as_served["with examples"], as_served["bare prompts"])
+    return out
+
+
 def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_rows: int, say=print) -> dict:
     results: dict = {"settings": {"corrections": corrections, "measure_rows": measure_rows, "examples_k": settings.examples_k},
                      "tasks": {}}
@@ -154,6 +200,7 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
             entry["latency"] = latency(asyncio.run(latency_blocks({"with": url, "without": plain_url}, task, held_out)))
             say(f"{task}: p95 latency with examples {entry['latency']['with']['p95_s']} s, without {entry['latency']['without']['p95_s']} s, "
                 f"ratio {entry['latency']['p95_ratio']} {entry['latency']['p95_ratio_ci95']}: {entry['latency']['verdict']}")
+            entry["examples in training"] = examples_in_training(bench, store, fleet, task, held_out, before, say)
             round_started = time.perf_counter()
             summary = run_round(bench, store, fleet, (task,), say=say)
             asyncio.run(fleet.unload_drained())
@@ -187,6 +234,18 @@ def table(results: dict) -> str:
         lines.append(f"| {task} | {r['corrections']} | {r['answered_from_correction']} | {r['repeats_better']} | "
                      + (f"{s['mean']:.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s else "-")
                      + f" | {rnd['outcome']} in {rnd['seconds']} s |")
+    compared = {task: entry["examples in training"] for task, entry in results["tasks"].items() if entry.get("examples in training")}
+    if compared:
+        lines += ["", "Examples in training: two candidates from the same corrections and start, on prompts with the examples "
+                  "serving shows and on bare prompts, measured on the held-out rows:", "",
+                  "| task | trained on | steps | mean prompt chars | alone [95%] | as served [95%] |", "|---|---|---|---:|---|---|"]
+    for task, arms in compared.items():
+        for arm in ("with examples", "bare prompts"):
+            a = arms[arm]
+            lines.append(f"| {task} | {arm} ({a['version']}) | {', '.join(f'{m} {n}' for m, n in a['steps'].items())} | {a['prompt_chars']} | "
+                         + " | ".join(f"{a[k]['mean']:.3f} [{a[k]['ci95'][0]:.3f}, {a[k]['ci95'][1]:.3f}]" for k in ("alone", "as served")) + " |")
+        d = arms["as served, with minus bare"]
+        lines.append(f"| {task} | as served, with minus bare | | | | {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] |")
     timed = {task: entry["latency"] for task, entry in results["tasks"].items() if entry.get("latency")}
     if timed:
         lines += ["", f"| task | p95 with examples (s) | p95 without (s) | ratio [95%] | target <= {LATENCY_TARGET} | prompt tokens with / without |",

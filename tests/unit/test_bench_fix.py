@@ -35,3 +35,18 @@ def test_the_table_shows_the_latency_line():
     entry["latency"] = latency({"with": blocks(rng, 8, 1.1, 700, 3), "without": blocks(rng, 8, 1.0, 500, 0)})
     text = table({"tasks": {"sql": entry}})
     assert "| sql | " in text.splitlines()[-1] and "met" in text.splitlines()[-1] and "700 / 500" in text.splitlines()[-1]
+
+
+def test_the_table_sets_the_two_trainings_side_by_side():
+    measured = {"mean": 0.5, "ci95": [0.4, 0.6], "n": 40}
+    entry = {state: {**measured, "gain": None} for state in ("before", "at once", "after the round", "both")}
+    entry["repeats"] = {"corrections": 30, "answered_from_correction": 30, "repeats_better": 30, "seconds_to_better": None}
+    entry["round"] = {"outcome": "promoted", "seconds": 100.0}
+    arm = {"steps": {"sft": 9}, "prompt_chars": 1500, "alone": {"mean": 0.61, "ci95": [0.5, 0.7]}, "as served": {"mean": 0.72, "ci95": [0.6, 0.8]}}
+    entry["examples in training"] = {"with examples": {**arm, "version": "push-v1"},
+                                     "bare prompts": {**arm, "version": "push-v2", "prompt_chars": 400},
+                                     "as served, with minus bare": {"mean": 0.041, "ci95": [0.002, 0.08]}}
+    lines = table({"tasks": {"push": entry}}).splitlines()
+    assert "| push | with examples (push-v1) | sft 9 | 1500 | 0.610 [0.500, 0.700] | 0.720 [0.600, 0.800] |" in lines
+    assert "| push | bare prompts (push-v2) | sft 9 | 400 | 0.610 [0.500, 0.700] | 0.720 [0.600, 0.800] |" in lines
+    assert "| push | as served, with minus bare | | | | +0.041 [+0.002, +0.080] |" in lines

@@ -14,7 +14,7 @@ from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
 from trainer import methods
-from trainer.data import build
+from trainer.data import build, no_demonstrations, served_demonstrations
 
 GOOD = "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'"
 BAD = "SELECT 1"
@@ -133,7 +133,8 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
 
 
 def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypatch):
-    """`task_training`'s sft_from_liked decides, per task, whether liked answers join its SFT."""
+    """`task_training`'s sft_from_liked decides, per task, whether liked answers join its SFT; the
+    prompts carry the examples serving shows."""
     from trainer import round as round_module
 
     built: dict[str, bool] = {}
@@ -154,14 +155,45 @@ def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypat
     class Built(Exception):
         pass
 
-    def capture(task, *args):
-        built[task] = args[-1]
+    def capture(task, labels, records, render, reward_context, held_out, seed, limit, liked_as_supervised, shown):
+        built[task] = (liked_as_supervised, shown is not no_demonstrations)
         raise Built
 
     monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
     monkeypatch.setattr(round_module.round_data, "build", capture)
     settings = load_settings(task_training={"push": {"sft_from_liked": False}})
-    for task in ("push", "sql"):
+    for task in ("push", "sql", "insights"):
         with pytest.raises(Built):
             round_module._train_task(settings, NoLabels(), None, task, [], "r1", print, None)
-    assert built == {"push": False, "sql": True}
+    # and each task's prompts show the team's examples where serving's do (insights' never)
+    assert built == {"push": (False, True), "sql": (True, True), "insights": (True, False)}
+
+
+def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label():
+    """A version learns from the prompts it will be served with: each input's most similar train
+    examples as earlier turns, never the input's own label, never an eval label."""
+    corrected = [label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD.replace("'SP'", f"'{uf}'")})
+                 for n, uf in enumerate(("SP", "RJ", "MG", "BA", "PR"))]
+    secret = label(9, "Quantos clientes em AM?", answer={"sql": "SELECT 'eval only'"}, split="eval")
+    unrelated = label(8, "Qual a nota média das avaliações?", answer={"sql": "SELECT AVG(review_score) FROM olist_order_reviews_dataset"})
+    labels = [*corrected, unrelated, secret]
+    settings = load_settings(examples_k=2, examples_tasks=["sql"])
+    shown = served_demonstrations(settings, "sql", labels)
+    data = build("sql", labels, [("1-0", make_record(id="r1", input={"question": "Quantos clientes em SC?"}))], render,
+                 lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True, shown=shown)
+    for example in data.sft + data.validation + data.prompts:
+        turns = json.loads(example["prompt"])
+        if example["source"] == "l8":  # no word in common with any other input: no demonstration, as serving
+            assert len(turns) == 2
+            continue
+        own = turns[-1]["content"]
+        earlier = [t["content"] for t in turns[1:-1]]
+        assert len(earlier) == 4, turns  # two demonstrations: a question and its answer each
+        assert own not in earlier[::2] and "eval only" not in example["prompt"]
+        assert all("Quantos clientes em" in question for question in earlier[::2])  # the most similar, not the unrelated one
+        for question, answer in zip(earlier[::2], earlier[1::2]):  # each shown question with its own corrected answer
+            assert answer == GOOD.replace("'SP'", f"'{question.removesuffix('?').split()[-1]}'")
+    assert served_demonstrations(load_settings(examples_tasks=["push"]), "sql", labels) is no_demonstrations
+    assert served_demonstrations(load_settings(examples_tasks=["sql"], train_with_examples=False), "sql", labels) is no_demonstrations
+    plain = build("sql", labels, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True)
+    assert all(len(json.loads(e["prompt"])) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
