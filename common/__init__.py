@@ -1,7 +1,8 @@
 """What every package of the service uses, and nothing else: the one Settings object
 (`settings`), the Redis store (`store`), the typed shapes that cross rooms (`records`), the task
-specifications (`tasks`), the commerce database's schema (`commerce`), the dataset file format
-(`datasets`) and the process helpers (`processes`).
+specifications and traits (`tasks`), the typed record of learning (`rounds`), the commerce
+database's schema (`commerce`), the dataset file format (`datasets`), every bootstrap interval
+(`stats`) and the process helpers (`processes`).
 
 It imports nothing of ours: `rewards/`, `router/`, `server/`, `trainer/`, `deploy/` and `demo/`
 import from here, never the other way round.

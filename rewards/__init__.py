@@ -1,7 +1,14 @@
 """Rewards: the product's specification in code. One entry point scores any completion of any
 task, `score(task, completion, reference=None, context=None)`, with a total in [0, 1], named
 components in [0, 1] and a readable reason for each. The same functions score live traffic,
-build the training signal (see `rewards.trl` for TRL reward functions) and gate promotions.
+build the training signal (TRL's reward functions in `trl`) and gate promotions.
+
+The entry point is in `scoring`; each task has its module (`extraction`, `sql`, `push`,
+`insights`), with what they share: parsing a completion (`parsing`), folding and matching text
+(`text`), what a review's words say (`review_cues`), what a question asks of its SQL
+(`sql_question`), running SQL read-only within limits (`sql_sandbox`), what a reference or a
+correction must be (`references`), how far the served score follows the labels (`calibration`)
+and the answers that do no work, which every reward holds far below real ones (`trivial`).
 
 Pure and deterministic: everything a score depends on comes in as an argument (the SQL reward
 reads the commerce DB named by `context["db_path"]`, within the time limit and row cap the

@@ -1,7 +1,8 @@
-"""The request path: the task registry (engine, sampling defaults and output schema per task,
-`registry`), the prompts (`prompts`), the classifier behind `tucano-auto` (`classify`), the
-routing table that maps a task's aliases to adapter versions (`routing`) and the vLLM HTTP
-client (`engine_client`).
+"""The request path: the task specs (engine, sampling defaults and output schema per task,
+`task_specs`), the prompts (`prompts`), the classifier behind `tucano-auto` (`classify`), the
+route table that maps a task's aliases to adapter versions (`route_table`), the team's examples
+retrieved into prompts (`examples`) and the vLLM HTTP client, which picks the engine
+(`engine_client`).
 
 Imports `common` and `rewards` only.
 """

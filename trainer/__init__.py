@@ -1,8 +1,9 @@
 """Everything about learning: a round's data from the labelled set and the new records (`data`),
 which methods a task gets (`methods`), one TRL trainer per method (`sft`, `dpo`, `kto`, `grpo`),
 the policy (`policy`), the candidate version (`candidate`), the promotion gate (`gate`), shadow
-replay (`shadow`), a canary's verdict (`canary`), the stop conditions (`diagnostics`) and the
-round end to end (`round`).
+replay (`shadow`), a canary's verdict (`canary`), the examples a promotion retires (`retire`),
+the stop conditions (`diagnostics`), a batch's shared prompt prefix (`shared_prefix`), every reach
+into TRL's private API (`trl_internals`) and the round end to end (`round`).
 
 Imports `common`, `rewards` and `router`. The fleet (loading versions into engines, flipping
 routes, canaries) is handed to a round by whoever runs it (deploy/), so nothing here imports `deploy`.

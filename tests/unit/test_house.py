@@ -4,6 +4,7 @@ function is chosen."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from common.tasks import TASKS
@@ -49,3 +50,19 @@ def test_no_task_name_is_compared_outside_the_registry_and_the_tasks_own_modules
             if lines:
                 found[name] = lines
     assert found == {}, f"ask TRAITS or the task's spec instead: {found}"
+
+
+def test_each_package_docstring_names_every_module_it_holds_and_no_other():
+    """A newcomer reads a package's docstring first: it names each of its modules, and only ones
+    that exist (a rename leaves no stale name behind)."""
+    stale, unnamed = {}, {}
+    for package in (*PACKAGES, "deploy/bench", "server/routes"):
+        doc = ast.get_docstring(ast.parse((REPO / package / "__init__.py").read_text())) or ""
+        modules = {p.stem for p in (REPO / package).glob("*.py") if p.stem != "__init__"}
+        modules |= {p.name for p in (REPO / package).iterdir() if (p / "__init__.py").is_file()}
+        named = set(re.findall(r"`([a-z_]+)(?:/|\.[a-z_]+)?`", doc)) - (set(PACKAGES) - modules)  # `x`, `x/`, `x.function`
+        if named - modules - {"tucano"}:
+            stale[package] = sorted(named - modules - {"tucano"})
+        if modules - named:
+            unnamed[package] = sorted(modules - named)
+    assert stale == {} and unnamed == {}, f"names of no module: {stale}; modules not named: {unnamed}"
