@@ -57,3 +57,39 @@ def test_no_tracked_file_cites_a_path_outside_the_repository():
     citing = [name for name in files if (REPO / name).is_file() and (REPO / name).suffix in text
               and OUTSIDE.search((REPO / name).read_text(errors="replace"))]
     assert not citing, citing
+
+
+def defined_names(path: Path) -> set[str]:
+    """Every name a module defines: functions, classes, their methods and fields, module constants."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_where_is_answers_with_files_and_names_that_exist():
+    """ARCHITECTURE.md's "where is X?" table: each file it names exists, and each code name after
+    a file (`Store.change_route()`, `SAMPLING`) is defined in that file."""
+    table = (REPO / "ARCHITECTURE.md").read_text().partition("## Where is")[2]
+    wrong = []
+    for row in (line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| question")):
+        current = None
+        for token in re.findall(r"`([^`]+)`", row.split("|")[2]):
+            if re.fullmatch(r"[\w/<>.-]+\.py|[\w/]+/", token):
+                current = REPO / token if "<" not in token else None
+                if current is not None and not current.exists():
+                    wrong.append(token)
+                    current = None
+            elif (current is not None and current.suffix == ".py" and re.fullmatch(r"[A-Za-z_][\w.]*(\(\))?", token)
+                  and not token.startswith("TUCANO_") and re.search(r"[()._A-Z]", token)):  # code, not a setting's variable or a word
+                missing = [part for part in token.removesuffix("()").split(".") if part not in defined_names(current)]
+                if missing:
+                    wrong.append(f"{current.relative_to(REPO)}: {token}")
+    assert not wrong, wrong
