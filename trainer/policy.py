@@ -30,7 +30,7 @@ def quantization(setting: str | None) -> str:
     return setting or ("nf4" if on_gpu() else "none")
 
 
-def _base(model_path: str, quantize: str, compute_bf16: bool):
+def _base(model_path: str, quantize: str, compute_bf16: bool, checkpointing: bool):
     if quantize == "none":
         return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if on_gpu() else torch.float32)
     try:
@@ -48,14 +48,15 @@ def _base(model_path: str, quantize: str, compute_bf16: bool):
     except (ImportError, RuntimeError, ValueError) as error:
         raise QuantizationUnavailable(f"TUCANO_TRAIN_QUANTIZATION=nf4: bitsandbytes could not load {model_path} in 4-bit "
                                       f"({error}); set TUCANO_TRAIN_QUANTIZATION=none") from None
-    # gradient checkpointing pays memory back with compute: what QLoRA is for on a GPU; a CPU round has memory to spare
-    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=on_gpu())
+    # peft turns checkpointing on here or never: the same choice as the trainer's arguments (`methods.checkpointing`)
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing)
 
 
 def lora_model(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
-               compute_bf16: bool = False):
-    """The base model (quantised or not) with the LoRA a round trains."""
-    model = _base(model_path, quantize, compute_bf16)
+               compute_bf16: bool = False, checkpointing: bool | None = None):
+    """The base model (quantised or not) with the LoRA a round trains; `checkpointing` (None: on a
+    GPU) is whether its training recomputes activations, which a 4-bit model must know as it loads."""
+    model = _base(model_path, quantize, compute_bf16, on_gpu() if checkpointing is None else checkpointing)
     if parent_adapter:
         return PeftModel.from_pretrained(model, parent_adapter, is_trainable=True)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
@@ -63,8 +64,8 @@ def lora_model(model_path: str, parent_adapter: str | None, rank: int, alpha: in
 
 
 def load_policy(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
-                compute_bf16: bool = False):
-    model = lora_model(model_path, parent_adapter, rank, alpha, quantize, compute_bf16)
+                compute_bf16: bool = False, checkpointing: bool | None = None):
+    model = lora_model(model_path, parent_adapter, rank, alpha, quantize, compute_bf16, checkpointing)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"  # generation batches
     return model, tokenizer

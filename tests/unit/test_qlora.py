@@ -61,6 +61,18 @@ def test_nf4_trains_only_the_lora_on_4bit_base_layers_and_saves_a_full_precision
     assert saved and all("lora_" in key for key in saved) and {t.dtype for t in saved.values()} == {torch.float32}
 
 
+def test_a_4bit_model_checkpoints_exactly_when_the_round_will(checkpoint):
+    """peft decides as the 4-bit model loads: it follows `train_gradient_checkpointing` (through
+    `methods.checkpointing`) rather than the machine alone."""
+    from common.settings import load_settings
+    from trainer import methods
+
+    for setting in (True, False):
+        model, _ = policy.load_policy(checkpoint, None, rank=8, alpha=16, quantize="nf4",
+                                      checkpointing=methods.checkpointing(load_settings(train_gradient_checkpointing=setting)))
+        assert model.base_model.model.is_gradient_checkpointing is setting
+
+
 def test_without_bitsandbytes_nf4_names_the_setting(checkpoint, monkeypatch):
     real_import = builtins.__import__
 
