@@ -171,12 +171,18 @@ def _store_url(settings: Settings):
     return EmbeddedRedis(settings.redis_dir) if settings.redis_url is None else nullcontext(settings.redis_url)
 
 
-def _task_option(task: str | None) -> tuple[str, ...] | None:
+def _known_tasks(tasks, option: str = "--task") -> tuple[str, ...]:
+    """The tasks an option names, each known; else the command stops (exit 2) before anything runs."""
     from common.tasks import TASKS
 
-    if task is not None and task not in TASKS:
-        raise _fail(f"--task must be one of {', '.join(TASKS)}", 2)
-    return (task,) if task else None
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise _fail(f"{option}: unknown task {', '.join(map(repr, unknown))}; tasks are {', '.join(TASKS)}", 2)
+    return tuple(tasks)
+
+
+def _task_option(task: str | None) -> tuple[str, ...] | None:
+    return _known_tasks((task,)) if task else None
 
 
 @app.command()
@@ -493,11 +499,9 @@ def bench_finetune(
 ) -> None:
     """The bootstrap's fine-tuning (TRL's SFTTrainer), or with --task a round's SFT of that task,
     with and without gradient checkpointing: seconds per step and peak memory, each arm in its own process."""
-    from common.tasks import TASKS
     from deploy.bench import finetune as bench
 
-    if task is not None and task not in TASKS:
-        raise _fail(f"unknown task {task!r}; tasks are {', '.join(TASKS)}", 2)
+    _task_option(task)
     settings = _built_settings()
     if settings.bootstrap_model == "tiny" and task is None:
         raise _fail("the tiny models are built from scratch, not fine-tuned: set TUCANO_BOOTSTRAP_MODEL to a pretrained demo model", 2)
@@ -548,14 +552,10 @@ def bench_fix(
     measure_rows: Annotated[int, typer.Option(min=8, help="Held-out rows per task the served reward is measured on.")] = 40,
 ) -> None:
     """Time-to-fix: served reward on held-out rows at once (examples), after the next round, and both."""
-    from common.tasks import TASKS
     from deploy.bench import fix as bench
 
+    tasks = _known_tasks(task or ("sql", "push"))
     settings = _built_settings()
-    tasks = tuple(task or ("sql", "push"))
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise _fail(f"unknown task {unknown}; tasks are {', '.join(TASKS)}", 2)
     results = bench.run(settings, tasks, corrections, measure_rows, say=lambda text: console.print(text, highlight=False))
     _report(settings, "fix", results, bench.table(results))
 
@@ -687,15 +687,16 @@ def bench_learn(
     from common.tasks import TASKS
     from deploy.bench import learn as bench
 
-    settings = _built_settings()
-    tasks = tuple(task or TASKS)
-    unknown = [t for t in tasks + tuple(ablation or ()) if t not in TASKS]
+    tasks = _known_tasks(task or TASKS)
+    _known_tasks(ablation or (), "--ablation")
+    _known_tasks(() if no_canary else (canary,), "--canary")
     if label_choice not in ("random", "queue"):
         raise _fail(f"--label-choice takes random or queue, not {label_choice!r}", 2)
     if traffic_only:
         correction_rate = rating_rate = 0.0
-    if unknown or correction_rate + rating_rate > 1:
-        raise _fail(f"unknown task {unknown}" if unknown else "--correction-rate and --rating-rate add up to more than 1", 2)
+    if correction_rate + rating_rate > 1:
+        raise _fail("--correction-rate and --rating-rate add up to more than 1", 2)
+    settings = _built_settings()
     results = bench.run(settings, rounds, requests, correction_rate, rating_rate, measure_rows, tasks, oracle,
                         () if no_ablation else tuple(ablation or ("push",)), None if no_canary else canary,
                         tuple(label_curve or ()), keep=settings.bench_dir / name, say=lambda text: console.print(text, highlight=False),

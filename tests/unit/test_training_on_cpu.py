@@ -131,3 +131,22 @@ def test_bench_finetune_refuses_an_unknown_task_before_anything_runs(tmp_path):
     assert result.exit_code == 2
     assert "unknown task 'poems'" in result.output and "extraction" in result.output
     assert not (tmp_path / "bench").exists()
+
+
+@pytest.mark.parametrize("args,option", [
+    (["train", "--once", "--task", "poems"], "--task"),
+    (["bench", "fix", "--task", "sql", "--task", "poems"], "--task"),
+    (["bench", "learn", "--task", "poems"], "--task"),
+    (["bench", "learn", "--ablation", "odes"], "--ablation"),
+    (["bench", "learn", "--canary", "odes"], "--canary"),
+])
+def test_every_command_refuses_an_unknown_task_alike_before_anything_runs(tmp_path, args, option):
+    from typer.testing import CliRunner
+
+    from deploy import cli
+
+    result = CliRunner().invoke(cli.app, args, env={"TUCANO_DATA_DIR": str(tmp_path), "TUCANO_REDIS_URL": "redis://127.0.0.1:1"})
+    assert result.exit_code == 2, result.output
+    unknown = args[args.index(option) + 1] if args.count(option) == 1 else "poems"
+    assert f"{option}: unknown task '{unknown}'; tasks are extraction, sql, push, insights" in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == []  # nothing built, started or written
