@@ -150,6 +150,9 @@ class Settings(BaseSettings):
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")
+    grpo_learning_rate: LearningRate = Field(3e-4, description="GRPO's LoRA learning rate, apart from the supervised methods' "
+                                             "(`train_learning_rate`): at their rate a few steps on the reference-free rewards "
+                                             "left every task worse on the gate's references (docs/results.md, run 25).")
     grpo_prompts_per_step: int = Field(2, ge=1, description="Prompts (groups) per GRPO optimisation step.")
     grpo_iterations: int = Field(2, ge=1, description="Optimisation passes over each generation batch (>1 lets clip-higher act).")
     grpo_max_steps: int = Field(8, ge=1, description="Most GRPO optimisation steps per task per round.")

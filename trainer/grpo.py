@@ -63,7 +63,8 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
 
     batch = generations * settings.grpo_prompts_per_step
     config = GRPOConfig(
-        **methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(prompts) * generations),
+        **{**methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(prompts) * generations),
+           "learning_rate": settings.grpo_learning_rate},
         max_steps=settings.grpo_max_steps, num_generations=generations, num_iterations=settings.grpo_iterations,
         max_completion_length=settings.grpo_max_completion_tokens or TASK_SPECS[task].sampling.max_tokens,
         temperature=1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",

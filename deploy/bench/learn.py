@@ -257,9 +257,14 @@ async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Te
             "outcome": (meta.canary and meta.canary.outcome) or meta.status, "reason": meta.canary and meta.canary.reason}
 
 
+ABLATION_ARMS = (("sum", "grpo"), ("gdpo", "grpo"), ("sum at the supervised rate", "supervised"))
+
+
 def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, say) -> dict:
     """GRPO from the task's active version (or the base model) on the same prompts (the loop's
-    traffic, unlabelled), `sum` against `gdpo`, each measured on the held-out rows."""
+    traffic, unlabelled), each arm measured on the held-out rows: `sum` against `gdpo` advantages
+    at GRPO's learning rate, and `sum` at the supervised methods' rate (the task's
+    `train_learning_rate`, which GRPO used until it had its own)."""
     from trainer.policy import load_policy
 
     render = ChatTemplate.load(settings.model_path_of(task)).render
@@ -272,9 +277,12 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     parent = store.adapter(active) if active else None
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}
     held_out_scores: dict[str, list[Score]] = {}
-    for aggregation in ("sum", "gdpo"):
+    for arm, rate in ABLATION_ARMS:
+        aggregation = arm.split()[0]
         model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
         own = settings.for_task(task)
+        if rate == "supervised":
+            own = own.model_copy(update={"grpo_learning_rate": own.train_learning_rate})
         outcome = grpo.train(own, model, tokenizer, task, prompts, own.train_time_budget_s, "ablation", aggregation=aggregation)
         version = store.next_adapter_version(task)
         path = settings.adapters_dir / version
@@ -282,11 +290,15 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
         store.put_adapter(AdapterMeta(version=version, task=task, path=str(path), method=f"grpo-{aggregation}", base_model=settings.model_path_of(task)))
         asyncio.run(fleet.load(version, str(path), TASK_ENGINE[task]))
         scores = asyncio.run(served_scores(settings, fleet, task, version, team.held_out[task]))
-        out[aggregation] = {**measured(scores), "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
-                            "zero_variance_groups_dropped": outcome.seconds_by_phase.get("zero_variance_groups_dropped")}
-        held_out_scores[aggregation] = scores
-        say(f"ablation {task} grpo-{aggregation}: {out[aggregation]['mean']}")
+        out[arm] = {**measured(scores), "learning_rate": own.grpo_learning_rate, "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
+                    "zero_variance_groups_dropped": outcome.seconds_by_phase.get("zero_variance_groups_dropped")}
+        held_out_scores[arm] = scores
+        say(f"ablation {task} grpo {arm} (learning rate {own.grpo_learning_rate}): {out[arm]['mean']}")
+    start_scores = asyncio.run(served_scores(settings, fleet, task, active, team.held_out[task]))
+    out["start_measured"] = measured(start_scores)
     out["gdpo_minus_sum"] = paired_gain(held_out_scores["gdpo"], held_out_scores["sum"])
+    for arm, _ in ABLATION_ARMS:
+        out[arm]["gain_over_start"] = paired_gain(held_out_scores[arm], start_scores)
     return out
 
 
@@ -500,6 +512,13 @@ def table(results: dict) -> str:
         lines.append(f"\nGRPO ablation, {ablation['task']} ({ablation['prompts']} prompts from {ablation['start']}): sum "
                      f"{ablation['sum']['mean']:.3f}, gdpo {ablation['gdpo']['mean']:.3f}; gdpo - sum {d['mean']:+.3f} "
                      f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
+        if "start_measured" in ablation:  # since GRPO has its own learning rate: each arm against where it started, paired
+            lines += ["", f"| {ablation['task']}: GRPO arm | learning rate | steps | held-out reward | gain over {ablation['start']} [95%] |",
+                      "|---|---:|---:|---:|---|"]
+            for arm, _ in ABLATION_ARMS:
+                a, g = ablation[arm], ablation[arm]["gain_over_start"]
+                lines.append(f"| {arm} | {a['learning_rate']:g} | {a['steps']} | {a['mean']:.3f} | "
+                             f"{g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}] |")
     if results.get("canary"):
         c = results["canary"]
         lines.append(f"\ncanary of {c['version']} ({c['task']}, half the traffic): {c['outcome']} after {c['requests']} requests "

@@ -10,7 +10,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from common import processes
 from common.records import Route
-from common.settings import Settings
+from common.settings import Settings, load_settings
 from trainer import candidate, methods, trl_internals
 from trainer.data import TaskData
 
@@ -150,3 +150,22 @@ def test_every_command_refuses_an_unknown_task_alike_before_anything_runs(tmp_pa
     unknown = args[args.index(option) + 1] if args.count(option) == 1 else "poems"
     assert f"{option}: unknown task '{unknown}'; tasks are extraction, sql, push, insights" in " ".join(result.output.split())
     assert list(tmp_path.iterdir()) == []  # nothing built, started or written
+
+
+def test_grpo_learns_at_its_own_rate_not_the_supervised_one(monkeypatch):
+    import trl
+
+    from trainer import grpo
+
+    class Captured(Exception):
+        pass
+
+    def capture(**kwargs):
+        raise Captured(kwargs)
+
+    monkeypatch.setattr(trl, "GRPOConfig", capture)
+    settings = load_settings(train_learning_rate=3e-3, grpo_learning_rate=2e-4)
+    with pytest.raises(Captured) as caught:
+        grpo.train(settings, None, None, "push", [{"prompt": "p", "task": "push", "reference": "", "context": "{}"}], 10.0, "test")
+    assert caught.value.args[0]["learning_rate"] == 2e-4
+    assert load_settings().grpo_learning_rate < load_settings().train_learning_rate
