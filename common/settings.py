@@ -96,9 +96,10 @@ class Settings(BaseSettings):
     examples_tasks: list[str] = Field(["extraction", "sql", "push"], description="Tasks whose prompts carry the team's most "
                                       "similar corrected or liked answers as demonstrations (JSON list; [] turns retrieval off).")
     examples_k: int = Field(3, ge=1, le=8, description="Demonstrations per prompt, the most similar first (BM25 over the inputs).")
-    train_with_examples: bool = Field(True, description="A round's prompts show each input the team's examples most similar "
-                                      "to it, as serving does for the tasks in `examples_tasks` (never the input's own label): a "
-                                      "version learns from the prompts it will be served with.")
+    train_with_examples: bool = Field(False, description="A round's prompts show each input the team's examples most similar "
+                                      "to it, as serving does for the tasks in `examples_tasks` (never the input's own label). "
+                                      "Off: on two cores the longer prompts cost SFT steps in the same time budget, and versions "
+                                      "trained so did worse as served than versions trained on bare prompts (docs/results.md, bench fix).")
     exact_repeats: bool = Field(True, description="Answer an exact repeat of a corrected input with its correction, without "
                                                   "asking the model (the response and the record say so).")
     examples_poll_s: float = Field(1.0, gt=0, le=60, description="How often a gateway looks for changed labels to re-index.")

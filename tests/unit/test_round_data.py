@@ -165,7 +165,11 @@ def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypat
     for task in ("push", "sql", "insights"):
         with pytest.raises(Built):
             round_module._train_task(settings, NoLabels(), None, task, [], "r1", print, None)
-    # and each task's prompts show the team's examples where serving's do (insights' never)
+    assert built == {"push": (False, False), "sql": (True, False), "insights": (True, False)}  # bare prompts by default
+    # with train_with_examples, each task's prompts show the team's examples where serving's do (insights' never)
+    for task in ("push", "sql", "insights"):
+        with pytest.raises(Built):
+            round_module._train_task(settings.model_copy(update={"train_with_examples": True}), NoLabels(), None, task, [], "r1", print, None)
     assert built == {"push": (False, True), "sql": (True, True), "insights": (True, False)}
 
 
@@ -177,7 +181,7 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
     secret = label(9, "Quantos clientes em AM?", answer={"sql": "SELECT 'eval only'"}, split="eval")
     unrelated = label(8, "Qual a nota média das avaliações?", answer={"sql": "SELECT AVG(review_score) FROM olist_order_reviews_dataset"})
     labels = [*corrected, unrelated, secret]
-    settings = load_settings(examples_k=2, examples_tasks=["sql"])
+    settings = load_settings(examples_k=2, examples_tasks=["sql"], train_with_examples=True)
     shown = served_demonstrations(settings, "sql", labels)
     data = build("sql", labels, [("1-0", make_record(id="r1", input={"question": "Quantos clientes em SC?"}))], render,
                  lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True, shown=shown)
@@ -193,7 +197,7 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
         assert all("Quantos clientes em" in question for question in earlier[::2])  # the most similar, not the unrelated one
         for question, answer in zip(earlier[::2], earlier[1::2]):  # each shown question with its own corrected answer
             assert answer == GOOD.replace("'SP'", f"'{question.removesuffix('?').split()[-1]}'")
-    assert served_demonstrations(load_settings(examples_tasks=["push"]), "sql", labels) is no_demonstrations
-    assert served_demonstrations(load_settings(examples_tasks=["sql"], train_with_examples=False), "sql", labels) is no_demonstrations
+    assert served_demonstrations(load_settings(examples_tasks=["push"], train_with_examples=True), "sql", labels) is no_demonstrations
+    assert served_demonstrations(load_settings(examples_tasks=["sql"]), "sql", labels) is no_demonstrations  # off by default
     plain = build("sql", labels, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True)
     assert all(len(json.loads(e["prompt"])) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
