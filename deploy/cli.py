@@ -560,6 +560,26 @@ def bench_fix(
     _report(settings, "fix", results, bench.table(results))
 
 
+@bench_app.command("labels")
+def bench_labels(
+    task: Annotated[list[str] | None, typer.Option(help="Tasks (repeatable; default sql and push).")] = None,
+    requests: Annotated[int, typer.Option(min=8, help="Requests per task, the answers the labels are chosen from.")] = 60,
+    labels: Annotated[int, typer.Option(min=2, help="Labels per arm (the queue's, and each random draw's).")] = 30,
+    draws: Annotated[int, typer.Option(min=1, max=10, help="Random draws of the same number of labels.")] = 2,
+    measure_rows: Annotated[int, typer.Option(min=8, help="Held-out rows per task the reward is measured on.")] = 40,
+    name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "labels",
+) -> None:
+    """The review queue's labels against random ones, side by side on the same traffic: what each set teaches per label."""
+    from deploy.bench import labels as bench
+
+    tasks = _known_tasks(task or ("sql", "push"))
+    if labels > requests:
+        raise _fail(f"--labels ({labels}) cannot be more than --requests ({requests}): the labels are chosen from the answers", 2)
+    settings = _built_settings()
+    results = bench.run(settings, requests, labels, draws, measure_rows, tasks, say=lambda text: console.print(text, highlight=False))
+    _report(settings, name, results, bench.table(results))
+
+
 @bench_app.command("gateway")
 def bench_gateway(
     concurrency: Annotated[list[int], typer.Option(help="Concurrency levels (repeat the option).")] = [1, 8, 32],  # noqa: B006

@@ -25,7 +25,6 @@ the gateway and corrects every answer with the row's reference. Then:
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 import time
 from contextlib import ExitStack
@@ -35,14 +34,11 @@ import httpx
 import msgspec
 
 from common.datasets import load_split
-from common.processes import free_port
 from common.settings import Settings
 from common.stats import block_interval, percentile
 from common.store import Store
 from common.tasks import TASK_ENGINE
-from deploy.bench.learn import _engines, _env, _scratch, interval, measured, paired_gain, post_as_a_client, served_scores
-from deploy.bench.stack import start, wait_ready
-from deploy.embedded_redis import EmbeddedRedis
+from deploy.bench.learn import bench_env, interval, link_bootstrap, measured, paired_gain, post_as_a_client, served_scores, start_gateway, start_stack
 from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import ChatTemplate
@@ -162,29 +158,12 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
                      "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-fix-")))
-        _scratch(settings, scratch)
-        redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-        engines = _engines(settings, scratch, stack, say)
-        urls = {kind: kind_urls for kind, (kind_urls, _) in engines.items()}
-        bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
-                                            "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0,
-                                            "examples_tasks": list(tasks)})
-        store = Store(redis_url)
-        store.ensure_group()
-        for kind, (kind_urls, numerics) in engines.items():
-            store.register_engines(kind, kind_urls, numerics)
-        port = free_port()
-        env = {**os.environ, **_env(bench), "TUCANO_EXAMPLES_TASKS": "[" + ", ".join(f'"{t}"' for t in tasks) + "]"}
-        gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(scratch), redis_url, urls["base"][0],
-                        urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(gateway, "gateway", f"{url}/readyz", scratch / "gateway.log", timeout_s=300)
-        plain_port = free_port()  # the same stack with retrieval off: the latency baseline
-        plain = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway-plain.log", str(scratch), redis_url, urls["base"][0],
-                      urls["think"][0], str(plain_port), "1", str(scratch / "metrics-plain"), "off", env={**env, "TUCANO_EXAMPLES_TASKS": "[]"})
-        plain_url = f"http://127.0.0.1:{plain_port}"
-        wait_ready(plain, "gateway without examples", f"{plain_url}/readyz", scratch / "gateway-plain.log", timeout_s=300)
-        fleet = HotSwap.for_settings(store, bench, drain="later")
+        link_bootstrap(settings, scratch)
+        shown = "[" + ", ".join(f'"{t}"' for t in tasks) + "]"
+        bench, store, fleet, url = start_stack(settings, scratch, stack, say, update={"examples_tasks": list(tasks)},
+                                               gateway_env={"TUCANO_EXAMPLES_TASKS": shown})
+        # the same stack with retrieval off: the latency baseline
+        plain_url = start_gateway(bench, stack, "gateway-plain", {**bench_env(bench), "TUCANO_EXAMPLES_TASKS": "[]"})
         for task in tasks:
             held_out = load_split(settings.datasets_dir, task, "test")[:measure_rows]
             train = load_split(settings.datasets_dir, task, "train")[:corrections]

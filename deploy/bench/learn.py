@@ -66,7 +66,8 @@ MAX_RETRY_AFTER_S = 30.0
 LINKED = ("models", "commerce.db", "datasets", "manifest.json")
 
 
-def _scratch(settings: Settings, scratch: Path) -> None:
+def link_bootstrap(settings: Settings, scratch: Path) -> None:
+    """Links the bootstrap's models, DB and datasets into a bench's scratch data dir."""
     for name in LINKED:
         if (settings.root / name).exists():
             (scratch / name).symlink_to(settings.root / name)
@@ -86,9 +87,20 @@ class Team:
             self.held_out[task] = load_split(settings.datasets_dir, task, "test")[:measure_rows]
             self.pool[task] = load_split(settings.datasets_dir, task, "train")
         self.sent: dict[str, list[dict]] = {task: [] for task in tasks}
+        self.last: dict[str, list[tuple[dict, dict]]] = {}  # the newest traffic of each task: (row, the gateway's answer)
 
     def answer_of(self, task: str, row: dict) -> object:
         return row["reference"] if TRAITS[task].scored_with_reference else row["target"]
+
+    async def queue_order(self, client: httpx.AsyncClient, task: str, answers: list[dict], order: list[int]) -> list[int]:
+        """`order` (indices of `answers`) sorted as the review queue (`GET /v1/review/{task}`) ranks
+        the answers, those a label would help most first; answers it leaves out keep their place
+        in `order`, after the ones it lists."""
+        response = await client.get(f"{self.url}/v1/review/{task}", params={"limit": 200})
+        if response.is_error:
+            raise TrafficFailed(f"GET /v1/review/{task}: HTTP {response.status_code}: {response.text[:500]}")
+        rank = {item["id"]: i for i, item in enumerate(response.json()["items"])}
+        return sorted(order, key=lambda i: rank.get(answers[i]["id"], len(rank)))
 
     async def play(self, task: str, requests: int, correction_rate: float, rating_rate: float) -> dict:
         rows = [self.pool[task][self.rng.randrange(len(self.pool[task]))] for _ in range(requests)]
@@ -101,10 +113,8 @@ class Team:
             answers = await asyncio.gather(*(ask(row) for row in rows))
             order = list(range(len(rows)))
             self.rng.shuffle(order)
-            if self.label_choice == "queue":  # the review queue's order: the answers a label would help most first
-                queue = (await client.get(f"{self.url}/v1/review/{task}", params={"limit": 200})).json()["items"]
-                rank = {item["id"]: i for i, item in enumerate(queue)}
-                order.sort(key=lambda i: rank.get(answers[i]["id"], len(rank)))
+            if self.label_choice == "queue":
+                order = await self.queue_order(client, task, answers, order)
             corrected = order[:round(correction_rate * len(rows))]
             rated = order[len(corrected):len(corrected) + round(rating_rate * len(rows))]
             feedback = []
@@ -118,6 +128,7 @@ class Team:
                 feedback.append(post_as_a_client(client, f"{self.url}/v1/feedback", body, unavailable))
             await asyncio.gather(*feedback)
         self.sent[task] += rows
+        self.last[task] = list(zip(rows, answers))
         return {"requests": len(rows), "corrected": len(corrected), "rated": len(rated),
                 "served_reward": round(statistics.fmean(a["scores"]["total"] for a in answers), 4),
                 **answer_shape(task, answers),
@@ -230,16 +241,17 @@ def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
     return data
 
 
-def _sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, rows: list[dict], why: str,
-                   baseline: list[Score]) -> dict:
+def sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, rows: list[dict], why: str,
+                  baseline: list[Score]) -> tuple[dict, list[Score]]:
     """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows; with how many
-    references it trained on and its steps, epochs and seconds."""
+    references it trained on and its steps, epochs and seconds. Also its held-out scores, row by row."""
     started = time.perf_counter()
     meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
-    return {"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),
-            "seconds": round(time.perf_counter() - started, 1), "labels": len(rows), "training": msgspec.to_builtins(meta.training.methods)}
+    return ({"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),
+             "seconds": round(time.perf_counter() - started, 1), "labels": len(rows), "training": msgspec.to_builtins(meta.training.methods)},
+            scores)
 
 
 async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, version: str, say) -> dict:
@@ -302,6 +314,39 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     return out
 
 
+def start_stack(settings: Settings, scratch: Path, stack: ExitStack, say, update: dict | None = None,
+                gateway_env: dict[str, str] | None = None) -> tuple[Settings, Store, HotSwap, str]:
+    """The throwaway stack a team plays against, in `scratch` (which `link_bootstrap` has linked to
+    the bootstrap's models, DB and datasets): an embedded Valkey, the engines, one gateway worker
+    and the fleet as `tucano train` runs it. `update` changes the bench's settings and
+    `gateway_env` the gateway's (as TUCANO_* variables). Returns the bench's settings, the store,
+    the fleet and the gateway's URL; `stack` stops them all."""
+    redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
+    engines = _engines(settings, scratch, stack, say)
+    urls = {kind: kind_urls for kind, (kind_urls, _) in engines.items()}
+    bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
+                                        "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0,
+                                        **(update or {})})
+    store = Store(redis_url)
+    store.ensure_group()
+    for kind, (kind_urls, numerics) in engines.items():
+        store.register_engines(kind, kind_urls, numerics)
+    gateway_url = start_gateway(bench, stack, "gateway", {**bench_env(bench), **(gateway_env or {})})
+    return bench, store, HotSwap.for_settings(store, bench, drain="later"), gateway_url
+
+
+def start_gateway(bench: Settings, stack: ExitStack, name: str, env: dict[str, str]) -> str:
+    """One gateway worker on the bench's store and engines, logging to `<scratch>/<name>.log`; its URL once ready."""
+    port = free_port()
+    scratch = bench.data_dir
+    gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / f"{name}.log", str(scratch), bench.redis_url,
+                    bench.base_engine_urls[0], bench.think_engine_url, str(port), "1", str(scratch / f"metrics-{name}"), "off",
+                    env={**os.environ, **env})
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(gateway, name, f"{url}/readyz", scratch / f"{name}.log", timeout_s=300)
+    return url
+
+
 def run(settings: Settings, rounds: int, requests: int, correction_rate: float, rating_rate: float, measure_rows: int,
         tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, label_curve: tuple[int, ...] = (),
         keep: Path | None = None, say=print, label_choice: str = "random") -> dict:
@@ -309,26 +354,11 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
     after each round, and a run that fails keeps its processes' logs (`keep_what_ran`)."""
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
-        _scratch(settings, scratch)
+        link_bootstrap(settings, scratch)
         results: dict = {}
         store: Store | None = None
         try:
-            redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-            engines = _engines(settings, scratch, stack, say)
-            urls = {kind: kind_urls for kind, (kind_urls, _) in engines.items()}
-            bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
-                                                "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0})
-            store = Store(redis_url)
-            store.ensure_group()
-            for kind, (kind_urls, numerics) in engines.items():
-                store.register_engines(kind, kind_urls, numerics)
-            port = free_port()
-            env = {**os.environ, **_env(bench)}
-            gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(scratch), redis_url, urls["base"][0],
-                            urls["think"][0], str(port), "1", str(scratch / "metrics"), "off", env=env)
-            gateway_url = f"http://127.0.0.1:{port}"
-            wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log", timeout_s=300)
-            fleet = HotSwap.for_settings(store, bench, drain="later")  # as `tucano train` runs it
+            bench, store, fleet, gateway_url = start_stack(settings, scratch, stack, say)
             team = Team(bench, gateway_url, tasks, measure_rows, settings.seed, label_choice)
             results = {"settings": {"rounds": rounds, "requests": requests, "correction_rate": correction_rate, "label_choice": label_choice,
                                     "rating_rate": rating_rate, "measure_rows": {t: len(team.held_out[t]) for t in tasks},
@@ -377,15 +407,15 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds})
                 sent = distinct(team.sent[t])
                 if oracle:
-                    entry = _sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])
+                    entry, _ = sft_from_base(sft_settings, store, fleet, team, t, sent, "oracle: every request labelled", baseline[t])
                     loop_gain = results["tasks"][t]["gain"]["mean"]
                     entry["loop_share"] = round(loop_gain / entry["gain"]["mean"], 3) if entry["gain"]["mean"] > 0 else None
                     results["tasks"][t]["oracle"] = entry
                     say(f"{t}: oracle {entry['mean']} (gain {entry['gain']['mean']}), loop gain {loop_gain}")
                 for labels in sorted(set(label_curve)):
                     rows = sent[:labels]
-                    entry = _sft_from_base(sft_settings, store, fleet, team, t, rows, f"label curve: the first {len(rows)} requests' references",
-                                           baseline[t])
+                    entry, _ = sft_from_base(sft_settings, store, fleet, team, t, rows, f"label curve: the first {len(rows)} requests' references",
+                                             baseline[t])
                     results["tasks"][t].setdefault("label_curve", []).append(entry)
                     say(f"{t}: SFT from base on {len(rows)} references: {entry['mean']} (gain {entry['gain']['mean']})")
             results["ablation"] = [_ablation(bench, store, fleet, team, t, say) for t in ablation if t in tasks]
@@ -444,7 +474,7 @@ def keep_what_ran(keep: Path, results: dict, scratch: Path | None = None, error:
     return partial
 
 
-def _env(settings: Settings) -> dict[str, str]:
+def bench_env(settings: Settings) -> dict[str, str]:
     """The gateway process's settings: what the bench changed, as TUCANO_* variables."""
     return {"TUCANO_TEAM_EVAL_SHARE": str(settings.team_eval_share), "TUCANO_TRAIN_ENABLED": "false",
             "TUCANO_MAX_CORRECTIONS_PER_RECORD": str(settings.max_corrections_per_record)}

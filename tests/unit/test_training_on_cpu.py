@@ -139,6 +139,7 @@ def test_bench_finetune_refuses_an_unknown_task_before_anything_runs(tmp_path):
     (["bench", "learn", "--task", "poems"], "--task"),
     (["bench", "learn", "--ablation", "odes"], "--ablation"),
     (["bench", "learn", "--canary", "odes"], "--canary"),
+    (["bench", "labels", "--task", "poems"], "--task"),
 ])
 def test_every_command_refuses_an_unknown_task_alike_before_anything_runs(tmp_path, args, option):
     from typer.testing import CliRunner

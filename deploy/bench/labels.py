@@ -1,0 +1,136 @@
+"""`tucano bench labels`: do the answers the review queue ranks first teach more per label than
+answers chosen at random? Side by side, in one run, on the same traffic.
+
+`tucano bench learn --label-choice queue|random` answers this with two separate runs, each a
+whole round: its figure moves with how many SFT steps each run's time budget bought and with
+whether a gate near its margin promoted the version (random labels' own gain on push went
++0.589, +0.591, +0.000, +0.600 over four runs). Here one run holds both choices, so only the
+choice of labels differs:
+
+1. the team (`learn.Team`) sends `requests` train-split requests per task to the real stack
+   (vLLM engines, the gateway, an embedded Valkey, throwaway) and labels none of them;
+2. `labels` of the answers are chosen by the review queue (`GET /v1/review/{task}`: the answers
+   a label would help most first, spread over the inputs), and `labels` more by each of `draws`
+   random draws;
+3. for each choice, a fresh LoRA on the base model is trained by SFT on the chosen inputs'
+   references, with one round's budget of the task (what a round trains on the team's
+   corrections), and measured on the held-out test rows (never sent, never in the bootstrap),
+   scored with references, with a fixed seed per row.
+
+Gains are paired by row against the base model, and the queue's arm against each random draw;
+the gain per label is the gain over the labels given, and its ratio to random's is what the
+review queue's target (1.5 times) is about. The arms train one after another on the same
+machine; each reports its SFT steps, since a time budget buys fewer steps on longer references.
+There is no gate and no examples in the prompts here: what is measured is what the labels teach.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from common.settings import Settings
+from common.tasks import TASK_ENGINE
+from deploy.bench import learn
+from rewards import Score
+
+QUEUE = "queue"
+
+
+def random_arm(draw: int) -> str:
+    return f"random-{draw}"
+
+
+def choose(queue_order: list[int], answers: int, labels: int, draws: int, seed: int) -> dict[str, list[int]]:
+    """Each arm's chosen answers (indices into the traffic): the queue's first `labels`, and
+    `labels` drawn at random (without replacement) `draws` times, each draw from its own seed."""
+    chosen = {QUEUE: queue_order[:labels]}
+    for draw in range(1, draws + 1):
+        chosen[random_arm(draw)] = sorted(random.Random(seed + draw).sample(range(answers), labels))
+    return chosen
+
+
+def per_label(gain: float, labels: int) -> float:
+    return gain / labels
+
+
+def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows: int, tasks: tuple[str, ...], say=print) -> dict:
+    """The run's results: per task, the traffic, the base model's held-out reward and each arm's."""
+    results: dict = {"settings": {"requests": requests, "labels": labels, "draws": draws, "seed": settings.seed}, "tasks": {}}
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-labels-")))
+        learn.link_bootstrap(settings, scratch)
+        bench, store, fleet, gateway_url = learn.start_stack(settings, scratch, stack, say)
+        team = learn.Team(bench, gateway_url, tasks, measure_rows, settings.seed)
+        results["settings"]["measure_rows"] = {t: len(team.held_out[t]) for t in tasks}
+        results["settings"]["train_time_budget_s"] = {t: bench.for_task(t).train_time_budget_s for t in tasks}
+        for task in tasks:
+            traffic = asyncio.run(team.play(task, requests, 0.0, 0.0))
+            rows = [row for row, _ in team.last[task]]
+            answers = [answer for _, answer in team.last[task]]
+            order = asyncio.run(_queue_order(team, task, answers))
+            base = asyncio.run(learn.served_scores(bench, fleet, task, None, team.held_out[task]))
+            entry = {"traffic": traffic, "base": learn.measured(base), "arms": {}, "queue_minus": {}}
+            say(f"{task}: the base model {entry['base']['mean']}; {len(order)} answers in the queue's order")
+            scores: dict[str, list[Score]] = {}
+            for arm, picked in choose(order, len(rows), labels, draws, settings.seed).items():
+                chosen_rows = [rows[i] for i in picked]
+                arm_entry, scores[arm] = learn.sft_from_base(bench, store, fleet, team, task, chosen_rows,
+                                                             f"labels chosen by {arm}", base)
+                arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
+                arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
+                asyncio.run(fleet.unload(arm_entry["version"], TASK_ENGINE[task]))  # an engine holds a few LoRAs at a time
+                store.update_adapter(arm_entry["version"], status="rejected", reason="bench labels: one arm of a side-by-side comparison, never gated")
+                entry["arms"][arm] = arm_entry
+                say(f"{task} {arm}: {arm_entry['mean']} (gain {arm_entry['gain']['mean']:+.3f})")
+            for arm in entry["arms"]:
+                if arm != QUEUE:
+                    entry["queue_minus"][arm] = learn.paired_gain(scores[QUEUE], scores[arm])
+            results["tasks"][task] = entry
+    return results
+
+
+async def _queue_order(team: learn.Team, task: str, answers: list[dict]) -> list[int]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        return await team.queue_order(client, task, answers, list(range(len(answers))))
+
+
+def ratio(results: dict, task: str) -> float | None:
+    """The queue's gain per label over the random draws' mean gain per label; None where random gained nothing on average."""
+    arms = results["tasks"][task]["arms"]
+    random_gains = [a["gain"]["mean"] for name, a in arms.items() if name != QUEUE]
+    mean_random = statistics.fmean(random_gains)
+    return round(arms[QUEUE]["gain"]["mean"] / mean_random, 2) if mean_random > 0 else None
+
+
+def table(results: dict) -> str:
+    lines = ["| task | labels chosen by | labels (distinct inputs) | their served score | SFT steps (epochs) | held-out reward [95%] "
+             "| gain over the base model [95%] | labels per +0.01 | queue minus this arm [95%] |",
+             "|---|---|---:|---:|---:|---|---|---:|---|"]
+    for task, entry in results["tasks"].items():
+        b = entry["base"]
+        lines.append(f"| {task} | (the base model) | | | | {b['mean']:.3f} [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}] | | | |")
+        for arm, a in entry["arms"].items():
+            g = a["gain"]
+            steps = " + ".join(f"{m['steps']} ({m['epochs']:g})" for m in a["training"])
+            cost = f"{1 / (per_label(g['mean'], a['labels']) * 100):.1f}" if g["mean"] > 0 else "no gain"
+            minus = entry["queue_minus"].get(arm)
+            against = f"{minus['mean']:+.3f} [{minus['ci95'][0]:+.3f}, {minus['ci95'][1]:+.3f}]" if minus else ""
+            lines.append(f"| {task} | {arm} | {a['labels']} ({a['distinct_inputs']}) | {a['served_score_of_the_chosen']:.3f} | {steps} | "
+                         f"{a['mean']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}] | {g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}] "
+                         f"| {cost} | {against} |")
+    lines.append("")
+    for task in results["tasks"]:
+        r = ratio(results, task)
+        lines.append(f"- {task}: the queue's gain per label is "
+                     + (f"{r:.2f} times the random draws' mean" if r is not None else "not comparable: random labels gained nothing on average"))
+    s = results["settings"]
+    lines.append(f"\n{s['requests']} requests per task, {s['labels']} labels per arm, {s['draws']} random draws; each arm SFT from the "
+                 f"base model within one round's budget ({s['train_time_budget_s']} s); held-out test rows ({s['measure_rows']}), "
+                 "fixed seed per row, 95% intervals by bootstrap over rows, paired.")
+    return "\n".join(lines)

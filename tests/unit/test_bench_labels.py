@@ -1,0 +1,62 @@
+"""`tucano bench labels`: which answers each arm labels, and how the report reads the arms."""
+import pytest
+
+
+def test_the_queue_arm_takes_the_queues_first_answers_and_each_random_draw_its_own_sample():
+    from deploy.bench.labels import choose
+
+    queue_order = [7, 3, 9, 0, 1, 2, 4, 5, 6, 8]
+    chosen = choose(queue_order, answers=10, labels=4, draws=3, seed=11)
+    assert chosen["queue"] == [7, 3, 9, 0]
+    draws = [chosen[f"random-{d}"] for d in (1, 2, 3)]
+    for picked in draws:
+        assert len(picked) == len(set(picked)) == 4  # without replacement
+        assert set(picked) <= set(range(10))
+    assert len({tuple(p) for p in draws}) == 3  # each draw its own sample
+    assert choose(queue_order, 10, 4, 3, 11) == chosen  # the same seed, the same labels: a run can be repeated
+    assert choose(queue_order, 10, 4, 3, 12) != chosen
+
+
+def _arm(gain: float, labels: int = 30) -> dict:
+    return {"labels": labels, "distinct_inputs": labels, "served_score_of_the_chosen": 0.3, "mean": 0.4, "ci95": [0.3, 0.5],
+            "gain": {"mean": gain, "ci95": [gain - 0.05, gain + 0.05], "n": 40},
+            "training": [{"method": "sft", "steps": 8, "epochs": 2.0}]}
+
+
+def _results(queue: float, *randoms: float) -> dict:
+    arms = {"queue": _arm(queue), **{f"random-{i}": _arm(g) for i, g in enumerate(randoms, start=1)}}
+    minus = {f"random-{i}": {"mean": queue - g, "ci95": [queue - g - 0.1, queue - g + 0.1], "n": 40} for i, g in enumerate(randoms, start=1)}
+    return {"settings": {"requests": 60, "labels": 30, "draws": len(randoms), "seed": 0, "measure_rows": {"sql": 40},
+                         "train_time_budget_s": {"sql": 45.0}},
+            "tasks": {"sql": {"base": {"mean": 0.2, "ci95": [0.1, 0.3], "n": 40}, "arms": arms, "queue_minus": minus}}}
+
+
+def test_the_ratio_is_the_queues_gain_per_label_over_the_random_draws_mean():
+    from deploy.bench.labels import ratio
+
+    assert ratio(_results(0.30, 0.10, 0.30), "sql") == pytest.approx(1.5)
+    assert ratio(_results(0.30, 0.0, -0.02), "sql") is None  # random gained nothing: no ratio to give
+
+
+def test_the_table_gives_each_arm_its_gain_its_cost_per_label_and_the_queue_against_it():
+    from deploy.bench.labels import table
+
+    lines = table(_results(0.30, 0.10, -0.01)).splitlines()
+    queue = next(line for line in lines if "| queue |" in line)
+    first = next(line for line in lines if "| random-1 |" in line)
+    second = next(line for line in lines if "| random-2 |" in line)
+    assert "+0.300 [+0.250, +0.350]" in queue and "| 1.0 |" in queue  # 30 labels for +0.30: one label per +0.01
+    assert "| 3.0 |" in first and "+0.200 [+0.100, +0.300]" in first  # the queue minus this draw, paired
+    assert "no gain" in second
+    assert any("6.67 times the random draws' mean" in line for line in lines)  # 0.30 / mean(0.10, -0.01) = 0.30 / 0.045
+
+
+def test_more_labels_than_answers_is_refused_before_anything_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from deploy import cli
+
+    result = CliRunner().invoke(cli.app, ["bench", "labels", "--requests", "20", "--labels", "30"], env={"TUCANO_DATA_DIR": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert "--labels (30) cannot be more than --requests (20)" in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == []
