@@ -74,6 +74,8 @@ async def load_everywhere(urls: list[str], version: str, path: str) -> None:
                 response = await _post(client, url, "/v1/load_lora_adapter", {"lora_name": version, "lora_path": path})
                 if response.status_code != 200 and "already" not in response.text:
                     raise AdapterLoadError(f"{url} refused {version}: HTTP {response.status_code} {response.text[:300]}")
+                if response.status_code != 200:
+                    await _same_adapter_loaded(client, url, version, path)
                 loaded.append(url)
                 check = await _post(client, url, "/v1/completions", {"model": version, "prompt": "ok", "max_tokens": 1})
                 if check.status_code != 200:
@@ -83,6 +85,16 @@ async def load_everywhere(urls: list[str], version: str, path: str) -> None:
                 with contextlib.suppress(httpx.HTTPError):
                     await _post(client, url, "/v1/unload_lora_adapter", {"lora_name": version})
             raise AdapterLoadError(str(error)) from None
+
+
+async def _same_adapter_loaded(client: httpx.AsyncClient, url: str, version: str, path: str) -> None:
+    """An engine that already holds `version` holds it from `path`: loading a version twice is a
+    no-op, but an engine shared with another registry (a benchmark's scratch one, say, whose
+    numbering also starts at v1) can hold another adapter under the same name, and would serve it."""
+    response = await client.get(f"{url}/v1/models", timeout=30)
+    roots = {card["id"]: card.get("root") for card in response.json()["data"]} if response.status_code == 200 else {}
+    if roots.get(version) != path:
+        raise AdapterLoadError(f"{url} already holds an adapter named {version}, from {roots.get(version)!r}, not {path!r}")
 
 
 async def unload_everywhere(urls: list[str], version: str) -> None:

@@ -73,10 +73,12 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
             traffic = asyncio.run(team.play(task, requests, 0.0, 0.0))
             rows = [row for row, _ in team.last[task]]
             answers = [answer for _, answer in team.last[task]]
-            order = asyncio.run(_queue_order(team, task, answers))
+            ranks = asyncio.run(_review_ranks(team, task))
+            order = learn.in_queue_order(ranks, answers, list(range(len(answers))))
+            listed = sum(answer["id"] in ranks for answer in answers)
             base = asyncio.run(learn.served_scores(bench, fleet, task, None, team.held_out[task]))
-            entry = {"traffic": traffic, "base": learn.measured(base), "arms": {}, "queue_minus": {}}
-            say(f"{task}: the base model {entry['base']['mean']}; {len(order)} answers in the queue's order")
+            entry = {"traffic": traffic, "queue_listed": listed, "base": learn.measured(base), "arms": {}, "queue_minus": {}}
+            say(f"{task}: the base model {entry['base']['mean']}; the review queue lists {listed} of the {len(answers)} answers")
             scores: dict[str, list[Score]] = {}
             for arm, picked in choose(order, len(rows), labels, draws, settings.seed).items():
                 chosen_rows = [rows[i] for i in picked]
@@ -95,9 +97,9 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
     return results
 
 
-async def _queue_order(team: learn.Team, task: str, answers: list[dict]) -> list[int]:
+async def _review_ranks(team: learn.Team, task: str) -> dict[str, int]:
     async with httpx.AsyncClient(timeout=60) as client:
-        return await team.queue_order(client, task, answers, list(range(len(answers))))
+        return await team.review_ranks(client, task)
 
 
 def ratio(results: dict, task: str) -> float | None:

@@ -92,15 +92,18 @@ class Team:
     def answer_of(self, task: str, row: dict) -> object:
         return row["reference"] if TRAITS[task].scored_with_reference else row["target"]
 
-    async def queue_order(self, client: httpx.AsyncClient, task: str, answers: list[dict], order: list[int]) -> list[int]:
-        """`order` (indices of `answers`) sorted as the review queue (`GET /v1/review/{task}`) ranks
-        the answers, those a label would help most first; answers it leaves out keep their place
-        in `order`, after the ones it lists."""
+    async def review_ranks(self, client: httpx.AsyncClient, task: str) -> dict[str, int]:
+        """Each record id the review queue (`GET /v1/review/{task}`) lists, with its place: 0 for
+        the answer a label would help most."""
         response = await client.get(f"{self.url}/v1/review/{task}", params={"limit": 200})
         if response.is_error:
             raise TrafficFailed(f"GET /v1/review/{task}: HTTP {response.status_code}: {response.text[:500]}")
-        rank = {item["id"]: i for i, item in enumerate(response.json()["items"])}
-        return sorted(order, key=lambda i: rank.get(answers[i]["id"], len(rank)))
+        return {item["id"]: i for i, item in enumerate(response.json()["items"])}
+
+    async def queue_order(self, client: httpx.AsyncClient, task: str, answers: list[dict], order: list[int]) -> list[int]:
+        """`order` (indices of `answers`) sorted as the review queue ranks the answers; answers it
+        leaves out keep their place in `order`, after the ones it lists."""
+        return in_queue_order(await self.review_ranks(client, task), answers, order)
 
     async def play(self, task: str, requests: int, correction_rate: float, rating_rate: float) -> dict:
         rows = [self.pool[task][self.rng.randrange(len(self.pool[task]))] for _ in range(requests)]
@@ -134,6 +137,11 @@ class Team:
                 **answer_shape(task, answers),
                 "retried_503": sum(m.startswith("HTTP 503") for m in unavailable),
                 "retried_504": sum(m.startswith("HTTP 504") for m in unavailable), "first_retried": unavailable[:3]}
+
+
+def in_queue_order(ranks: dict[str, int], answers: list[dict], order: list[int]) -> list[int]:
+    """`order` (indices of `answers`) sorted by the review queue's `ranks`; unlisted answers last, in `order`'s order."""
+    return sorted(order, key=lambda i: ranks.get(answers[i]["id"], len(ranks)))
 
 
 class TrafficFailed(RuntimeError):

@@ -133,6 +133,15 @@ def test_refused_promotions_flip_nothing(swap_gateway, built, engines, tmp_path)
     served = httpx.get(f"{engines['base'].url}/v1/models").json()["data"]
     assert good.version not in {m["id"] for m in served}
 
+    # another adapter under a name an engine already holds (a second registry on shared engines) -> refused, not served
+    loaded = register(store, built, tmp_path, seed=4)
+    asyncio.run(hotswap.load(loaded.version, loaded.path, "base"))
+    asyncio.run(hotswap.load(loaded.version, loaded.path, "base"))  # the same version again: a no-op
+    impostor = make_lora(built.base_model_path, tmp_path / "impostor", seed=5)
+    with pytest.raises(AdapterLoadError, match=f"already holds an adapter named {loaded.version}"):
+        asyncio.run(hotswap.load(loaded.version, impostor, "base"))
+    asyncio.run(hotswap.unload(loaded.version, "base"))
+
     with pytest.raises(LookupError):
         asyncio.run(hotswap.promote("extraction-v999"))
     response = httpx.post(f"{swap_gateway.url}/v1/adapters/extraction/promote", params={"version": "extraction-v999"})

@@ -17,6 +17,14 @@ def test_the_queue_arm_takes_the_queues_first_answers_and_each_random_draw_its_o
     assert choose(queue_order, 10, 4, 3, 12) != chosen
 
 
+def test_answers_follow_the_queues_ranks_and_those_it_does_not_list_come_last_in_their_order():
+    from deploy.bench.learn import in_queue_order
+
+    answers = [{"id": f"r{i}"} for i in range(5)]
+    ranks = {"r3": 0, "r1": 1}  # the queue lists two of the five
+    assert in_queue_order(ranks, answers, [4, 0, 1, 2, 3]) == [3, 1, 4, 0, 2]
+
+
 def _arm(gain: float, labels: int = 30) -> dict:
     return {"labels": labels, "distinct_inputs": labels, "served_score_of_the_chosen": 0.3, "mean": 0.4, "ci95": [0.3, 0.5],
             "gain": {"mean": gain, "ci95": [gain - 0.05, gain + 0.05], "n": 40},
