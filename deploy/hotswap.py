@@ -92,7 +92,9 @@ async def _same_adapter_loaded(client: httpx.AsyncClient, url: str, version: str
     no-op, but an engine shared with another registry (a benchmark's scratch one, say, whose
     numbering also starts at v1) can hold another adapter under the same name, and would serve it."""
     response = await client.get(f"{url}/v1/models", timeout=30)
-    roots = {card["id"]: card.get("root") for card in response.json()["data"]} if response.status_code == 200 else {}
+    if response.status_code != 200:
+        raise AdapterLoadError(f"{url} already holds {version}, and its /v1/models (HTTP {response.status_code}) does not say from where")
+    roots = {card["id"]: card.get("root") for card in response.json()["data"]}
     if roots.get(version) != path:
         raise AdapterLoadError(f"{url} already holds an adapter named {version}, from {roots.get(version)!r}, not {path!r}")
 

@@ -25,6 +25,7 @@ the gateway and corrects every answer with the row's reference. Then:
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 import time
 from contextlib import ExitStack
@@ -38,7 +39,7 @@ from common.settings import Settings
 from common.stats import block_interval, percentile
 from common.store import Store
 from common.tasks import TASK_ENGINE
-from deploy.bench.learn import bench_env, interval, link_bootstrap, measured, paired_gain, post_as_a_client, served_scores, start_gateway, start_stack
+from deploy.bench.learn import bench_env, interval, measured, paired_gain, post_as_a_client, served_scores, set_aside, start_gateway, start_stack
 from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import ChatTemplate
@@ -146,8 +147,7 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
                     "prompt_chars": round(sum(len(e["prompt"]) for e in data.sft) / max(1, len(data.sft))),
                     "alone": {**measured(alone), "gain": paired_gain(alone, before)},
                     "as served": {**measured(as_served[arm]), "gain": paired_gain(as_served[arm], before)}}
-        asyncio.run(fleet.unload(meta.version, TASK_ENGINE[task]))
-        store.update_adapter(meta.version, status="rejected", reason="bench fix: one arm of a side-by-side comparison, never gated")
+        set_aside(store, fleet, meta.version, task, "bench fix: one arm of a side-by-side comparison, never gated")
         say(f"{task}: trained on {arm}: alone {out[arm]['alone']['mean']}, as served {out[arm]['as served']['mean']}")
     out["as served, with minus bare"] = paired_gain(as_served["with examples"], as_served["bare prompts"])
     return out
@@ -158,10 +158,8 @@ def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_ro
                      "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-fix-")))
-        link_bootstrap(settings, scratch)
-        shown = "[" + ", ".join(f'"{t}"' for t in tasks) + "]"
         bench, store, fleet, url = start_stack(settings, scratch, stack, say, update={"examples_tasks": list(tasks)},
-                                               gateway_env={"TUCANO_EXAMPLES_TASKS": shown})
+                                               gateway_env={"TUCANO_EXAMPLES_TASKS": json.dumps(list(tasks))})
         # the same stack with retrieval off: the latency baseline
         plain_url = start_gateway(bench, stack, "gateway-plain", {**bench_env(bench), "TUCANO_EXAMPLES_TASKS": "[]"})
         for task in tasks:

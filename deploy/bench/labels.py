@@ -35,7 +35,6 @@ from pathlib import Path
 import httpx
 
 from common.settings import Settings
-from common.tasks import TASK_ENGINE
 from deploy.bench import learn
 from rewards import Score
 
@@ -55,16 +54,11 @@ def choose(queue_order: list[int], answers: int, labels: int, draws: int, seed: 
     return chosen
 
 
-def per_label(gain: float, labels: int) -> float:
-    return gain / labels
-
-
 def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows: int, tasks: tuple[str, ...], say=print) -> dict:
     """The run's results: per task, the traffic, the base model's held-out reward and each arm's."""
     results: dict = {"settings": {"requests": requests, "labels": labels, "draws": draws, "seed": settings.seed}, "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-labels-")))
-        learn.link_bootstrap(settings, scratch)
         bench, store, fleet, gateway_url = learn.start_stack(settings, scratch, stack, say)
         team = learn.Team(bench, gateway_url, tasks, measure_rows, settings.seed)
         results["settings"]["measure_rows"] = {t: len(team.held_out[t]) for t in tasks}
@@ -86,8 +80,7 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
                                                              f"labels chosen by {arm}", base)
                 arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
                 arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
-                asyncio.run(fleet.unload(arm_entry["version"], TASK_ENGINE[task]))  # an engine holds a few LoRAs at a time
-                store.update_adapter(arm_entry["version"], status="rejected", reason="bench labels: one arm of a side-by-side comparison, never gated")
+                learn.set_aside(store, fleet, arm_entry["version"], task, "bench labels: one arm of a side-by-side comparison, never gated")
                 entry["arms"][arm] = arm_entry
                 say(f"{task} {arm}: {arm_entry['mean']} (gain {arm_entry['gain']['mean']:+.3f})")
             for arm in entry["arms"]:
@@ -120,7 +113,7 @@ def table(results: dict) -> str:
         for arm, a in entry["arms"].items():
             g = a["gain"]
             steps = " + ".join(f"{m['steps']} ({m['epochs']:g})" for m in a["training"])
-            cost = f"{1 / (per_label(g['mean'], a['labels']) * 100):.1f}" if g["mean"] > 0 else "no gain"
+            cost = f"{learn.labels_per_point(a['labels'], g['mean']):.1f}" if g["mean"] > 0 else "no gain"
             minus = entry["queue_minus"].get(arm)
             against = f"{minus['mean']:+.3f} [{minus['ci95'][0]:+.3f}, {minus['ci95'][1]:+.3f}]" if minus else ""
             lines.append(f"| {task} | {arm} | {a['labels']} ({a['distinct_inputs']}) | {a['served_score_of_the_chosen']:.3f} | {steps} | "

@@ -66,7 +66,7 @@ MAX_RETRY_AFTER_S = 30.0
 LINKED = ("models", "commerce.db", "datasets", "manifest.json")
 
 
-def link_bootstrap(settings: Settings, scratch: Path) -> None:
+def _link_bootstrap(settings: Settings, scratch: Path) -> None:
     """Links the bootstrap's models, DB and datasets into a bench's scratch data dir."""
     for name in LINKED:
         if (settings.root / name).exists():
@@ -324,11 +324,12 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
 
 def start_stack(settings: Settings, scratch: Path, stack: ExitStack, say, update: dict | None = None,
                 gateway_env: dict[str, str] | None = None) -> tuple[Settings, Store, HotSwap, str]:
-    """The throwaway stack a team plays against, in `scratch` (which `link_bootstrap` has linked to
-    the bootstrap's models, DB and datasets): an embedded Valkey, the engines, one gateway worker
-    and the fleet as `tucano train` runs it. `update` changes the bench's settings and
+    """The throwaway stack a team plays against, in `scratch` (linked to the bootstrap's models, DB
+    and datasets): an embedded Valkey, the engines, one gateway worker and the fleet as `tucano
+    train` runs it. `update` changes the bench's settings and
     `gateway_env` the gateway's (as TUCANO_* variables). Returns the bench's settings, the store,
     the fleet and the gateway's URL; `stack` stops them all."""
+    _link_bootstrap(settings, scratch)
     redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
     engines = _engines(settings, scratch, stack, say)
     urls = {kind: kind_urls for kind, (kind_urls, _) in engines.items()}
@@ -341,6 +342,13 @@ def start_stack(settings: Settings, scratch: Path, stack: ExitStack, say, update
         store.register_engines(kind, kind_urls, numerics)
     gateway_url = start_gateway(bench, stack, "gateway", {**bench_env(bench), **(gateway_env or {})})
     return bench, store, HotSwap.for_settings(store, bench, drain="later"), gateway_url
+
+
+def set_aside(store: Store, fleet: HotSwap, version: str, task: str, why: str) -> None:
+    """A version a benchmark trained only to measure: unloaded (an engine holds a few LoRAs at a
+    time) and marked rejected with `why`, never gated or served."""
+    asyncio.run(fleet.unload(version, TASK_ENGINE[task]))
+    store.update_adapter(version, status="rejected", reason=why)
 
 
 def start_gateway(bench: Settings, stack: ExitStack, name: str, env: dict[str, str]) -> str:
@@ -362,7 +370,6 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
     after each round, and a run that fails keeps its processes' logs (`keep_what_ran`)."""
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
-        link_bootstrap(settings, scratch)
         results: dict = {}
         store: Store | None = None
         try:
@@ -587,6 +594,11 @@ def as_served_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def labels_per_point(labels: int, gain: float) -> float:
+    """The labels each +0.01 of held-out reward cost (a positive `gain`)."""
+    return labels / (gain * 100)
+
+
 def labels_per_gain(results: dict) -> dict[str, str]:
     """Per task, the labels the team gave (corrections and ratings, every round) and how many of
     them each +0.01 of served reward on the held-out rows cost: what `--label-choice` compares."""
@@ -597,7 +609,7 @@ def labels_per_gain(results: dict) -> dict[str, str]:
         gain = entry.get("gain", {}).get("mean")
         if not given or gain is None:
             continue
-        cost = f"{given / (gain * 100):.1f} labels per +0.01" if gain > 0 else "no gain"
+        cost = f"{labels_per_point(given, gain):.1f} labels per +0.01" if gain > 0 else "no gain"
         out[task] = f"{given} labels chosen by {results['settings'].get('label_choice', 'random')}, gain {gain:+.3f}: {cost}"
     return out
 
