@@ -103,6 +103,7 @@ def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30,
     """Questions of every pattern (team None), the team's own patterns (True) or the general ones (False)."""
     values = _param_values(con)
     rows = []
+    nonempty: dict[str, bool] = {}  # a query drawn again (few values, many draws) is not run again
     for pattern_id, phrasings, sql_template, kinds in PATTERNS:
         if team is not None and (pattern_id in TEAM_PATTERNS) != team:
             continue
@@ -118,8 +119,10 @@ def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30,
                     text_params[kind] = PAYMENT_TYPE_WORDS.get(value, value) if kind == "ptype" else value
             question = rng.choice(phrasings).format(**text_params)
             sql = sql_template.format(**sql_params)
-            result = con.execute(sql).fetchall()
-            if not result or all(v is None for v in result[0]):
+            if sql not in nonempty:
+                result = con.execute(sql).fetchall()
+                nonempty[sql] = bool(result) and any(v is not None for v in result[0])
+            if not nonempty[sql]:
                 continue
             rows.append({"task": "sql", "input": {"question": question}, "reference": {"sql": sql},
                          "target": sql, "pattern": pattern_id})

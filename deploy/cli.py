@@ -105,9 +105,9 @@ def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even 
               tiny: Annotated[bool, typer.Option(help="Build the tiny from-scratch models (TUCANO_BOOTSTRAP_MODEL=tiny).")] = False
               ) -> None:
     """Build the commerce DB, the task datasets and the demo Base and Think models in the data dir."""
+    settings = _settings()  # a bad setting is named before the bootstrap's heavy imports
     from demo.bootstrap import BootstrapError, check_writable, steps_of
 
-    settings = _settings()
     if tiny:
         settings = settings.model_copy(update={"bootstrap_model": "tiny"})
     _exit_cleanly_on_sigterm()
@@ -126,10 +126,7 @@ def bootstrap(force: Annotated[bool, typer.Option(help="Rebuild every step even 
 @app.command()
 def serve() -> None:
     """Run the whole stack: gateway, vLLM engines, Redis and the periodic trainer."""
-    from demo.bootstrap import is_built, is_serveable
-    from deploy.serve import OpenBindRefused, check_bind
-    from deploy.serve import serve as run_stack
-    from deploy.starting import StartingResponder
+    from deploy.starting import OpenBindRefused, StartingResponder, check_bind
 
     settings = _settings()
     try:
@@ -143,6 +140,11 @@ def serve() -> None:
         raise _fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror} (another program holds the port? "
                     "set TUCANO_PORT)", 2) from None
     with starting:
+        # the stack's imports (torch, transformers, vLLM's client side) take seconds: after the
+        # checks above, so that a refusal comes at once, and while the port already answers 503
+        from demo.bootstrap import is_built, is_serveable
+        from deploy.serve import serve as run_stack
+
         uses_demo_models = settings.base_model is None or settings.think_model is None
         finish_bootstrap = uses_demo_models and not is_built(settings)
         if finish_bootstrap and (settings.bootstrap_model == "tiny" or settings.base_engine_urls or settings.think_engine_url):

@@ -5,8 +5,8 @@ ones, else the bootstrap's (built first when missing). Engines: the configured U
 base and a think vLLM server (both with runtime LoRA) started here and restarted if they die.
 Periodic jobs: trimming the records stream, judging canaries, unloading what rounds retired once
 its drain is over, and the training rounds. Then the gateway (uvicorn, `gateway_workers`
-processes) until SIGTERM/SIGINT, when everything stops cleanly in reverse order. `check_bind`
-refuses a public address without keys first.
+processes) until SIGTERM/SIGINT, when everything stops cleanly in reverse order. A public
+address without keys is refused before any of it (`deploy/starting.py`, `check_bind`).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
-from deploy.starting import StartingResponder
+from deploy.starting import StartingResponder, check_bind
 from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
 from router.engine_client import ChatTemplate, EnginePool
 from router.route_table import RouteTable
@@ -217,24 +217,6 @@ def periodic_jobs(settings: Settings, store: Store, fleet: HotSwap, redis_url: s
         say(f"training rounds every {settings.train_interval_minutes} min (log {settings.root / 'logs' / 'train.log'})")
     scheduler.start()
     return scheduler
-
-
-class OpenBindRefused(RuntimeError):
-    """`serve` was asked to listen beyond loopback with no key configured."""
-
-
-def check_bind(settings: Settings) -> str | None:
-    """Refuse a non-loopback address without keys (unless TUCANO_ALLOW_OPEN_BIND says so); a
-    warning when admin routes will be unreachable."""
-    keys = settings.user_api_key is not None or settings.admin_api_key is not None
-    if not settings.loopback_only and not keys and not settings.allow_open_bind:
-        raise OpenBindRefused(
-            f"refusing to listen on {settings.host} without keys: anyone who reaches it could use the service. Set "
-            "TUCANO_USER_API_KEY (and TUCANO_ADMIN_API_KEY for adapter changes), listen on 127.0.0.1 (TUCANO_HOST), "
-            "or set TUCANO_ALLOW_OPEN_BIND=true to accept it")
-    if settings.admin_api_key is None and (keys or not settings.loopback_only):
-        return "admin routes (promote, rollback, canary) are refused: TUCANO_ADMIN_API_KEY is not set"
-    return None
 
 
 class ModelNotFound(RuntimeError):

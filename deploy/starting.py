@@ -7,6 +7,9 @@ loading their models (20-45 s each). A client, a load balancer or a newcomer's c
 port meanwhile learns that the service is starting and when to ask again. The listener is a
 plain `http.server` in a thread of its own: nothing of the gateway (Redis, engines) exists yet.
 It lets go of the port just before uvicorn binds it.
+
+Before the port is opened at all, `check_bind` refuses an address beyond loopback with no key:
+it runs first, in a second, before `serve` imports the stack.
 """
 from __future__ import annotations
 
@@ -14,9 +17,28 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from common.settings import Settings
 from server.errors import RETRY_AFTER_S
 
 STARTING_ERROR = "starting"
+
+
+class OpenBindRefused(RuntimeError):
+    """`serve` was asked to listen beyond loopback with no key configured."""
+
+
+def check_bind(settings: Settings) -> str | None:
+    """Refuse a non-loopback address without keys (unless TUCANO_ALLOW_OPEN_BIND says so); a
+    warning when admin routes will be unreachable."""
+    keys = settings.user_api_key is not None or settings.admin_api_key is not None
+    if not settings.loopback_only and not keys and not settings.allow_open_bind:
+        raise OpenBindRefused(
+            f"refusing to listen on {settings.host} without keys: anyone who reaches it could use the service. Set "
+            "TUCANO_USER_API_KEY (and TUCANO_ADMIN_API_KEY for adapter changes), listen on 127.0.0.1 (TUCANO_HOST), "
+            "or set TUCANO_ALLOW_OPEN_BIND=true to accept it")
+    if settings.admin_api_key is None and (keys or not settings.loopback_only):
+        return "admin routes (promote, rollback, canary) are refused: TUCANO_ADMIN_API_KEY is not set"
+    return None
 
 
 class _Handler(BaseHTTPRequestHandler):

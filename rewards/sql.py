@@ -114,16 +114,9 @@ def identifier_link(sql: str) -> tuple[float, str]:
     return 0.5 * good / len(names), f"unparsed; {good}/{len(names)} identifiers are schema names"
 
 
-def _normalise(value):
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return round(float(value), 4)
-    return value
-
-
-def _rows(result: QueryResult) -> list[tuple]:
-    return [tuple(_normalise(v) for v in row) for row in result.rows]
+def _normalised(row: tuple) -> tuple:
+    """Numbers (booleans too) as floats to 4 places, so 3, 3.0 and 3.00001 are one value."""
+    return tuple(round(float(v), 4) if isinstance(v, (int, float)) else v for v in row)
 
 
 _REFERENCE_RESULTS: dict[tuple, tuple[tuple[tuple, ...], bool]] = {}
@@ -143,7 +136,7 @@ def _reference_result(db_path: str, sql: str, timeout_s: float, row_cap: int) ->
         return f"the reference failed: {result.error}"
     if len(_REFERENCE_RESULTS) >= 4096:
         _REFERENCE_RESULTS.clear()
-    _REFERENCE_RESULTS[key] = (tuple(_rows(result)), checked.tree.args.get("order") is not None)
+    _REFERENCE_RESULTS[key] = (tuple(map(_normalised, result.rows)), checked.tree.args.get("order") is not None)
     return _REFERENCE_RESULTS[key]
 
 
@@ -152,15 +145,28 @@ def _canonical(row: tuple) -> tuple:
     return tuple(sorted(row, key=lambda v: (type(v).__name__, str(v))))
 
 
-def execution_match(predicted: list[tuple], expected: tuple[tuple, ...], ordered: bool) -> tuple[float, str]:
-    if ordered and list(predicted) == list(expected):
+def _values_hash(row: tuple) -> int:
+    """The same for any order of a row's values: rows whose hashes differ cannot be one canonical row."""
+    return sum(map(hash, row))
+
+
+def execution_match(rows: list[tuple], expected: tuple[tuple, ...], ordered: bool) -> tuple[float, str]:
+    """`rows` as the query returned them, `expected` normalised. Only rows that may equal a
+    reference row (as wide, the same values' hash) are normalised and put in canonical order
+    (doing so for every value of a 1,000-row `SELECT *` took most of a score); the others count
+    toward the union alone."""
+    widths = {len(row) for row in expected}
+    predicted = [_normalised(row) for row in rows if len(row) in widths]
+    if ordered and len(predicted) == len(rows) and predicted == list(expected):
         return 1.0, "same rows in the same order"
-    p, e = Counter(map(_canonical, predicted)), Counter(map(_canonical, expected))
-    if p == e:
+    e = Counter(map(_canonical, expected))
+    hashes = set(map(_values_hash, expected))
+    p = Counter(_canonical(row) for row in predicted if _values_hash(row) in hashes)
+    matched = sum((p & e).values())
+    if matched == len(rows) == len(expected):
         return (0.8, "same rows, wrong order") if ordered else (1.0, "same bag of rows")
-    union = sum((p | e).values())
-    overlap = sum((p & e).values()) / union if union else 0.0
-    return 0.5 * overlap, f"{sum((p & e).values())} of {sum(e.values())} reference rows matched"
+    union = len(rows) + len(expected) - matched
+    return 0.5 * matched / union if union else 0.0, f"{matched} of {len(expected)} reference rows matched"
 
 
 def _limits(context: dict) -> tuple[float, int]:
@@ -245,5 +251,5 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
         # undecided, not wrong: `reference_ran` says so, and the next scoring runs the reference again
         details["execution_match"] = f"{expected}; content not scored"
     else:
-        components["execution_match"], details["execution_match"] = execution_match(_rows(result), *expected)
+        components["execution_match"], details["execution_match"] = execution_match(result.rows, *expected)
     return components, weights, details, sql

@@ -134,7 +134,7 @@ def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_pat
     port, data_dir = free_port(), tmp_path / "data"
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "TUCANO_DATA_DIR": str(data_dir), "TUCANO_BOOTSTRAP_MODEL": "smollm2", "TUCANO_BOOTSTRAP_ORDERS": "600",
-           "TUCANO_BOOTSTRAP_SFT_STEPS": "6", "TUCANO_PORT": str(port), "TUCANO_TRAIN_ENABLED": "false"}
+           "TUCANO_BOOTSTRAP_SFT_STEPS": "3", "TUCANO_PORT": str(port), "TUCANO_TRAIN_ENABLED": "false"}
     env.pop("TUCANO_REDIS_URL", None)
     log_path = tmp_path / "serve.log"
     question = {"input": {"question": "Quantos pedidos foram entregues?"}}
@@ -143,25 +143,30 @@ def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_pat
     with log_path.open("wb") as log:
         serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 900
+        # the fine-tuning shares two cores with both engines: once the pretrained weights have
+        # answered, the test asks again only when the fine-tuned ones serve, as a user would, and
+        # does not keep the engines generating for the whole fine-tuning (on CI's slowest machine
+        # that starved it past the deadline)
+        deadline = time.monotonic() + 1500
         while finetuned is None:
             assert time.monotonic() < deadline and serve.poll() is None, log_path.read_text()[-3000:]
             done = "the fine-tuned demo model serves now" in log_path.read_text()
             try:
-                answer = httpx.post(f"{url}/v1/tasks/sql", json=question, timeout=120)
                 ready = httpx.get(f"{url}/readyz", timeout=10).json()
+                stages |= {job["stage"] for job in ready["jobs"] if job["job"] == "bootstrap"}
+                answer = httpx.post(f"{url}/v1/tasks/sql", json=question, timeout=120) if early is None or done else None
             except httpx.TransportError:
                 time.sleep(0.5)
                 continue
-            assert answer.status_code in (200, 503), answer.text  # 503 while an engine starts or restarts
-            if answer.status_code == 503:
-                assert answer.headers["Retry-After"]
-            if answer.status_code == 200 and not done and early is None:
-                early = answer.json()
-            stages |= {job["stage"] for job in ready["jobs"] if job["job"] == "bootstrap"}
-            if done and answer.status_code == 200:
-                finetuned = answer.json()
-            time.sleep(0.5)
+            if answer is not None:
+                assert answer.status_code in (200, 503), answer.text  # 503 while an engine starts or restarts
+                if answer.status_code == 503:
+                    assert answer.headers["Retry-After"]
+                if answer.status_code == 200 and not done and early is None:
+                    early = answer.json()
+                if done and answer.status_code == 200:
+                    finetuned = answer.json()
+            time.sleep(0.5 if answer is not None else 2)
         assert early is not None, "no answer came while the fine-tuning ran"
         assert "base_model" in stages, stages  # /readyz named the fine-tuning while it ran
         assert finetuned["route"]["model"] == early["route"]["model"] == "base"
@@ -170,7 +175,7 @@ def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_pat
         assert not [i for i in finetuned["examples"] if i.startswith("sql-bootstrap-")], finetuned
         manifest = json.loads((data_dir / "manifest.json").read_text())
         settings = load_settings(data_dir=data_dir, bootstrap_model="smollm2")
-        assert bootstrap.is_built(settings) and "early_models" not in manifest["steps"] and manifest["steps"]["base_model"]["sft_steps"] == 6
+        assert bootstrap.is_built(settings) and "early_models" not in manifest["steps"] and manifest["steps"]["base_model"]["sft_steps"] == 3
         assert "bootstrap: base_model" in (data_dir / "logs" / "bootstrap.log").read_text()
     finally:
         serve.send_signal(signal.SIGTERM)

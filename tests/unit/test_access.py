@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from common.settings import load_settings
 from common.store import Store
-from deploy.serve import OpenBindRefused, check_bind
+from deploy.starting import OpenBindRefused, check_bind
 from router.engine_client import EnginePool
 from router.route_table import RouteTable
 from server.app import create_app

@@ -50,7 +50,7 @@ class SlowModels(BaseHTTPRequestHandler):
 @pytest.fixture
 def slow_engine():
     server = ThreadingHTTPServer(("127.0.0.1", 0), SlowModels)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -214,7 +214,7 @@ class DropsReusedConnections(BaseHTTPRequestHandler):
 
 def test_a_dropped_keep_alive_connection_is_retried_not_a_503():
     server = ThreadingHTTPServer(("127.0.0.1", 0), DropsReusedConnections)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     pool = EnginePool("base", [f"http://127.0.0.1:{server.server_address[1]}"], template=None)
 
     async def answers() -> list[str]:
@@ -263,7 +263,7 @@ class SlowStream(BaseHTTPRequestHandler):
 @pytest.fixture
 def slow_stream():
     server = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     SlowStream.gaps = ()

@@ -31,7 +31,7 @@ def rows(small_commerce_db) -> dict[str, list[dict]]:
         by_task = {
             "extraction": [{"input": {"review": text}, "reference": reference, "target": json.dumps(reference, ensure_ascii=False)}
                            for text, reference, _ in (make_review(rng) for _ in range(60))],
-            "sql": datasets.sql_rows(con, rng, per_pattern=2),
+            "sql": datasets.sql_rows(con, rng, per_pattern=1),  # every pattern once
             "push": datasets.push_rows(rng, n=60),
             "insights": datasets.insights_rows(con, rng)[:40],
         }
