@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from common.datasets import input_hash
 from common.records import Label, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
-from server.review import rank, weakest_components
+from server.review import input_words, overlap, rank, typicality, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -63,6 +63,30 @@ def test_the_queue_spreads_over_the_inputs_instead_of_listing_near_repeats_first
     priorities = [priority for _, priority, _ in ranked]
     assert priorities == sorted(priorities, reverse=True) and len(ranked) == 13
     assert any("like an input above it" in reason for reason in dict((r.id, why) for r, _, why in ranked)["rep-1"])
+
+
+def test_typicality_is_the_mean_overlap_with_the_other_inputs_as_a_share_of_the_highest():
+    inputs = [{"question": q} for q in ("quantos pedidos foram entregues em sao paulo", "quantos pedidos foram entregues no parana",
+                                        "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer")]
+    words = [input_words(i) for i in inputs]
+    means = [sum(overlap(w, v) for j, v in enumerate(words) if j != i) / 3 for i, w in enumerate(words)]
+    assert typicality(inputs) == pytest.approx([m / max(means) for m in means])
+    assert typicality(inputs)[3] == 0.0 and max(typicality(inputs)) == 1.0  # the odd question shares no word
+    assert typicality(inputs[:1]) == [0.0] and typicality([]) == [] and typicality([{"question": "a"}, {"question": "b"}]) == [0.0, 0.0]
+
+
+def test_at_equal_scores_a_typical_input_ranks_above_an_odd_one():
+    """A label teaches the inputs like its own: of two answers scored alike, the one whose input is
+    like the others' comes first, and the odd one's lower score must outweigh that to lead."""
+    family = [served(f"family-{i}", 0.6, f"quantos pedidos foram entregues em sao paulo no ano {2016 + i}") for i in range(4)]
+    typical, odd = served("typical", 0.3, "quantos pedidos foram entregues em sao paulo"), served("odd", 0.3, "qual vendedor vendeu mais cadeiras gamer")
+    order = [record.id for record, _, _ in rank("sql", [*family, odd, typical], [], [], "k1", False, 6)]
+    assert order.index("typical") < order.index("odd")
+    why = {record.id: reasons for record, _, reasons in rank("sql", [*family, odd, typical], [], [], "k1", False, 6)}
+    assert "typical input 0.00" in why["odd"] and float(why["typical"][1].split()[-1]) > 0.9
+    much_lower = served("odd", 0.0, "qual vendedor vendeu mais cadeiras gamer")  # 0.6 below: more than the bonus
+    typical = served("typical", 0.6, "quantos pedidos foram entregues em sao paulo")
+    assert rank("sql", [*family, much_lower, typical], [], [], "k1", False, 6)[0][0].id == "odd"
 
 
 def test_labelled_answers_others_keys_and_answers_from_corrections_are_left_out():
