@@ -8,8 +8,9 @@ An answer ranks higher for each of:
 - a canary's answer (the canary's verdict is what the label decides);
 - a typical input: its mean word overlap with the task's recent inputs, as a share of the most
   typical one's (information density). A label teaches the next round its input and the inputs
-  like it; the lowest scores alone picked the oddest inputs, and side by side on the same traffic
-  (`tucano bench labels`) SQL's oddest questions taught three steps of SFT the least.
+  like it; the lowest scores alone picked SQL's oddest questions, which taught three steps of SFT
+  the least. Side by side (`tucano bench labels`, docs/results.md) the term raised the queue's
+  SQL labels in both runs and lowered its push labels in both; push's queue stayed below random.
 
 Then the list is spread over the inputs (maximal marginal relevance): each answer, in turn, loses
 `REDUNDANCY` times its input's word overlap (Jaccard) with the most similar input ranked above it,
