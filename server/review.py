@@ -53,11 +53,13 @@ def overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
-def spread(ranked: list[tuple[Record, float, list[str]]], limit: int) -> list[tuple[Record, float, list[str]]]:
+def spread(ranked: list[tuple[Record, float, list[str]]], limit: int, words_of: dict[str, frozenset[str]]
+           ) -> list[tuple[Record, float, list[str]]]:
     """Greedy maximal marginal relevance over `ranked`: each pick maximises its priority less
     `REDUNDANCY` times its overlap with the closest input picked before it. The priorities it
-    returns (as picked) never rise down the list: picking only raises the others' overlaps."""
-    words = [input_words(record.input) for record, _, _ in ranked]
+    returns (as picked) never rise down the list: picking only raises the others' overlaps.
+    `words_of`: each record's input words, by record id."""
+    words = [words_of[record.id] for record, _, _ in ranked]
     inputs = [input_hash(record.task, record.input) for record, _, _ in ranked]
     closest = [0.0] * len(ranked)  # each candidate's overlap with the most similar input picked so far
     left = list(range(len(ranked)))
@@ -74,11 +76,10 @@ def spread(ranked: list[tuple[Record, float, list[str]]], limit: int) -> list[tu
     return picked
 
 
-def typicality(inputs: list[dict]) -> list[float]:
-    """Each input's mean word overlap (Jaccard) with the others, divided by the highest such mean
-    (0 when no two inputs share a word). One sparse product for all the pairs: 500 insights
-    inputs, pair by pair in Python, took a second of the page's request."""
-    words = [input_words(task_input) for task_input in inputs]
+def typicality(words: list[frozenset[str]]) -> list[float]:
+    """Each input's (its `input_words`) mean word overlap (Jaccard) with the others, divided by the
+    highest such mean (0 when no two inputs share a word). One sparse product for all the pairs:
+    500 insights inputs, pair by pair in Python, took a second of the page's request."""
     if len(words) < 2:
         return [0.0] * len(words)
     vocabulary: dict[str, int] = {}
@@ -112,7 +113,8 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
     for record in records:
         answers_of[input_hash(task, record.input)].add(record.raw)
     weak = weakest_components(rounds, task)
-    typical = dict(zip((record.id for record in records), typicality([record.input for record in records])))
+    words_of = {record.id: input_words(record.input) for record in records}  # read once, by typicality and spread
+    typical = dict(zip(words_of, typicality(list(words_of.values()))))
     ranked = []
     for record in records:
         if record.id in labelled or record.answered_from or (not admin and record.key_id != key_id):
@@ -131,4 +133,4 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
             why.append(f"served by the canary {record.adapter}")
         ranked.append((record, round(priority, 4), why))
     ranked.sort(key=lambda item: -item[1])
-    return spread(ranked, limit)
+    return spread(ranked, limit, words_of)

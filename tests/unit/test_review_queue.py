@@ -70,9 +70,9 @@ def test_typicality_is_the_mean_overlap_with_the_other_inputs_as_a_share_of_the_
                                         "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer")]
     words = [input_words(i) for i in inputs]
     means = [sum(overlap(w, v) for j, v in enumerate(words) if j != i) / 3 for i, w in enumerate(words)]
-    assert typicality(inputs) == pytest.approx([m / max(means) for m in means])
-    assert typicality(inputs)[3] == 0.0 and max(typicality(inputs)) == 1.0  # the odd question shares no word
-    assert typicality(inputs[:1]) == [0.0] and typicality([]) == [] and typicality([{"question": "a"}, {"question": "b"}]) == [0.0, 0.0]
+    assert typicality(words) == pytest.approx([m / max(means) for m in means])
+    assert typicality(words)[3] == 0.0 and max(typicality(words)) == 1.0  # the odd question shares no word
+    assert typicality(words[:1]) == [0.0] and typicality([]) == [] and typicality([frozenset(), frozenset()]) == [0.0, 0.0]
 
 
 def test_at_equal_scores_a_typical_input_ranks_above_an_odd_one():
