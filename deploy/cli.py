@@ -569,6 +569,9 @@ def bench_labels(
     labels: Annotated[int, typer.Option(min=2, help="Labels per arm (the queue's, and each random draw's).")] = 30,
     draws: Annotated[int, typer.Option(min=1, max=10, help="Random draws of the same number of labels.")] = 2,
     measure_rows: Annotated[int, typer.Option(min=8, help="Held-out rows per task the reward is measured on.")] = 40,
+    epochs: Annotated[float | None, typer.Option(min=0.5, max=20, help=(
+        "Epochs of SFT over each arm's labels, with no time budget: every arm takes the same steps (default: one round's "
+        "time budget, which buys fewer steps on longer references)."))] = None,
     name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "labels",
 ) -> None:
     """The review queue's labels against random ones, side by side on the same traffic: what each set teaches per label."""
@@ -578,7 +581,8 @@ def bench_labels(
     if labels > requests:
         raise _fail(f"--labels ({labels}) cannot be more than --requests ({requests}): the labels are chosen from the answers", 2)
     settings = _built_settings()
-    results = bench.run(settings, requests, labels, draws, measure_rows, tasks, say=lambda text: console.print(text, highlight=False))
+    results = bench.run(settings, requests, labels, draws, measure_rows, tasks, say=lambda text: console.print(text, highlight=False),
+                        epochs=epochs)
     _report(settings, name, results, bench.table(results))
 
 

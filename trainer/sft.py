@@ -66,6 +66,11 @@ def first_useful_evaluation(min_steps: int, batch: int, examples: int) -> int:
     return math.ceil(min_steps / math.ceil(examples / batch))
 
 
+def planned_epochs(settings: Settings, examples: int) -> float:
+    """Epochs over `examples`: `sft_max_epochs`, or more where those would not make `sft_min_steps` steps."""
+    return max(settings.sft_max_epochs, math.ceil(settings.sft_min_steps * settings.sft_batch_size / examples))
+
+
 def _trainer_class():
     from trl import SFTTrainer
 
@@ -83,7 +88,7 @@ def train(settings: Settings, model, tokenizer, examples: list[dict], validation
     from trl import SFTConfig
 
     batch = settings.sft_batch_size
-    epochs = max(settings.sft_max_epochs, math.ceil(settings.sft_min_steps * batch / len(examples)))
+    epochs = planned_epochs(settings, len(examples))
     config = SFTConfig(**methods.trainer_args(settings, epochs, batch, len(examples)),
                        completion_only_loss=True, max_length=settings.train_max_length,
                        eval_strategy="epoch" if validation else "no", per_device_eval_batch_size=batch,

@@ -20,7 +20,8 @@ choice of labels differs:
 Gains are paired by row against the base model, and the queue's arm against each random draw;
 the gain per label is the gain over the labels given, and its ratio to random's is what the
 review queue's target (1.5 times) is about. The arms train one after another on the same
-machine; each reports its SFT steps, since a time budget buys fewer steps on longer references.
+machine; each reports its SFT steps, since a time budget buys fewer steps on longer references;
+`--epochs` gives every arm the same epochs (so the same steps) instead.
 There is no gate and no examples in the prompts here: what is measured is what the labels teach.
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from deploy.bench import learn
 from rewards import Score
 
 QUEUE = "queue"
+UNBOUNDED_S = 86_400.0  # `--epochs`: the arms' steps are set by their epochs, not by a clock
 
 
 def random_arm(draw: int) -> str:
@@ -54,15 +56,27 @@ def choose(queue_order: list[int], answers: int, labels: int, draws: int, seed: 
     return chosen
 
 
-def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows: int, tasks: tuple[str, ...], say=print) -> dict:
+def arm_training(settings: Settings, task: str, epochs: float | None) -> Settings:
+    """The settings every arm of `task` trains with: the round's (its time budget), or, with
+    `epochs`, that many epochs over the arm's labels and no time budget, so that every arm takes
+    the same steps whatever its references' lengths (a time budget buys fewer steps on longer ones)."""
+    own = settings.for_task(task)
+    if epochs is None:
+        return own
+    return own.model_copy(update={"sft_max_epochs": epochs, "sft_min_steps": 1, "train_time_budget_s": UNBOUNDED_S})
+
+
+def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows: int, tasks: tuple[str, ...], say=print,
+        epochs: float | None = None) -> dict:
     """The run's results: per task, the traffic, the base model's held-out reward and each arm's."""
-    results: dict = {"settings": {"requests": requests, "labels": labels, "draws": draws, "seed": settings.seed}, "tasks": {}}
+    results: dict = {"settings": {"requests": requests, "labels": labels, "draws": draws, "seed": settings.seed, "epochs": epochs},
+                     "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-labels-")))
         bench, store, fleet, gateway_url = learn.start_stack(settings, scratch, stack, say)
         team = learn.Team(bench, gateway_url, tasks, measure_rows, settings.seed)
         results["settings"]["measure_rows"] = {t: len(team.held_out[t]) for t in tasks}
-        results["settings"]["train_time_budget_s"] = {t: bench.for_task(t).train_time_budget_s for t in tasks}
+        results["settings"]["train_time_budget_s"] = {t: arm_training(bench, t, epochs).train_time_budget_s for t in tasks}
         for task in tasks:
             traffic = asyncio.run(team.play(task, requests, 0.0, 0.0))
             rows = [row for row, _ in team.last[task]]
@@ -76,7 +90,7 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
             scores: dict[str, list[Score]] = {}
             for arm, picked in choose(order, len(rows), labels, draws, settings.seed).items():
                 chosen_rows = [rows[i] for i in picked]
-                arm_entry, scores[arm] = learn.sft_from_base(bench, store, fleet, team, task, chosen_rows,
+                arm_entry, scores[arm] = learn.sft_from_base(arm_training(bench, task, epochs), store, fleet, team, task, chosen_rows,
                                                              f"labels chosen by {arm}", base)
                 arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
                 arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
@@ -125,7 +139,9 @@ def table(results: dict) -> str:
         lines.append(f"- {task}: the queue's gain per label is "
                      + (f"{r:.2f} times the random draws' mean" if r is not None else "not comparable: random labels gained nothing on average"))
     s = results["settings"]
+    training = (f"{s['epochs']:g} epochs over its labels, no time budget" if s.get("epochs")
+                else f"within one round's budget ({s['train_time_budget_s']} s)")
     lines.append(f"\n{s['requests']} requests per task, {s['labels']} labels per arm, {s['draws']} random draws; each arm SFT from the "
-                 f"base model within one round's budget ({s['train_time_budget_s']} s); held-out test rows ({s['measure_rows']}), "
+                 f"base model, {training}; held-out test rows ({s['measure_rows']}), "
                  "fixed seed per row, 95% intervals by bootstrap over rows, paired.")
     return "\n".join(lines)

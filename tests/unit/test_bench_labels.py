@@ -68,3 +68,45 @@ def test_more_labels_than_answers_is_refused_before_anything_runs(tmp_path):
     assert result.exit_code == 2, result.output
     assert "--labels (30) cannot be more than --requests (20)" in " ".join(result.output.split())
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("epochs", ["0", "-1", "many", "21"])
+def test_epochs_out_of_range_are_refused_before_anything_runs(tmp_path, epochs):
+    from typer.testing import CliRunner
+
+    from deploy import cli
+
+    result = CliRunner().invoke(cli.app, ["bench", "labels", "--epochs", epochs], env={"TUCANO_DATA_DIR": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert "--epochs" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_own_settings():
+    from common.settings import Settings
+    from deploy.bench.labels import UNBOUNDED_S, arm_training
+    from trainer.data import TaskData, split_validation
+    from trainer.sft import planned_epochs
+
+    settings = Settings()
+    assert arm_training(settings, "sql", None) == settings.for_task("sql")  # default: the round's own budget
+    assert arm_training(settings, "extraction", None).train_time_budget_s == 120.0
+    extraction = arm_training(settings, "extraction", 3)
+    assert extraction.train_time_budget_s == UNBOUNDED_S
+    assert extraction.train_learning_rate == settings.for_task("extraction").train_learning_rate  # the task's own rate stays
+    data = TaskData("sql")
+    data.sft = [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(30)]  # thirty labels, as the bench gives
+    split_validation(data, settings.seed)
+    for task in ("sql", "push", "extraction"):
+        arm = arm_training(settings, task, 3)
+        assert planned_epochs(arm, len(data.sft)) == 3  # the same epochs, so the same steps, for every arm of a task
+    assert planned_epochs(settings.for_task("sql"), len(data.sft)) > 3  # unlike the round's: as many as 40 steps need
+
+
+def test_the_report_says_how_the_arms_trained():
+    from deploy.bench.labels import table
+
+    results = _results(0.30, 0.10)
+    assert "within one round's budget ({'sql': 45.0} s)" in table(results)
+    results["settings"]["epochs"] = 3.0
+    assert "3 epochs over its labels, no time budget" in table(results)
