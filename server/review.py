@@ -40,7 +40,7 @@ DISAGREEMENT = 0.3
 CANARY = 0.2
 WEAK_COMPONENT = 0.2
 REDUNDANCY = 1.0  # an identical input above an answer costs it a whole served score's worth of priority
-DENSITY = 0.5  # the most typical input's bonus: half a served score's worth
+COLD_START_LABELS = 100  # the task's labels at which a low score and a typical input weigh the same
 
 
 def input_words(task_input: dict) -> frozenset[str]:
@@ -105,10 +105,19 @@ def weakest_components(rounds: list[RoundSummary], task: str) -> set[str]:
     return set()
 
 
+def score_weight(labels: int) -> float:
+    """How much a low served score counts against a typical input (which counts 1 minus it), for a
+    task with `labels` answers or ratings so far: nothing at the first label, half at
+    `COLD_START_LABELS`, towards all of it after. With few labels the model has not yet learned
+    what most inputs look like, and an odd input's label teaches it little of that."""
+    return labels / (labels + COLD_START_LABELS)
+
+
 def rank(task: str, records: list[Record], labels: list[Label], rounds: list[RoundSummary], key_id: str | None, admin: bool,
          limit: int) -> list[tuple[Record, float, list[str]]]:
     """(record, priority, why) for the answers a label would help most, highest first."""
     labelled = {label.id for label in labels if label.rating is not None or label.answer_source == "correction"}
+    low_score = score_weight(sum(label.rating is not None or label.answer is not None for label in labels))
     answers_of: dict[str, set[str]] = defaultdict(set)
     for record in records:
         answers_of[input_hash(task, record.input)].add(record.raw)
@@ -120,7 +129,7 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
         if record.id in labelled or record.answered_from or (not admin and record.key_id != key_id):
             continue
         why = [f"served score {record.reward.total:.2f}", f"typical input {typical[record.id]:.2f}"]
-        priority = 1.0 - record.reward.total + DENSITY * typical[record.id]
+        priority = low_score * (1.0 - record.reward.total) + (1.0 - low_score) * typical[record.id]
         if len(answers_of[input_hash(task, record.input)]) > 1:
             priority += DISAGREEMENT
             why.append("the same input was served different answers")
