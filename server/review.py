@@ -2,15 +2,17 @@
 page where a person reads each input and answer and corrects or rates it (`/review`).
 
 An answer ranks higher for each of:
-- a low served score (the score's own doubt about it);
+- a low served score (the score's own doubt about it) and a typical input (its mean word overlap
+  with the task's recent inputs, as a share of the most typical one's: information density),
+  weighed by how many labels the task has (`score_weight`): with none, the typical input alone;
+  at `COLD_START_LABELS`, half each. A label teaches the next round its input and the inputs like
+  it, and while a task has few labels the model has yet to learn what most inputs look like: the
+  lowest scores picked the oddest inputs, whose labels taught less than random ones in every
+  side-by-side run; the most typical inputs, spread, taught more (`tucano bench labels`,
+  docs/results.md);
 - disagreement between samples: the same input was served different answers;
 - the components the last gate found the candidate weakest on, where this answer scores low;
-- a canary's answer (the canary's verdict is what the label decides);
-- a typical input: its mean word overlap with the task's recent inputs, as a share of the most
-  typical one's (information density). A label teaches the next round its input and the inputs
-  like it; the lowest scores alone picked SQL's oddest questions, which taught three steps of SFT
-  the least. Side by side (`tucano bench labels`, docs/results.md) the term raised the queue's
-  SQL labels in both runs and lowered its push labels in both; push's queue stayed below random.
+- a canary's answer (the canary's verdict is what the label decides).
 
 Then the list is spread over the inputs (maximal marginal relevance): each answer, in turn, loses
 `REDUNDANCY` times its input's word overlap (Jaccard) with the most similar input ranked above it,

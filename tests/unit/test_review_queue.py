@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from common.datasets import input_hash
 from common.records import Label, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
-from server.review import input_words, overlap, rank, typicality, weakest_components
+from server.review import COLD_START_LABELS, input_words, overlap, rank, score_weight, typicality, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -27,6 +27,11 @@ def labelled(rid: str, rating=None, source=None) -> Label:
                  answer_source=source)
 
 
+def seasoned(count: int = 900) -> list[Label]:
+    """A task's labels from its earlier answers (rated): at 900 a low score carries 0.9 of the weight."""
+    return [labelled(f"earlier-{i}", rating=1) for i in range(count)]
+
+
 def test_low_scores_disagreements_weak_components_and_canaries_come_first():
     records = [
         served("high", 0.95, "a"),
@@ -40,7 +45,7 @@ def test_low_scores_disagreements_weak_components_and_canaries_come_first():
                                                               "parse": ComponentDifference(0.2, (0.1, 0.3), False)})
     judged = TaskOutcome(outcome=Outcome.REJECTED, why="new labels", gate=GateRecord(decision=decision, incumbent="base"))
     rounds = [RoundSummary(round="r1", started=1.0, tasks={"sql": judged})]
-    ranked = rank("sql", records, [], rounds, "k1", False, 10)
+    ranked = rank("sql", records, seasoned(), rounds, "k1", False, 10)
     order = [record.id for record, _, _ in ranked]
     assert order[0] == "low" and order[-2:] == ["high", "twice-2"]  # the second answer to an input listed already goes last
     assert order.index("twice-1") < order.index("high") and order.index("canary") < order.index("high")
@@ -57,7 +62,7 @@ def test_the_queue_spreads_over_the_inputs_instead_of_listing_near_repeats_first
     others = [served("cities", 0.30, "quais cidades de minas gerais compraram mais eletronicos"),
               served("payments", 0.32, "qual o valor medio das parcelas pagas com boleto"),
               served("sellers", 0.35, "liste os vendedores do parana com mais avaliacoes ruins")]
-    ranked = rank("sql", repeats + others, [], [], "k1", False, 13)
+    ranked = rank("sql", repeats + others, seasoned(), [], "k1", False, 13)
     top = [record.id for record, _, _ in ranked[:5]]
     assert {"cities", "payments", "sellers"} <= set(top) and top[0].startswith("rep-")
     priorities = [priority for _, priority, _ in ranked]
@@ -75,18 +80,18 @@ def test_typicality_is_the_mean_overlap_with_the_other_inputs_as_a_share_of_the_
     assert typicality(words[:1]) == [0.0] and typicality([]) == [] and typicality([frozenset(), frozenset()]) == [0.0, 0.0]
 
 
-def test_at_equal_scores_a_typical_input_ranks_above_an_odd_one():
-    """A label teaches the inputs like its own: of two answers scored alike, the one whose input is
-    like the others' comes first, and the odd one's lower score must outweigh that to lead."""
+def test_with_few_labels_a_typical_input_leads_and_with_many_a_low_score_does():
+    """A label teaches the inputs like its own. While a task has few labels, the answer to an
+    input like the others' comes before a lower-scored odd one; once it has many, the low score leads."""
     family = [served(f"family-{i}", 0.6, f"quantos pedidos foram entregues em sao paulo no ano {2016 + i}") for i in range(4)]
-    typical, odd = served("typical", 0.3, "quantos pedidos foram entregues em sao paulo"), served("odd", 0.3, "qual vendedor vendeu mais cadeiras gamer")
-    order = [record.id for record, _, _ in rank("sql", [*family, odd, typical], [], [], "k1", False, 6)]
+    typical, odd = served("typical", 0.5, "quantos pedidos foram entregues em sao paulo"), served("odd", 0.0, "qual vendedor vendeu mais cadeiras gamer")
+    fresh = rank("sql", [*family, odd, typical], [], [], "k1", False, 6)
+    order = [record.id for record, _, _ in fresh]
     assert order.index("typical") < order.index("odd")
-    why = {record.id: reasons for record, _, reasons in rank("sql", [*family, odd, typical], [], [], "k1", False, 6)}
+    why = {record.id: reasons for record, _, reasons in fresh}
     assert "typical input 0.00" in why["odd"] and float(why["typical"][1].split()[-1]) > 0.9
-    much_lower = served("odd", 0.0, "qual vendedor vendeu mais cadeiras gamer")  # 0.6 below: more than the bonus
-    typical = served("typical", 0.6, "quantos pedidos foram entregues em sao paulo")
-    assert rank("sql", [*family, much_lower, typical], [], [], "k1", False, 6)[0][0].id == "odd"
+    assert rank("sql", [*family, odd, typical], seasoned(), [], "k1", False, 6)[0][0].id == "odd"
+    assert score_weight(0) == 0.0 and score_weight(COLD_START_LABELS) == 0.5 and score_weight(900) == pytest.approx(0.9)
 
 
 def test_labelled_answers_others_keys_and_answers_from_corrections_are_left_out():
