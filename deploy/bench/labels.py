@@ -88,9 +88,10 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
             entry = {"traffic": traffic, "queue_listed": listed, "base": learn.measured(base), "arms": {}, "queue_minus": {}}
             say(f"{task}: the base model {entry['base']['mean']}; the review queue lists {listed} of the {len(answers)} answers")
             scores: dict[str, list[Score]] = {}
+            training = arm_training(bench, task, epochs)
             for arm, picked in choose(order, len(rows), labels, draws, settings.seed).items():
                 chosen_rows = [rows[i] for i in picked]
-                arm_entry, scores[arm] = learn.sft_from_base(arm_training(bench, task, epochs), store, fleet, team, task, chosen_rows,
+                arm_entry, scores[arm] = learn.sft_from_base(training, store, fleet, team, task, chosen_rows,
                                                              f"labels chosen by {arm}", base)
                 arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
                 arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
