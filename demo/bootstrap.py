@@ -33,8 +33,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from common.datasets import SPLITS, load_split
 from common.processes import bf16_on_cpu
 from common.settings import Settings
@@ -42,7 +40,6 @@ from common.tasks import TASK_ENGINE, TASKS
 from demo import commerce_db, datasets, pretrained
 from demo.finetune import finetune
 from demo.templates import END_OF_TURN, TEMPLATES
-from demo.tiny_models import build_tiny_model
 from router.prompts import build_messages
 
 STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
@@ -232,6 +229,15 @@ def _build_tiny(settings: Settings, manifest: _Manifest, name: str, datasets_fin
     manifest.finish(name, fingerprint, started, path=str(target), model="tiny", **info)
 
 
+def build_tiny_model(*args, **kwargs) -> dict:
+    """`demo.tiny_models.build_tiny_model`, imported only when a tiny model is built: torch and
+    transformers take seconds to import, and `tucano serve` reads this module's manifest helpers
+    on every start."""
+    from demo import tiny_models
+
+    return tiny_models.build_tiny_model(*args, **kwargs)
+
+
 def _build_pretrained(settings: Settings, manifest: _Manifest, progress: Progress) -> str:
     """The chosen GGUF model as a Hugging Face checkpoint under models/pretrained-<name>."""
     source = pretrained.SOURCES[settings.bootstrap_model]
@@ -348,6 +354,7 @@ def _build_finetuned(settings: Settings, manifest: _Manifest, upstream: str, dat
 def run(settings: Settings, progress: Progress = lambda *_: None, force: bool = False, serveable_only: bool = False) -> dict:
     """Build what is missing or stale; with `serveable_only`, only what serving needs first (a
     pretrained demo model's early copies: `_build_early`)."""
+    import torch
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # the caller shows one progress display for the whole bootstrap

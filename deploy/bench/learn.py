@@ -54,10 +54,8 @@ from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import ChatTemplate, EnginePool
 from router.task_specs import TASK_SPECS
-from trainer import gate, grpo
-from trainer.candidate import train_candidate
+from trainer import gate
 from trainer.data import TaskData, split_validation
-from trainer.round import run_round
 
 LIKED = 0.8  # a simulated user likes an answer that scores at least this against the reference
 CONCURRENCY = 8
@@ -253,6 +251,8 @@ def sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, 
                   baseline: list[Score]) -> tuple[dict, list[Score]]:
     """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows; with how many
     references it trained on and its steps, epochs and seconds. Also its held-out scores, row by row."""
+    from trainer.candidate import train_candidate  # the trainers are imported where a bench trains: torch and TRL take seconds
+
     started = time.perf_counter()
     meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
@@ -285,6 +285,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     traffic, unlabelled), each arm measured on the held-out rows: `sum` against `gdpo` advantages
     at GRPO's learning rate, and `sum` at the supervised methods' rate (the task's
     `train_learning_rate`, which GRPO used until it had its own)."""
+    from trainer import grpo
     from trainer.policy import load_policy
 
     render = ChatTemplate.load(settings.model_path_of(task)).render
@@ -368,6 +369,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         keep: Path | None = None, say=print, label_choice: str = "random") -> dict:
     """The run's results. With `keep` (`<data dir>/bench/<name>`), what it measured so far is kept
     after each round, and a run that fails keeps its processes' logs (`keep_what_ran`)."""
+    from trainer.round import run_round
+
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
         results: dict = {}

@@ -1,7 +1,14 @@
 """The unit tier: no bootstrap, no vLLM, no Redis server. What needs the commerce DB gets a small
-one (500 orders, built in well under a second by the demo generator) in a temporary dir."""
+one (500 orders, built in well under a second by the demo generator) in a temporary dir.
+
+Collecting the tier imports none of the `TRAINING_LIBRARIES`: in two workers (`-n auto`) each
+worker collects every module, and those imports take 10-20 s of a worker on two cores. The tests
+that need them import them in their bodies and are marked `xdist_group("torch")`, so that with
+`--dist loadgroup` one worker imports them and the other runs the rest meanwhile;
+`heavy_at_collection` names the module whose collection broke the rule (tests/unit/test_house.py)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +16,14 @@ import pytest
 SQL_TIME_LIMIT_S = 1.0
 SQL_ROW_CAP = 1000
 _db: dict[str, Path] = {}
+TRAINING_LIBRARIES = ("torch", "transformers", "trl", "peft", "vllm")
+heavy_at_collection: dict[str, str] = {}  # a training library -> the collected node after which it was first imported
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    for library in TRAINING_LIBRARIES:
+        if library in sys.modules and library not in heavy_at_collection:
+            heavy_at_collection[library] = report.nodeid
 
 
 @pytest.fixture(scope="session", autouse=True)

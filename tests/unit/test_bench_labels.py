@@ -82,6 +82,7 @@ def test_epochs_out_of_range_are_refused_before_anything_runs(tmp_path, epochs):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.xdist_group("torch")
 def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_own_settings():
     from common.settings import Settings
     from deploy.bench.labels import UNBOUNDED_S, arm_training

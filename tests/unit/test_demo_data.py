@@ -57,6 +57,7 @@ def test_the_bootstrap_split_holds_general_rows_only(built_datasets):
     assert not questions("bootstrap") & (questions("test") | questions("eval"))
 
 
+@pytest.mark.xdist_group("torch")  # `bootstrap.run` imports torch (tests/unit/conftest.py)
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
 def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path, monkeypatch, model):
     """`bootstrap.run` with its model builders recording what they are given: every row, corpus

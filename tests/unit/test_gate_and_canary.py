@@ -19,7 +19,6 @@ from tests.unit.test_shapes_and_routing import make_record
 from trainer import canary, gate
 from trainer.diagnostics import stop_conditions
 from trainer.gate import EvalRow, decide, look_ends, row_seed, sample_rows, sequential
-from trainer.kto import class_weights
 
 SETTINGS = load_settings(gate_min_rows=16, promote_margin=0.0, component_tolerance=0.01)
 
@@ -202,8 +201,11 @@ def test_stop_conditions_flag_what_they_say():
     assert calm == {"grad_norm_spikes": StopCondition(flagged=False, value=0.3, spikes=0)}
 
 
+@pytest.mark.xdist_group("torch")  # trainer.kto imports TRL's side of the trainer (tests/unit/conftest.py)
 @pytest.mark.parametrize("good,bad", [(10, 40), (40, 10), (20, 20), (0, 5)])
 def test_kto_class_weights_keep_the_weighted_ratio_within_one_and_four_thirds(good, bad):
+    from trainer.kto import class_weights
+
     desirable, undesirable = class_weights(good, bad)
     if good and bad:
         assert 1.0 <= desirable * good / (undesirable * bad) <= 4 / 3 + 1e-9
@@ -255,6 +257,7 @@ class CountingPool:
         return SimpleNamespace(text='{"title": "Ana, seu carrinho te espera", "body": "Fone com 10% off. Finalize sua compra."}')
 
 
+@pytest.mark.xdist_group("torch")
 def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(tmp_path):
     import asyncio
 

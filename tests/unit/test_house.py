@@ -66,3 +66,12 @@ def test_each_package_docstring_names_every_module_it_holds_and_no_other():
         if modules - named:
             unnamed[package] = sorted(modules - named)
     assert stale == {} and unnamed == {}, f"names of no module: {stale}; modules not named: {unnamed}"
+
+
+def test_collecting_the_unit_tier_imports_no_training_library():
+    """Each worker of `-n auto` collects every module: a training library imported at collection
+    costs every worker its seconds (tests/unit/conftest.py)."""
+    from tests.unit.conftest import heavy_at_collection
+
+    assert not heavy_at_collection, "imported while collecting: " + ", ".join(
+        f"{library} (first there after {node})" for library, node in heavy_at_collection.items())

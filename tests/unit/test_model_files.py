@@ -33,6 +33,7 @@ def test_a_missing_wheel_says_what_to_install(tmp_path):
         pretrained.gguf_file(_source("0" * 64, (("no_such_gguf_package", "x.gguf"),)), tmp_path)
 
 
+@pytest.mark.xdist_group("torch")
 def test_a_corrupt_or_other_gguf_file_is_named(fake_package, tmp_path):
     with pytest.raises(pretrained.PretrainedError, match=r"model\.gguf does not have the SHA-256"):
         pretrained.gguf_file(_source("0" * 64), tmp_path)

@@ -3,6 +3,8 @@ stage, each with the time spent and left; nothing more, so a 30-minute bootstrap
 dozen lines, not one per step."""
 from __future__ import annotations
 
+import pytest
+
 from deploy.progress import ProgressLines, duration
 
 
@@ -52,6 +54,7 @@ def test_durations_read_as_people_say_them():
     assert (duration(0), duration(59.4), duration(60), duration(905)) == ("0 s", "59 s", "1 min 00 s", "15 min 05 s")
 
 
+@pytest.mark.xdist_group("torch")
 def test_a_round_publishes_where_it_stands_at_most_once_a_second_and_at_every_stage():
     from common.rounds import RoundSummary, TaskOutcome
     from trainer.round import stage_seconds

@@ -7,19 +7,24 @@ from __future__ import annotations
 import builtins
 
 import pytest
-import torch
-from safetensors.torch import load_file
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from trainer import policy
+pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and PEFT are imported in the tests
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from trainer import policy
+
+    return policy
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny Qwen3 checkpoint with a tokenizer (the demo tokenizer's files are not needed: a
     byte-level one from the GPT-2 family is built from its vocab file here)."""
+    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
     path = tmp_path_factory.mktemp("tiny-qwen3")
     vocab = {chr(c): i for i, c in enumerate(range(32, 127))}
@@ -34,15 +39,17 @@ def checkpoint(tmp_path_factory):
     return str(path)
 
 
-def test_the_default_follows_the_device(monkeypatch):
+def test_the_default_follows_the_device(policy, monkeypatch):
     monkeypatch.setattr(policy, "on_gpu", lambda: False)
     assert policy.quantization(None) == "none" and policy.quantization("nf4") == "nf4"
     monkeypatch.setattr(policy, "on_gpu", lambda: True)
     assert policy.quantization(None) == "nf4" and policy.quantization("none") == "none"
 
 
-def test_nf4_trains_only_the_lora_on_4bit_base_layers_and_saves_a_full_precision_adapter(checkpoint, tmp_path):
+def test_nf4_trains_only_the_lora_on_4bit_base_layers_and_saves_a_full_precision_adapter(policy, checkpoint, tmp_path):
     import bitsandbytes as bnb
+    import torch
+    from safetensors.torch import load_file
 
     model, _ = policy.load_policy(checkpoint, None, rank=8, alpha=16, quantize="nf4", compute_bf16=False)
     four_bit = [name for name, module in model.named_modules() if isinstance(module, bnb.nn.Linear4bit)]
@@ -61,7 +68,7 @@ def test_nf4_trains_only_the_lora_on_4bit_base_layers_and_saves_a_full_precision
     assert saved and all("lora_" in key for key in saved) and {t.dtype for t in saved.values()} == {torch.float32}
 
 
-def test_a_4bit_model_checkpoints_exactly_when_the_round_will(checkpoint):
+def test_a_4bit_model_checkpoints_exactly_when_the_round_will(policy, checkpoint):
     """peft decides as the 4-bit model loads: it follows `train_gradient_checkpointing` (through
     `methods.checkpointing`) rather than the machine alone."""
     from common.settings import load_settings
@@ -73,7 +80,7 @@ def test_a_4bit_model_checkpoints_exactly_when_the_round_will(checkpoint):
         assert model.base_model.model.is_gradient_checkpointing is setting
 
 
-def test_without_bitsandbytes_nf4_names_the_setting(checkpoint, monkeypatch):
+def test_without_bitsandbytes_nf4_names_the_setting(policy, checkpoint, monkeypatch):
     real_import = builtins.__import__
 
     def no_bitsandbytes(name, *args, **kwargs):

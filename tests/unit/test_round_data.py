@@ -13,7 +13,6 @@ from common.records import AdapterMeta, Label
 from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
-from trainer import methods
 from trainer.data import build, no_demonstrations, served_demonstrations
 
 GOOD = "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'"
@@ -103,7 +102,10 @@ def test_sft_keeps_a_validation_slice_apart():
     assert not {e["source"] for e in data.validation} & {e["source"] for e in data.sft}
 
 
+@pytest.mark.xdist_group("torch")  # trainer.methods imports transformers (tests/unit/conftest.py)
 def test_auto_plans_methods_from_what_the_data_holds():
+    from trainer import methods
+
     settings = load_settings(min_sft_examples=2, min_dpo_pairs=2, min_kto_examples=2)
     corrected = run([label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ", "MG"))])
     assert [m for m, _ in methods.plan("auto", corrected, settings)] == ["sft"]  # DPO after SFT measured worse
@@ -119,7 +121,10 @@ def test_auto_plans_methods_from_what_the_data_holds():
     assert [m for m, _ in methods.plan("sft", corrected, settings)] == ["sft"] and methods.plan("kto", corrected, settings) == []
 
 
+@pytest.mark.xdist_group("torch")
 def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherwise():
+    from trainer import methods
+
     settings = load_settings()
     assert settings.train_from == "auto"
     model = settings.base_model_path
@@ -132,6 +137,7 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
     assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
 
 
+@pytest.mark.xdist_group("torch")  # trainer.round imports the trainers
 def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypatch):
     """`task_training`'s sft_from_liked decides, per task, whether liked answers join its SFT; the
     prompts carry the examples serving shows."""

@@ -5,19 +5,19 @@ SFT also validates only once its minimum steps are done, when an evaluation can 
 from __future__ import annotations
 
 import pytest
-import torch
-import trl.trainer.utils as trl_utils
-from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.settings import Settings
-from trainer import sft, shared_prefix
-from trainer.shared_prefix import split_point, with_shared_prefix
 
+pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
 VOCAB = 64
 
 
 def lora_model():
+    import torch
+    import trl.trainer.utils as trl_utils
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
@@ -31,6 +31,8 @@ def lora_model():
 
 def batch() -> dict:
     """Three rows: a 20-token common prompt, then their own question, answer and right padding."""
+    import torch
+
     generator = torch.Generator().manual_seed(3)
     common = torch.randint(2, VOCAB, (20,), generator=generator)
     rows, labels = [], []
@@ -48,6 +50,10 @@ def batch() -> dict:
 
 
 def test_the_split_point_is_the_common_prefix_before_any_label():
+    import torch
+
+    from trainer.shared_prefix import split_point
+
     ids = torch.arange(40).repeat(2, 1)
     ids[1, 30:] += 1
     labels = torch.full_like(ids, -100)
@@ -61,6 +67,10 @@ def test_the_split_point_is_the_common_prefix_before_any_label():
 
 
 def test_loss_and_gradients_are_the_plain_forwards():
+    import torch
+
+    from trainer.shared_prefix import with_shared_prefix
+
     inputs = batch()
     plain_model, shared_model = lora_model(), lora_model()
     plain = plain_model(**inputs, fused_lm_head=True)
@@ -81,6 +91,8 @@ def test_loss_and_gradients_are_the_plain_forwards():
 
 
 def test_a_batch_that_shares_nothing_is_left_as_it_is():
+    from trainer.shared_prefix import with_shared_prefix
+
     inputs = batch()
     inputs["input_ids"][1, 0] += 1
     assert with_shared_prefix(lora_model(), inputs) is inputs
@@ -88,6 +100,8 @@ def test_a_batch_that_shares_nothing_is_left_as_it_is():
 
 def test_a_checkpointed_model_takes_the_plain_forward():
     """transformers drops the cache of a checkpointed layer, so a shared prefix would be lost."""
+    from trainer.shared_prefix import with_shared_prefix
+
     model = lora_model()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     inputs = batch()
@@ -105,6 +119,11 @@ def tokenizer():
 
 
 def test_the_rounds_sft_trains_the_same_weights_with_it_and_without_it(tokenizer, monkeypatch):
+    import torch
+
+    from trainer import sft, shared_prefix
+    from trainer.shared_prefix import with_shared_prefix
+
     system = " ".join(f"w{3 + i % 50}" for i in range(24))
     examples = [{"prompt": f"{system} w{10 + i} w{20 + i}", "completion": f"w{30 + i} w{40 + i} w{50 + i % 5}"} for i in range(8)]
     # fp32: the claim is exact arithmetic; bf16 autocast (auto on a CPU that has it) rounds the two orders differently
@@ -147,6 +166,8 @@ def test_the_rounds_sft_trains_the_same_weights_with_it_and_without_it(tokenizer
 
 def test_the_rounds_sft_validates_only_from_the_first_epoch_that_has_its_minimum_steps(tokenizer):
     """Before `sft_min_steps` an evaluation can neither stop training nor keep weights, so none runs."""
+    from trainer import sft
+
     system = " ".join(f"w{3 + i % 50}" for i in range(24))
     examples = [{"prompt": f"{system} w{10 + i}", "completion": f"w{30 + i} w{40 + i}"} for i in range(10)]
     validation = [{"prompt": f"{system} w{20 + i}", "completion": f"w{35 + i} w{45 + i}"} for i in range(4)]

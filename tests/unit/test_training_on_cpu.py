@@ -4,26 +4,31 @@ autocast only where the CPU computes bf16 natively, or where a setting says so."
 from __future__ import annotations
 
 import pytest
-import torch
-import trl.trainer.utils as trl_utils
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from common import processes
 from common.records import Route
 from common.settings import Settings, load_settings
-from trainer import candidate, methods, trl_internals
 from trainer.data import TaskData
 
+pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
 VOCAB = 64
 
 
-def tiny_model() -> Qwen3ForCausalLM:
+def tiny_model():
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     torch.manual_seed(0)
     return Qwen3ForCausalLM(Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16))
 
 
 def test_the_fused_head_projects_only_labelled_positions_with_the_full_projections_loss_and_gradients(monkeypatch):
+    import torch
+    import trl.trainer.utils as trl_utils
+
+    from trainer import trl_internals
+
     trl_internals.project_labelled_positions_only()  # as every round's training does first (`methods.run`)
     fused, plain = tiny_model(), tiny_model()
     trl_utils.add_fused_lm_head(fused, outputs=("log_probs", "entropy", "is_top1"))
@@ -53,6 +58,11 @@ def test_the_fused_head_projects_only_labelled_positions_with_the_full_projectio
 
 
 def test_the_patch_leaves_other_devices_to_trl_and_is_applied_once():
+    import torch
+    import trl.trainer.utils as trl_utils
+
+    from trainer import trl_internals
+
     trl_internals.project_labelled_positions_only()
     uses_triton = trl_utils._use_triton
     assert uses_triton(torch.device("cpu"))
@@ -62,6 +72,8 @@ def test_the_patch_leaves_other_devices_to_trl_and_is_applied_once():
 
 
 def test_another_trl_version_is_refused_with_what_to_do(monkeypatch):
+    from trainer import trl_internals
+
     trl_internals.check_version("1.16.3")  # a patch release keeps the private API this module reaches
     for other in ("1.17.0", "2.0.1", "0.16.0"):
         with pytest.raises(trl_internals.TrlVersionError, match=rf"TRL {other} is installed.*TRL 1\.16\.x.*_use_triton"):
@@ -74,6 +86,8 @@ def test_another_trl_version_is_refused_with_what_to_do(monkeypatch):
 def test_gradient_checkpointing_on_a_cpu_only_where_a_task_asks_for_it():
     """Insights' long answers held 6.5 GB of activations in a round's SFT without it (3.7 with it);
     the other tasks' short ones train faster without it."""
+    from trainer import methods
+
     settings = Settings()
     checkpointed = lambda s: methods.trainer_args(s, epochs=1, batch_size=8, examples=16)["gradient_checkpointing"]
     assert {task: checkpointed(settings.for_task(task)) for task in ("extraction", "sql", "push", "insights")} == {
@@ -84,6 +98,8 @@ def test_gradient_checkpointing_on_a_cpu_only_where_a_task_asks_for_it():
 
 
 def test_bf16_where_the_cpu_computes_it_natively_or_a_setting_says_so(monkeypatch):
+    from trainer import methods
+
     assert processes.cpu_computes_bf16("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
     assert processes.cpu_computes_bf16("flags : fpu amx_bf16 amx_tile\n")
     assert not processes.cpu_computes_bf16("flags : fpu avx2 avx512f avx512bw\n")  # emulated there: slower than fp32
@@ -97,6 +113,8 @@ def test_bf16_where_the_cpu_computes_it_natively_or_a_setting_says_so(monkeypatc
 def test_a_candidate_trains_with_its_tasks_own_settings(monkeypatch):
     """`task_training` reaches the methods: what a round trains with is the task's own learning
     rate, batch and budget."""
+    from trainer import candidate, methods
+
     seen = []
 
     class Planned(Exception):

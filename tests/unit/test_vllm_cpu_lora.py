@@ -2,24 +2,37 @@
 every other row gets exactly what vLLM's own ops give it."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
-import torch
-from vllm.lora.ops.torch_ops import lora_ops as vllm_ops
 
-from deploy import vllm_cpu_lora as fixed
-
-ORIGINAL = {name: getattr(vllm_ops, name) for name in fixed.FIXED}  # before any test registers the plugin
+pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and vLLM are imported in the tests
 
 
-def weights(slots: int, out: int, inp: int) -> torch.Tensor:
+@pytest.fixture(scope="module")
+def ops() -> SimpleNamespace:
+    """vLLM's torch LoRA ops module (`vllm`), its ops as they were before any test registered the
+    plugin (`original`), and the plugin (`fixed`)."""
+    from vllm.lora.ops.torch_ops import lora_ops
+
+    from deploy import vllm_cpu_lora
+
+    return SimpleNamespace(vllm=lora_ops, original={name: getattr(lora_ops, name) for name in vllm_cpu_lora.FIXED}, fixed=vllm_cpu_lora)
+
+
+def weights(slots: int, out: int, inp: int):
+    import torch
+
     return torch.randn(slots, 1, out, inp, generator=torch.Generator().manual_seed(slots * 100 + out))
 
 
 @pytest.mark.parametrize("name, extra", [("bgmv_shrink", (0.5,)), ("bgmv_expand", (True,)), ("bgmv_expand", (False,)),
                                           ("bgmv_expand_slice", (2, 4, True)), ("bgmv_expand_slice", (2, 4, False))])
 @pytest.mark.parametrize("slots_of_rows", [[0, -1, 2, 1, -1], [1, 1, 1, 1, 1], [-1, -1, -1, -1, -1], [2, 0, 2, 0, 2]])
-def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra, slots_of_rows):
+def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(ops, name, extra, slots_of_rows):
     """Mixed batches (one product per slot), one adapter's batch and a base-only batch alike."""
+    import torch
+
     slots, inp = 3, 4
     out = 4 if name == "bgmv_shrink" or name == "bgmv_expand_slice" else 6
     lora = weights(slots, out, inp)
@@ -28,8 +41,8 @@ def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra, slots_o
     width = 8 if name == "bgmv_expand_slice" else out
     start = torch.randn(5, width, generator=torch.Generator().manual_seed(8))
     ours, theirs = start.clone(), start.clone()
-    getattr(fixed, name)(inputs, lora, ours, indices, *extra)
-    ORIGINAL[name](inputs, lora, theirs, indices, *extra)
+    getattr(ops.fixed, name)(inputs, lora, ours, indices, *extra)
+    ops.original[name](inputs, lora, theirs, indices, *extra)
     adapter_rows = indices >= 0
     assert torch.allclose(ours[adapter_rows], theirs[adapter_rows], atol=1e-5)  # one product per slot vs per row: rounding
     base_rows = ours[~adapter_rows]
@@ -44,26 +57,27 @@ def test_adapter_rows_match_vllm_and_base_rows_get_no_delta(name, extra, slots_o
         assert not torch.allclose(theirs[~adapter_rows], ours[~adapter_rows])  # vLLM's own ops leak the last slot here
 
 
-def test_the_probe_tells_a_leaking_op_from_a_right_one():
-    assert fixed.leaks_into_base_rows(ORIGINAL["bgmv_shrink"])
-    assert not fixed.leaks_into_base_rows(fixed.bgmv_shrink)
+def test_the_probe_tells_a_leaking_op_from_a_right_one(ops):
+    assert ops.fixed.leaks_into_base_rows(ops.original["bgmv_shrink"])
+    assert not ops.fixed.leaks_into_base_rows(ops.fixed.bgmv_shrink)
 
 
-def test_register_replaces_the_ops_everywhere_they_are_bound_and_is_idempotent(monkeypatch):
+def test_register_replaces_the_ops_everywhere_they_are_bound_and_is_idempotent(ops, monkeypatch):
+    import torch
     from vllm.lora.ops import torch_ops
     from vllm.lora.punica_wrapper import punica_cpu
 
-    for module in (vllm_ops, torch_ops, punica_cpu):
-        for name in fixed.FIXED:
+    for module in (ops.vllm, torch_ops, punica_cpu):
+        for name in ops.fixed.FIXED:
             if hasattr(module, name):
-                monkeypatch.setattr(module, name, ORIGINAL[name])
-    fixed.register()
-    fixed.register()
-    for module in (vllm_ops, torch_ops, punica_cpu):
-        for name, op in fixed.FIXED.items():
+                monkeypatch.setattr(module, name, ops.original[name])
+    ops.fixed.register()
+    ops.fixed.register()
+    for module in (ops.vllm, torch_ops, punica_cpu):
+        for name, op in ops.fixed.FIXED.items():
             if hasattr(module, name):
                 assert getattr(module, name) is op
     # sgmv (prefill) goes through the module's bgmv: a prefill row of index -1 gets nothing either
     lora, output = weights(2, 3, 4), torch.zeros(3, 3)
-    vllm_ops.sgmv_shrink(torch.ones(3, 4), lora, output, None, torch.tensor([2, 1]), torch.tensor([0, -1]), 2, 2, 3, 1.0)
+    ops.vllm.sgmv_shrink(torch.ones(3, 4), lora, output, None, torch.tensor([2, 1]), torch.tensor([0, -1]), 2, 2, 3, 1.0)
     assert output[:2].abs().sum() > 0 and torch.equal(output[2], torch.zeros(3))
