@@ -21,7 +21,9 @@ Gains are paired by row against the base model, and the queue's arm against each
 the gain per label is the gain over the labels given, and its ratio to random's is what the
 review queue's target (1.5 times) is about. The arms train one after another on the same
 machine; each reports its SFT steps, since a time budget buys fewer steps on longer references;
-`--epochs` gives every arm the same epochs (so the same steps) instead.
+`--epochs` gives every arm the same epochs (so the same steps) instead, over all its labels: no
+validation slice is held out, so no arm's early stopping ends it sooner than another's (with 15
+labels it had ended arms of one run after 8, 10 and 12 steps).
 There is no gate and no examples in the prompts here: what is measured is what the labels teach.
 """
 from __future__ import annotations
@@ -59,7 +61,8 @@ def choose(queue_order: list[int], answers: int, labels: int, draws: int, seed: 
 def arm_training(settings: Settings, task: str, epochs: float | None) -> Settings:
     """The settings every arm of `task` trains with: the round's (its time budget), or, with
     `epochs`, that many epochs over the arm's labels and no time budget, so that every arm takes
-    the same steps whatever its references' lengths (a time budget buys fewer steps on longer ones)."""
+    the same steps whatever its references' lengths (a time budget buys fewer steps on longer ones);
+    `run` then holds out no validation slice either (`learn.sft_data`)."""
     own = settings.for_task(task)
     if epochs is None:
         return own
@@ -92,7 +95,7 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
             for arm, picked in choose(order, len(rows), labels, draws, settings.seed).items():
                 chosen_rows = [rows[i] for i in picked]
                 arm_entry, scores[arm] = learn.sft_from_base(training, store, fleet, team, task, chosen_rows,
-                                                             f"labels chosen by {arm}", base)
+                                                             f"labels chosen by {arm}", base, validation=epochs is None)
                 arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
                 arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
                 learn.set_aside(store, fleet, arm_entry["version"], task, "bench labels: one arm of a side-by-side comparison, never gated")
@@ -140,7 +143,7 @@ def table(results: dict) -> str:
         lines.append(f"- {task}: the queue's gain per label is "
                      + (f"{r:.2f} times the random draws' mean" if r is not None else "not comparable: random labels gained nothing on average"))
     s = results["settings"]
-    training = (f"{s['epochs']:g} epochs over its labels, no time budget" if s.get("epochs")
+    training = (f"{s['epochs']:g} epochs over all its labels (no validation slice), no time budget" if s.get("epochs")
                 else f"within one round's budget ({s['train_time_budget_s']} s)")
     lines.append(f"\n{s['requests']} requests per task, {s['labels']} labels per arm, {s['draws']} random draws; each arm SFT from the "
                  f"base model, {training}; held-out test rows ({s['measure_rows']}), "

@@ -239,22 +239,26 @@ def reference_examples(settings: Settings, task: str, rows: list[dict]) -> list[
              "source": row["id"]} for row in rows]
 
 
-def _sft_data(settings: Settings, task: str, rows: list[dict]) -> TaskData:
-    """SFT on the references of `rows` (every one of them labelled)."""
+def sft_data(task: str, examples: list[dict], seed: int, validation: bool) -> TaskData:
+    """SFT on `examples`; with `validation`, a slice held out as a round holds it (its loss stops
+    the SFT early and picks the best epoch), else every example trains for every planned epoch."""
     data = TaskData(task)
-    data.sft = reference_examples(settings, task, rows)
-    split_validation(data, settings.seed)
+    data.sft = examples
+    if validation:
+        split_validation(data, seed)
     return data
 
 
 def sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, rows: list[dict], why: str,
-                  baseline: list[Score]) -> tuple[dict, list[Score]]:
-    """A fresh LoRA on the base model, SFT on the rows' references, measured on the held-out rows; with how many
-    references it trained on and its steps, epochs and seconds. Also its held-out scores, row by row."""
+                  baseline: list[Score], validation: bool = True) -> tuple[dict, list[Score]]:
+    """A fresh LoRA on the base model, SFT on the rows' references (`validation`: as `sft_data`),
+    measured on the held-out rows; with how many references it trained on and its steps, epochs and
+    seconds. Also its held-out scores, row by row."""
     from trainer.candidate import train_candidate  # the trainers are imported where a bench trains: torch and TRL take seconds
 
     started = time.perf_counter()
-    meta = train_candidate(settings, store, _sft_data(settings, task, rows), [("sft", why)], "oracle", "base")
+    data = sft_data(task, reference_examples(settings, task, rows), settings.seed, validation)
+    meta = train_candidate(settings, store, data, [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
     return ({"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),

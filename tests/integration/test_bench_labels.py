@@ -19,7 +19,7 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
            "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "labels", "--task", "push", "--requests", "10",
-                             "--labels", "4", "--draws", "2", "--measure-rows", "8", "--epochs", "2", "--name", "labels-it"],
+                             "--labels", "8", "--draws", "2", "--measure-rows", "8", "--epochs", "2", "--name", "labels-it"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "labels-it.json").read_text())["results"]
@@ -28,14 +28,16 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
     assert push["queue_listed"] == 10  # the review queue ranked every answer of the traffic
     assert list(push["arms"]) == ["queue", "random-1", "random-2"]
     for arm in push["arms"].values():
-        assert arm["labels"] == 4 and 1 <= arm["distinct_inputs"] <= 4
-        assert arm["training"][0]["method"] == "sft" and arm["training"][0]["epochs"] == 2.0
-        assert arm["training"][0]["steps"] == 2  # 4 labels, one batch an epoch: the same steps for every arm, no clock
+        assert arm["labels"] == 8 and 1 <= arm["distinct_inputs"] <= 8
+        training = arm["training"][0]
+        assert training["method"] == "sft" and training["epochs"] == 2.0 and training["stopped_by"] == "epochs"
+        assert training["examples"] == 8  # every label trains: no validation slice (a round holds out 4 of 8)
+        assert training["steps"] == 2  # 8 labels, one batch an epoch: the same steps for every arm, no clock
         assert arm["gain"]["n"] == 8 and arm["ci95"][0] <= arm["mean"] <= arm["ci95"][1]
     assert set(push["queue_minus"]) == {"random-1", "random-2"}
     after = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     assert after == before  # every arm unloaded: the engines hold what they held
     table = (built.bench_dir / "labels-it.md").read_text()
-    assert "| push | queue | 4 (" in table
+    assert "| push | queue | 8 (" in table
     assert "times the random draws' mean" in table or "random labels gained nothing" in table
-    assert "2 epochs over its labels, no time budget" in table
+    assert "2 epochs over all its labels (no validation slice), no time budget" in table

@@ -5,7 +5,8 @@ Collecting the tier imports none of the `TRAINING_LIBRARIES`: in two workers (`-
 worker collects every module, and those imports take 10-20 s of a worker on two cores. The tests
 that need them import them in their bodies and are marked `xdist_group("torch")`, so that with
 `--dist loadgroup` one worker imports them and the other runs the rest meanwhile;
-`heavy_at_collection` names the module whose collection broke the rule (tests/unit/test_house.py)."""
+`heavy_at_collection` names the module whose collection broke the rule (tests/unit/test_house.py).
+A module whose module-scoped fixture costs seconds is one group too, so that one worker builds it."""
 from __future__ import annotations
 
 import sys

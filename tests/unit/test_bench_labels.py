@@ -104,10 +104,22 @@ def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_o
     assert planned_epochs(settings.for_task("sql"), len(data.sft)) > 3  # unlike the round's: as many as 40 steps need
 
 
+def test_with_epochs_every_label_trains_and_without_a_rounds_validation_slice_is_held_out():
+    from deploy.bench.learn import sft_data
+    from trainer.data import MIN_VALIDATION
+
+    examples = [{"prompt": f"q{i}", "completion": f"a{i}", "source": f"r{i}"} for i in range(15)]
+    every = sft_data("sql", list(examples), seed=1234, validation=False)
+    assert every.sft == examples and every.validation == []  # nothing left to stop an arm early
+    held = sft_data("sql", list(examples), seed=1234, validation=True)
+    assert len(held.validation) == MIN_VALIDATION and len(held.sft) == 15 - MIN_VALIDATION
+    assert sorted(held.sft + held.validation, key=lambda e: int(e["source"][1:])) == examples
+
+
 def test_the_report_says_how_the_arms_trained():
     from deploy.bench.labels import table
 
     results = _results(0.30, 0.10)
     assert "within one round's budget ({'sql': 45.0} s)" in table(results)
     results["settings"]["epochs"] = 3.0
-    assert "3 epochs over its labels, no time budget" in table(results)
+    assert "3 epochs over all its labels (no validation slice), no time budget" in table(results)

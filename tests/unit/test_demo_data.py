@@ -20,6 +20,8 @@ from demo.sql_patterns import TEAM_PATTERNS
 from router import prompts
 
 MEASURED = ("eval", "test", "holdout")
+# one worker builds the datasets once for the whole module; `bootstrap.run` imports torch (tests/unit/conftest.py)
+pytestmark = pytest.mark.xdist_group("torch")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,6 @@ def test_the_bootstrap_split_holds_general_rows_only(built_datasets):
     assert not questions("bootstrap") & (questions("test") | questions("eval"))
 
 
-@pytest.mark.xdist_group("torch")  # `bootstrap.run` imports torch (tests/unit/conftest.py)
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
 def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path, monkeypatch, model):
     """`bootstrap.run` with its model builders recording what they are given: every row, corpus

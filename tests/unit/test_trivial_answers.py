@@ -21,6 +21,7 @@ from tests.unit.conftest import ctx
 
 MODEL_ANSWERS = Path(__file__).parent / "data" / "demo_model_answers.jsonl"
 FAR_BELOW = 0.5  # a trivial answer's mean is at most this share of the references' mean
+pytestmark = pytest.mark.xdist_group("trivial_answers")  # one worker builds the rows once for the whole module
 
 
 @pytest.fixture(scope="module")
