@@ -140,8 +140,9 @@ def serve() -> None:
         raise _fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror} (another program holds the port? "
                     "set TUCANO_PORT)", 2) from None
     with starting:
-        # the stack's imports (torch, transformers, vLLM's client side) take seconds: after the
-        # checks above, so that a refusal comes at once, and while the port already answers 503
+        # the stack's imports (FastAPI, scipy, the engine client; not torch, which only the bootstrap's
+        # builders and the trainers import) take seconds: after the checks above, so that a refusal
+        # comes at once, and while the port already answers 503
         from demo.bootstrap import is_built, is_serveable
         from deploy.serve import serve as run_stack
 
