@@ -44,9 +44,7 @@ from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import ChatTemplate
 from trainer import data as round_data
-from trainer import gate, methods
-from trainer.candidate import train_candidate
-from trainer.round import run_round
+from trainer import gate
 
 STATES = ("before", "at once", "after the round", "both")
 LATENCY_TARGET = 1.5  # p95 with examples over p95 without
@@ -123,6 +121,9 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
     """Two candidates from the task's labels, as the round trains them (its data, plan and start),
     one on prompts that show the examples serving shows and one on bare prompts; each measured
     alone and as served. Neither is promoted: the route is left as it was."""
+    from trainer import methods  # the trainers are imported where a bench trains: torch and TRL take seconds
+    from trainer.candidate import train_candidate
+
     settings = settings.for_task(task)
     labels = store.labels(task)
     render = ChatTemplate.load(settings.model_path_of(task)).render
@@ -154,6 +155,8 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
 
 
 def run(settings: Settings, tasks: tuple[str, ...], corrections: int, measure_rows: int, say=print) -> dict:
+    from trainer.round import run_round
+
     results: dict = {"settings": {"corrections": corrections, "measure_rows": measure_rows, "examples_k": settings.examples_k},
                      "tasks": {}}
     with ExitStack() as stack:

@@ -353,7 +353,6 @@ def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
     assert "could not be read" in gone["error"] and "Connection refused" in gone["error"]
 
 
-@pytest.mark.xdist_group("torch")
 def test_bench_fix_tables_each_state_and_the_time_to_fix():
     from deploy.bench import fix
 
