@@ -69,7 +69,7 @@ def test_the_model_steps_read_the_bootstrap_split_alone(built_datasets, tmp_path
         (root / name).symlink_to(built_datasets / name)
     settings = load_settings(data_dir=root, bootstrap_model=model, bootstrap_orders=1500, seed=5)
     manifest = {"model": model, "seed": 5, "steps": {
-        "commerce_db": {"fingerprint": bootstrap._fingerprint("db-v3", 5, 1500), "sha256": commerce_db.file_sha256(root / "commerce.db")}}}
+        "commerce_db": {"fingerprint": bootstrap._fingerprint(bootstrap.DB_VERSION, 5, 1500), "sha256": commerce_db.file_sha256(root / "commerce.db")}}}
     manifest["steps"]["datasets"] = {"fingerprint": bootstrap._fingerprint(bootstrap.DATASETS_VERSION, 5, manifest["steps"]["commerce_db"]["sha256"])}
     settings.manifest_path.write_text(json.dumps(manifest))
     (root / "review_labels.jsonl").write_text("")
