@@ -19,8 +19,6 @@ import math
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from scipy.stats import mannwhitneyu, spearmanr
-
 MIN_PAIRS = 10  # fewer labelled answers than this measure nothing
 WEAK_BELOW = 0.7
 
@@ -48,6 +46,8 @@ def _finite(value: float) -> float | None:
 
 
 def calibrate(pairs: Iterable[Pair]) -> Calibration:
+    from scipy.stats import mannwhitneyu, spearmanr  # 1.3 s to import; every process that imports the gateway would pay it
+
     pairs = list(pairs)
     with_reference = [(p.served, p.reference) for p in pairs if p.reference is not None]
     rho = None

@@ -1,5 +1,5 @@
 """`tucano bench …`: the performance and learning benchmarks, one module each: what the gateway
-costs (`gateway`, `parts`, `peers`, against the `mock_engine`), the rewards' speed and what they
+costs (`gateway`, `parts` with its bare uvicorn `floor`, `peers`, against the `mock_engine`), the rewards' speed and what they
 pay for (`rewards`, `trivial`, `calibration`), training (`train`, `finetune`, `qlora`), learning
 (`learn`, `fix`, and `labels`: the review queue's labels against random ones) and a newcomer's
 first serve (`first_answer`, `early`). Their throwaway servers come from `stack`; every result is

@@ -15,22 +15,19 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-from scipy.stats import spearmanr
-
 from common.settings import Settings
-from common.stats import block_interval
+from common.stats import rank_correlation_interval
 from common.tasks import TASKS
 from rewards import score
 from rewards.calibration import Pair, calibrate, pairs_of
 
 
 def _interval(pairs: list[Pair]) -> list[float] | None:
-    served = np.array([p.served for p in pairs if p.reference is not None])
-    reference = np.array([p.reference for p in pairs if p.reference is not None])
+    served = [p.served for p in pairs if p.reference is not None]
+    reference = [p.reference for p in pairs if p.reference is not None]
     if len(served) < 10 or len(set(served)) < 2 or len(set(reference)) < 2:
         return None
-    low, high = block_interval(list(zip(served, reference)), lambda chosen: spearmanr(*zip(*chosen)).statistic)
+    _, low, high = rank_correlation_interval(served, reference)
     return [round(low, 4), round(high, 4)]
 
 

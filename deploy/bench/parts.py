@@ -24,7 +24,6 @@ resampling rounds. Every variant that writes records is counted against Valkey a
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -107,26 +106,6 @@ def without_fastapi(app):
     return shim
 
 
-def serve_floor(port: str) -> None:
-    """The bare ASGI app on uvicorn with the gateway's server settings."""
-    import uvicorn
-
-    answer = json.dumps({"id": "0" * 32, "output": json.loads(COMPLETION)}).encode()
-
-    async def app(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            return await send({"type": "lifespan.shutdown.complete"})
-        while (await receive()).get("more_body"):
-            pass
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
-        await send({"type": "http.response.body", "body": answer})
-
-    uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning", access_log=False)
-
-
 def differences(with_part: list[float], without_part: list[float] | None, seed: int = 0) -> dict:
     """Mean of the per-round differences (ms per request) and its 95% interval from resampled
     rounds; with no `without_part`, the variant's own mean and interval."""
@@ -162,7 +141,7 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
                                 redis_url, mock_url, mock_url, str(port), "1", str(scratch / f"metrics-{port}"), "off", env=env)
                 wait_ready(process, name, f"{url}/readyz", log)
             elif name == "uvicorn floor":
-                process = start(stack, "deploy.bench.parts:serve_floor", log, str(port))
+                process = start(stack, "deploy.bench.floor:serve", log, str(port))
                 wait_ready(process, name, f"{url}/", log)
             else:
                 process = start(stack, "deploy.bench.gateway:_serve_proxy", log, mock_url, str(port))

@@ -69,7 +69,7 @@ def test_unknown_parts_are_refused_before_anything_serves(monkeypatch):
 
 def test_the_uvicorn_floor_reads_the_body_and_answers_json():
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", "import sys; from deploy.bench.parts import serve_floor; serve_floor(sys.argv[1])",
+    process = subprocess.Popen([sys.executable, "-c", "import sys; from deploy.bench.floor import serve; serve(sys.argv[1])",
                                 str(port)], cwd=REPO)
     try:
         deadline = time.monotonic() + 20

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from common.stats import block_interval, difference_interval, mean_interval, percentile
+from common.stats import block_interval, difference_interval, mean_interval, percentile, rank_correlation_interval
 
 
 def test_a_mean_interval_covers_the_true_mean_about_as_often_as_it_says():
@@ -65,6 +65,25 @@ def test_block_intervals_resample_whole_blocks():
     low, high = block_interval(blocks, lambda chosen: float(np.mean([v for block in chosen for v in block])))
     _, value_low, value_high = mean_interval([v for block in blocks for v in block])
     assert high - low > 5 * (value_high - value_low)
+
+
+def test_a_rank_correlation_interval_is_spearmans_rho_over_resampled_pairs():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(5)
+    served = rng.random(40).round(1)  # rounded: ties, as scores have
+    reference = (served + rng.normal(0, 0.3, 40)).round(1)
+    rho, low, high = rank_correlation_interval(served, reference, resamples=300, seed=2)
+    assert rho == pytest.approx(spearmanr(served, reference).statistic, abs=1e-12) and low < rho < high
+    # the same pairs drawn as blocks, with scipy's spearmanr on each resample, give the same interval
+    pairs = list(zip(served, reference))
+    assert (low, high) == pytest.approx(block_interval(pairs, lambda chosen: spearmanr(*zip(*chosen)).statistic, resamples=300, seed=2),
+                                        abs=1e-9)
+    assert rank_correlation_interval(served, served)[:2] == pytest.approx((1.0, 1.0))
+    constant = rank_correlation_interval([0.5] * 10, reference[:10])
+    assert all(np.isnan(v) for v in constant)  # no spread on one side: no correlation to state
+    with pytest.raises(ValueError, match="two pairs"):
+        rank_correlation_interval([0.1], [0.2])
 
 
 def test_percentile_interpolates():
