@@ -98,6 +98,7 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
                                                              f"labels chosen by {arm}", base, validation=epochs is None)
                 arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
                 arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
+                arm_entry["chosen"] = [row["id"] for row in chosen_rows]
                 learn.set_aside(store, fleet, arm_entry["version"], task, "bench labels: one arm of a side-by-side comparison, never gated")
                 entry["arms"][arm] = arm_entry
                 say(f"{task} {arm}: {arm_entry['mean']} (gain {arm_entry['gain']['mean']:+.3f})")

@@ -28,7 +28,8 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
     assert push["queue_listed"] == 10  # the review queue ranked every answer of the traffic
     assert list(push["arms"]) == ["queue", "random-1", "random-2"]
     for arm in push["arms"].values():
-        assert arm["labels"] == 8 and 1 <= arm["distinct_inputs"] <= 8
+        assert arm["labels"] == 8 and 1 <= arm["distinct_inputs"] <= 8 and len(arm["chosen"]) == 8
+        assert len(set(arm["chosen"])) == arm["distinct_inputs"] and all(rid.startswith("push-train-") for rid in arm["chosen"])
         training = arm["training"][0]
         assert training["method"] == "sft" and training["epochs"] == 2.0 and training["stopped_by"] == "epochs"
         assert training["examples"] == 8  # every label trains: no validation slice (a round holds out 4 of 8)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from common.datasets import input_hash
 from common.records import Label, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
-from server.review import COLD_START_LABELS, input_words, overlap, rank, score_weight, typicality, weakest_components
+from server.review import COLD_START_LABELS, coverage_gains, input_words, rank, score_weight, similarities, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -67,29 +68,70 @@ def test_the_queue_spreads_over_the_inputs_instead_of_listing_near_repeats_first
     assert {"cities", "payments", "sellers"} <= set(top) and top[0].startswith("rep-")
     priorities = [priority for _, priority, _ in ranked]
     assert priorities == sorted(priorities, reverse=True) and len(ranked) == 13
-    assert any("like an input above it" in reason for reason in dict((r.id, why) for r, _, why in ranked)["rep-1"])
+    assert any("like an input labelled or listed above it" in reason for reason in dict((r.id, why) for r, _, why in ranked)["rep-1"])
 
 
-def test_typicality_is_the_mean_overlap_with_the_other_inputs_as_a_share_of_the_highest():
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def test_similarities_are_word_overlaps_with_identical_inputs_at_one_and_gains_what_a_pick_adds():
     inputs = [{"question": q} for q in ("quantos pedidos foram entregues em sao paulo", "quantos pedidos foram entregues no parana",
-                                        "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer")]
+                                        "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer",
+                                        "?", "!")]  # the last two have no content words, and are different inputs
     words = [input_words(i) for i in inputs]
-    means = [sum(overlap(w, v) for j, v in enumerate(words) if j != i) / 3 for i, w in enumerate(words)]
-    assert typicality(words) == pytest.approx([m / max(means) for m in means])
-    assert typicality(words)[3] == 0.0 and max(typicality(words)) == 1.0  # the odd question shares no word
-    assert typicality(words[:1]) == [0.0] and typicality([]) == [] and typicality([frozenset(), frozenset()]) == [0.0, 0.0]
+    hashes = [input_hash("sql", i) for i in inputs]
+    similarity = similarities(words, hashes)
+    expected = [[1.0 if i == j else jaccard(a, b) for j, b in enumerate(words)] for i, a in enumerate(words)]
+    assert similarity == pytest.approx(np.asarray(expected))
+    assert similarity[4, 5] == 0.0 and similarity[0, 3] == 0.0
+    assert similarities([words[0], words[0]], [hashes[0], hashes[0]]) == pytest.approx(np.ones((2, 2)))
+    nothing = np.zeros(len(inputs))
+    assert coverage_gains(similarity, nothing) == pytest.approx(similarity.sum(axis=1))
+    after_first = np.maximum(nothing, similarity[0])
+    assert coverage_gains(similarity, after_first)[0] == 0.0  # a pick adds nothing a second time
+    assert coverage_gains(similarity, after_first)[3] == pytest.approx(1.0)  # the odd one adds only itself
+    assert coverage_gains(similarity, after_first)[2] < coverage_gains(similarity, nothing)[2]
+
+
+def test_without_labels_the_queue_stands_for_every_kind_of_input_before_a_second_of_any():
+    """Six answers to one campaign, three to a second and two to a third (push's traffic in
+    miniature): the first three listed are one of each, the most common first; an input like a
+    labelled one comes after the others."""
+    def push(rid: str, campaign: str, name: str, product: str | None = None):
+        task_input = {"campaign": campaign, "customer_name": name, **({"product": product} if product else {})}
+        return make_record(id=rid, task="push", input=task_input, raw="{}", key_id="k1", reward=Reward(0.5, {}, False))
+    names = ["Ana", "Bruno", "Carla", "Diego", "Elisa", "Fabio"]
+    black_friday = [push(f"bf-{i}", "black_friday", name) for i, name in enumerate(names)]
+    review = [push(f"review-{i}", "pedir_avaliacao", name, "fone de ouvido bluetooth") for i, name in enumerate(names[:3])]
+    stock = [push(f"stock-{i}", "volta_ao_estoque", name, "tenis de corrida") for i, name in enumerate(names[:2])]
+    records = black_friday + review + stock
+    ranked = rank("push", records, [], [], "k1", False, len(records))
+    order = [record.id for record, _, _ in ranked]
+    assert order[0].startswith("bf-") and {rid.split("-")[0] for rid in order[:3]} == {"bf", "review", "stock"}
+    priorities = [priority for _, priority, _ in ranked]
+    assert priorities == sorted(priorities, reverse=True) and len(ranked) == len(records)
+    why = dict((record.id, reasons) for record, _, reasons in ranked)
+    assert any(reason == "representative input 1.00" for reason in why[order[0]])
+    corrected = [Label(id="bf-0", task="push", input=black_friday[0].input, input_hash=input_hash("push", black_friday[0].input),
+                       split="train", served="", served_version="base", time=0.0, rating=None,
+                       answer={"title": "t", "body": "b"}, answer_source="correction")]
+    after = [record.id for record, _, _ in rank("push", records, corrected, [], "k1", False, len(records))]
+    assert "bf-0" not in after and not after[0].startswith("bf-")  # that campaign has its label: the others come first
+    assert {rid.split("-")[0] for rid in after[:2]} == {"review", "stock"}
 
 
 def test_with_few_labels_a_typical_input_leads_and_with_many_a_low_score_does():
-    """A label teaches the inputs like its own. While a task has few labels, the answer to an
-    input like the others' comes before a lower-scored odd one; once it has many, the low score leads."""
+    """A label teaches the inputs like its own. While a task has few labels, an answer to an
+    input like the others' comes before a lower-scored odd one, and one of that family is enough
+    before the odd one; once the task has many labels, the low score leads."""
     family = [served(f"family-{i}", 0.6, f"quantos pedidos foram entregues em sao paulo no ano {2016 + i}") for i in range(4)]
     typical, odd = served("typical", 0.5, "quantos pedidos foram entregues em sao paulo"), served("odd", 0.0, "qual vendedor vendeu mais cadeiras gamer")
     fresh = rank("sql", [*family, odd, typical], [], [], "k1", False, 6)
     order = [record.id for record, _, _ in fresh]
-    assert order.index("typical") < order.index("odd")
+    assert order[0] != "odd" and order[1] == "odd"
     why = {record.id: reasons for record, _, reasons in fresh}
-    assert "typical input 0.00" in why["odd"] and float(why["typical"][1].split()[-1]) > 0.9
+    assert "representative input 1.00" in why[order[0]]
     assert rank("sql", [*family, odd, typical], seasoned(), [], "k1", False, 6)[0][0].id == "odd"
     assert score_weight(0) == 0.0 and score_weight(COLD_START_LABELS) == 0.5 and score_weight(900) == pytest.approx(0.9)
 
