@@ -18,8 +18,9 @@ closer it would bring the recent inputs to a labelled one (word overlap, Jaccard
 inputs labelled already and those picked above it (facility location, as in representative
 sampling for active learning). The first pick is the most typical input; the next is typical of
 what the first leaves uncovered. Static typicality (each input's mean overlap with the others)
-had listed five or six answers to one or two of push's three campaigns before any of the third,
-which was 40% of the held-out rows. Each answer also loses `REDUNDANCY` times its overlap with
+listed six answers to two of push's three campaigns before any of the third (which is 40% of the
+held-out rows) in a replay of both runs' push inputs of `tucano bench labels`; picked by
+coverage, the third was among the first four in both runs. Each answer also loses `REDUNDANCY` times its overlap with
 the closest input labelled or listed above it, so the same question served three times, or ten
 reviews of one complaint, do not take the top of the queue from the rest, whatever raised their
 priority: a team that labels the first answers of a queue of near-repeats teaches the next round
