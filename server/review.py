@@ -19,13 +19,13 @@ inputs labelled already and those picked above it (facility location, as in repr
 sampling for active learning). The first pick is the most typical input; the next is typical of
 what the first leaves uncovered. Static typicality (each input's mean overlap with the others)
 listed six answers to two of push's three campaigns before any of the third (which is 40% of the
-held-out rows) in a replay of both runs' push inputs of `tucano bench labels`; picked by
-coverage, the third was among the first four in both runs. Each answer also loses `REDUNDANCY` times its overlap with
-the closest input labelled or listed above it, so the same question served three times, or ten
-reviews of one complaint, do not take the top of the queue from the rest, whatever raised their
-priority: a team that labels the first answers of a queue of near-repeats teaches the next round
-one thing many times (`tucano bench learn --label-choice queue` against random labels measured
-that: docs/results.md).
+held-out rows) in replays of two of the three runs' push inputs of `tucano bench labels`; picked
+by coverage, the third was among the first four in all three runs. Each answer also loses
+`REDUNDANCY` times its overlap with the closest input labelled or listed above it, so the same
+question served three times, or ten reviews of one complaint, do not take the top of the queue
+from the rest, whatever raised their priority: a team that labels the first answers of a queue
+of near-repeats teaches the next round one thing many times (`tucano bench learn --label-choice
+queue` against random labels measured that: docs/results.md).
 
 Answers already labelled (rated, corrected), answered from a correction, or that came from
 another key than the reviewer's (feedback needs the key that made the request, or the admin key)
