@@ -91,13 +91,16 @@ def pick(candidates: list[tuple[int, Record, float, list[str]]], representative_
     the others' overlaps, and so only lowers their gains."""
     rows = np.asarray([row for row, _, _, _ in candidates], dtype=int)
     own = np.asarray([priority for _, _, priority, _ in candidates], dtype=float)
+    candidate_similarity = similarity[rows]  # indexing copies the rows: once, not at every pick
     covered = covered.copy()
-    first_gains = coverage_gains(similarity[rows], covered) if len(rows) else np.zeros(0)
-    top = float(first_gains.max()) if len(rows) else 0.0
+    top: float | None = None  # the highest gain before the first pick, the unit of the shares
     left = np.ones(len(rows), dtype=bool)
     picked: list[tuple[Record, float, list[str]]] = []
     while left.any() and len(picked) < limit:
-        gains = coverage_gains(similarity[rows], covered) / top if top > 0 else np.zeros(len(rows))
+        gains = coverage_gains(candidate_similarity, covered)
+        if top is None:
+            top = float(gains.max())
+        gains = gains / top if top > 0 else np.zeros(len(rows))
         totals = np.where(left, own + representative_weight * gains - REDUNDANCY * covered[rows], -np.inf)
         best = int(np.argmax(totals))  # the first of equals: the order `candidates` came in
         left[best] = False
