@@ -88,7 +88,8 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
             order = learn.in_queue_order(ranks, answers, list(range(len(answers))))
             listed = sum(answer["id"] in ranks for answer in answers)
             base = asyncio.run(learn.served_scores(bench, fleet, task, None, team.held_out[task]))
-            entry = {"traffic": traffic, "queue_listed": listed, "base": learn.measured(base), "arms": {}, "queue_minus": {}}
+            entry = {"traffic": traffic, "queue_listed": listed, "held_out": [row["id"] for row in team.held_out[task]],
+                     "base": {**learn.measured(base), "totals": row_totals(base)}, "arms": {}, "queue_minus": {}}
             say(f"{task}: the base model {entry['base']['mean']}; the review queue lists {listed} of the {len(answers)} answers")
             scores: dict[str, list[Score]] = {}
             training = arm_training(bench, task, epochs)
@@ -99,6 +100,7 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
                 arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
                 arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
                 arm_entry["chosen"] = [row["id"] for row in chosen_rows]
+                arm_entry["totals"] = row_totals(scores[arm])
                 learn.set_aside(store, fleet, arm_entry["version"], task, "bench labels: one arm of a side-by-side comparison, never gated")
                 entry["arms"][arm] = arm_entry
                 say(f"{task} {arm}: {arm_entry['mean']} (gain {arm_entry['gain']['mean']:+.3f})")
@@ -107,6 +109,12 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
                     entry["queue_minus"][arm] = learn.paired_gain(scores[QUEUE], scores[arm])
             results["tasks"][task] = entry
     return results
+
+
+def row_totals(scores: list[Score]) -> list[float]:
+    """Each held-out row's reward, in the order of `held_out`: whether an arm's mean is many
+    answers a little better or some answers whole where they had been nothing is read from these."""
+    return [round(score.total, 4) for score in scores]
 
 
 async def _review_ranks(team: learn.Team, task: str) -> dict[str, int]:

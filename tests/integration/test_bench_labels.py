@@ -26,6 +26,8 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
     push = written["tasks"]["push"]
     assert push["traffic"]["requests"] == 10 and push["traffic"]["corrected"] == push["traffic"]["rated"] == 0
     assert push["queue_listed"] == 10  # the review queue ranked every answer of the traffic
+    assert len(push["held_out"]) == 8 and all(rid.startswith("push-test-") for rid in push["held_out"])
+    assert len(push["base"]["totals"]) == 8 and abs(sum(push["base"]["totals"]) / 8 - push["base"]["mean"]) < 1e-3
     assert list(push["arms"]) == ["queue", "random-1", "random-2"]
     for arm in push["arms"].values():
         assert arm["labels"] == 8 and 1 <= arm["distinct_inputs"] <= 8 and len(arm["chosen"]) == 8
@@ -35,6 +37,7 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
         assert training["examples"] == 8  # every label trains: no validation slice (a round holds out 4 of 8)
         assert training["steps"] == 2  # 8 labels, one batch an epoch: the same steps for every arm, no clock
         assert arm["gain"]["n"] == 8 and arm["ci95"][0] <= arm["mean"] <= arm["ci95"][1]
+        assert len(arm["totals"]) == 8 and abs(sum(arm["totals"]) / 8 - arm["mean"]) < 1e-3  # row by row, the same rows as the base's
     assert set(push["queue_minus"]) == {"random-1", "random-2"}
     after = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     assert after == before  # every arm unloaded: the engines hold what they held
