@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from common.datasets import input_hash
-from common.records import Label, Reward
+from common.records import Label, Record, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
 from server.review import COLD_START_LABELS, coverage_gains, input_words, rank, score_weight, similarities, weakest_components
 from tests.unit.test_access import app_for
@@ -209,3 +209,24 @@ def test_rounds_are_served_with_their_documented_shape(monkeypatch):
     assert schema["Outcome"]["enum"] == ["promoted", "canary", "rejected", "not trained", "failed"]
     assert schema["RoundList"]["properties"]["rounds"]["items"] == {"$ref": "#/components/schemas/RoundSummary"}
     assert schema["TaskOutcome"]["properties"]["why"]["description"].startswith("Why the task trained")
+
+
+
+def test_with_no_labels_an_input_served_different_answers_gets_no_more_than_one_served_the_same():
+    """Disagreement is doubt, and doubt waits for labels: sampled answers to an input sent twice
+    always differ, so at cold start it would list the inputs sent most first, whatever their kind
+    (in a push run, five of six labels went to one campaign). With no labels, an input served two
+    different answers ranks as one served the same answer twice; with a task's labels, above it."""
+    def traffic(second_raw: str) -> list[Record]:
+        return [served("twice-1", 0.5, "quantos pedidos foram entregues em sao paulo", raw="SELECT 1"),
+                served("twice-2", 0.5, "quantos pedidos foram entregues em sao paulo", raw=second_raw),
+                served("other", 0.5, "qual o valor medio das parcelas pagas com boleto"),
+                served("third", 0.5, "liste os vendedores do parana com mais avaliacoes ruins")]
+    differ, same = traffic("SELECT 2"), traffic("SELECT 1")
+    cold = [[(record.id, priority) for record, priority, _ in rank("sql", records, [], [], "k1", False, 10)] for records in (differ, same)]
+    assert cold[0] == cold[1]
+    why = {record.id: reasons for record, _, reasons in rank("sql", differ, [], [], "k1", False, 10)}
+    assert "the same input was served different answers" in why["twice-1"]  # still said, only not weighed before labels
+    seasoned_priority = [{record.id: priority for record, priority, _ in rank("sql", records, seasoned(), [], "k1", False, 10)}
+                         for records in (differ, same)]
+    assert seasoned_priority[0]["twice-1"] > seasoned_priority[1]["twice-1"]
