@@ -8,7 +8,7 @@ An answer ranks higher for each of:
 - a representative input;
 - a canary's answer (the canary's verdict is what the label decides).
 
-Doubt and a representative input are weighed by how many labels the task has (`score_weight`):
+Doubt and a representative input are weighed by how many labels the task has (`doubt_weight`):
 with none, the representative input alone; at `COLD_START_LABELS`, half each. A label teaches
 the next round its input and the inputs like it, and while a task has few labels the model has
 yet to learn what most inputs look like: the lowest scores picked the oddest inputs, whose labels
@@ -129,9 +129,9 @@ def weakest_components(rounds: list[RoundSummary], task: str) -> set[str]:
     return set()
 
 
-def score_weight(labels: int) -> float:
-    """How much a low served score counts against a representative input (which counts 1 minus
-    it), for a task with `labels` answers or ratings so far: nothing at the first label, half at
+def doubt_weight(labels: int) -> float:
+    """How much the model's doubt (a low served score, disagreement, weak components) counts
+    against a representative input (which counts 1 minus it), for a task with `labels` answers or ratings so far: nothing at the first label, half at
     `COLD_START_LABELS`, towards all of it after. With few labels the model has not yet learned
     what most inputs look like, and an odd input's label teaches it little of that."""
     return labels / (labels + COLD_START_LABELS)
@@ -141,7 +141,7 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
          limit: int) -> list[tuple[Record, float, list[str]]]:
     """(record, priority, why) for the answers a label would help most, highest first."""
     labelled = {label.id for label in labels if label.rating is not None or label.answer_source == "correction"}
-    low_score = score_weight(sum(label.rating is not None or label.answer is not None for label in labels))
+    doubt_share = doubt_weight(sum(label.rating is not None or label.answer is not None for label in labels))
     inputs = [input_hash(task, record.input) for record in records]
     answers_of: dict[str, set[str]] = defaultdict(set)
     for record, hashed in zip(records, inputs):
@@ -165,9 +165,9 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
         if low:
             doubt += WEAK_COMPONENT
             why.append(f"low on what the last gate found weakest: {', '.join(low[:3])}")
-        priority = low_score * doubt
+        priority = doubt_share * doubt
         if record.arm == "canary":
             priority += CANARY
             why.append(f"served by the canary {record.adapter}")
         candidates.append((row, record, priority, why))
-    return pick(candidates, 1.0 - low_score, similarity, covered, limit)
+    return pick(candidates, 1.0 - doubt_share, similarity, covered, limit)

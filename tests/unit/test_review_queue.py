@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from common.datasets import input_hash
 from common.records import Label, Record, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
-from server.review import COLD_START_LABELS, coverage_gains, input_words, rank, score_weight, similarities, weakest_components
+from server.review import COLD_START_LABELS, coverage_gains, doubt_weight, input_words, rank, similarities, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -133,7 +133,7 @@ def test_with_few_labels_a_typical_input_leads_and_with_many_a_low_score_does():
     why = {record.id: reasons for record, _, reasons in fresh}
     assert "representative input 1.00" in why[order[0]]
     assert rank("sql", [*family, odd, typical], seasoned(), [], "k1", False, 6)[0][0].id == "odd"
-    assert score_weight(0) == 0.0 and score_weight(COLD_START_LABELS) == 0.5 and score_weight(900) == pytest.approx(0.9)
+    assert doubt_weight(0) == 0.0 and doubt_weight(COLD_START_LABELS) == 0.5 and doubt_weight(900) == pytest.approx(0.9)
 
 
 def test_labelled_answers_others_keys_and_answers_from_corrections_are_left_out():
@@ -211,7 +211,6 @@ def test_rounds_are_served_with_their_documented_shape(monkeypatch):
     assert schema["TaskOutcome"]["properties"]["why"]["description"].startswith("Why the task trained")
 
 
-
 def test_with_no_labels_an_input_served_different_answers_gets_no_more_than_one_served_the_same():
     """Disagreement is doubt, and doubt waits for labels: sampled answers to an input sent twice
     always differ, so at cold start it would list the inputs sent most first, whatever their kind
@@ -223,9 +222,9 @@ def test_with_no_labels_an_input_served_different_answers_gets_no_more_than_one_
                 served("other", 0.5, "qual o valor medio das parcelas pagas com boleto"),
                 served("third", 0.5, "liste os vendedores do parana com mais avaliacoes ruins")]
     differ, same = traffic("SELECT 2"), traffic("SELECT 1")
-    cold = [[(record.id, priority) for record, priority, _ in rank("sql", records, [], [], "k1", False, 10)] for records in (differ, same)]
-    assert cold[0] == cold[1]
-    why = {record.id: reasons for record, _, reasons in rank("sql", differ, [], [], "k1", False, 10)}
+    cold = [rank("sql", records, [], [], "k1", False, 10) for records in (differ, same)]
+    assert [(record.id, priority) for record, priority, _ in cold[0]] == [(record.id, priority) for record, priority, _ in cold[1]]
+    why = {record.id: reasons for record, _, reasons in cold[0]}
     assert "the same input was served different answers" in why["twice-1"]  # still said, only not weighed before labels
     seasoned_priority = [{record.id: priority for record, priority, _ in rank("sql", records, seasoned(), [], "k1", False, 10)}
                          for records in (differ, same)]
