@@ -131,9 +131,9 @@ def weakest_components(rounds: list[RoundSummary], task: str) -> set[str]:
 
 def doubt_weight(labels: int) -> float:
     """How much the model's doubt (a low served score, disagreement, weak components) counts
-    against a representative input (which counts 1 minus it), for a task with `labels` answers or ratings so far: nothing at the first label, half at
-    `COLD_START_LABELS`, towards all of it after. With few labels the model has not yet learned
-    what most inputs look like, and an odd input's label teaches it little of that."""
+    against a representative input (which counts 1 minus it), for a task with `labels` answers
+    or ratings so far: nothing at the first label, half at `COLD_START_LABELS`, towards all of it
+    after (why: the module's docstring)."""
     return labels / (labels + COLD_START_LABELS)
 
 
