@@ -148,6 +148,35 @@ HOLDERS = (  # (a question's value of the kind, a column of the kind, a literal 
 )
 
 
+VALUE_KINDS = ("state", "date", "status", "payment_type")  # the kinds of HOLDERS, in its order
+
+
+def value_kind(value: str) -> str:
+    """The kind of a value a question names: one of `VALUE_KINDS`, a number, or a name (a category)."""
+    for kind, (is_kind, _, _) in zip(VALUE_KINDS, HOLDERS):
+        if is_kind(value):
+            return kind
+    return "number" if NUMBER.fullmatch(value) else "name"
+
+
+def question_intent(question: str) -> frozenset[str]:
+    """What a question asks of its SQL without the values it names: the tables its words point
+    at, the aggregate, the shape (grouped, ranked, how many rows), the comparisons, and the kinds
+    of value it filters on. Two phrasings of one query share these where they share almost no
+    words ("Quanto pesa, em gramas, um produto de X em média?", "Qual o peso médio dos produtos
+    da categoria Y?"), and two queries about the same things differ in them."""
+    cues = question_cues(question, SCHEMA_COLUMN_NAMES)
+    asks = {"table:" + "|".join(sorted(tables)) for tables in cues.tables}
+    asks |= {"aggregate:" + name for name in cues.aggregates}
+    asks |= {"value:" + value_kind(value) for value in cues.values}
+    asks |= {"compared:" + side for _, side in cues.comparisons}
+    asks |= {flag for flag, on in (("grouped", cues.grouped), ("ranked", cues.ranked), ("negated", cues.negated),
+                                   ("counted", cues.count is not None)) if on}
+    if cues.entity:
+        asks.add("entity:" + "|".join(sorted(cues.entity)))
+    return frozenset(asks)
+
+
 class Compared(NamedTuple):
     text: str  # the literal
     how: str  # "equal", "above", "below", "between", "excluded" (!= and NOT ...), or "limit"

@@ -20,13 +20,23 @@ of the held-out rows, on which the arm trained on them then scored 0.19 (the bas
 
 The queue is picked greedily, so that any first n of it stand for the task's recent inputs as a
 whole. How representative an input is depends on what is above it: its coverage gain is how much
-closer it would bring the recent inputs to a labelled one (word overlap, Jaccard), counting the
+closer it would bring the recent inputs to a labelled one (their overlap, Jaccard), counting the
 inputs labelled already and those picked above it (facility location, as in representative
 sampling for active learning). The first pick is the most typical input; the next is typical of
 what the first leaves uncovered. Static typicality (each input's mean overlap with the others)
 listed six answers to two of push's three campaigns before any of the third (which is 40% of the
 held-out rows) in replays of two of the three runs' push inputs of `tucano bench labels`; picked
-by coverage, the third was among the first four in all three runs. Each answer also loses
+by coverage, the third was among the first four in all three runs.
+
+How alike two inputs are is their overlap in content words and, for SQL, the mean of that and
+their overlap in what the question asks (the tables, the aggregate, the shape and the kinds of
+value: `rewards.sql_question.question_intent`). A label
+teaches a query's shape, whatever its wording: one label of a query lifted the held-out rows of
+that query and few others, in either wording. By words alone, the two wordings of one query
+looked like two inputs: in replays of four runs' SQL traffic, three of the queue's first three
+held one query twice, once in each wording; with what a question asks, none did.
+
+Each answer also loses
 `REDUNDANCY` times its overlap with the closest input labelled or listed above it, so the same
 question served three times, or ten reviews of one complaint, do not take the top of the queue
 from the rest, whatever raised their priority: a team that labels the first answers of a queue
@@ -40,7 +50,9 @@ are left out. Pure functions over what the route read.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -48,6 +60,7 @@ from scipy.sparse import csr_matrix
 from common.datasets import input_hash
 from common.records import Label, Record
 from common.rounds import RoundSummary
+from rewards.sql_question import question_intent
 from rewards.text import STOP_WORDS, fold
 
 DISAGREEMENT = 0.3
@@ -57,27 +70,47 @@ REDUNDANCY = 1.0  # an identical input above an answer costs it a whole served s
 COLD_START_LABELS = 100  # the task's labels at which a low score and a representative input weigh the same
 
 
-def input_words(task_input: dict) -> frozenset[str]:
-    """The content words of an input's values (a review, a question, a campaign's fields, data rows)."""
+def _sql_intent(task_input: dict) -> frozenset[str]:
+    question = task_input.get("question")
+    return question_intent(question) if isinstance(question, str) else frozenset()
+
+
+# what an input asks, read apart from its wording, for the tasks whose inputs can say it in other
+# words (SQL's questions); the other tasks' inputs are a review, a campaign's fields, data rows
+INTENT: dict[str, Callable[[dict], frozenset[str]]] = {"sql": _sql_intent}
+
+
+def input_features(task: str, task_input: dict) -> tuple[frozenset[str], ...]:
+    """The content words of an input's values, and what it asks where its task can say that (`INTENT`)."""
     text = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in task_input.values())
-    return frozenset(word for word in fold(text).split() if len(word) > 2 and word not in STOP_WORDS)
+    words = frozenset(word for word in re.findall(r"\w+", fold(text)) if len(word) > 2 and word not in STOP_WORDS)
+    intent = INTENT.get(task)
+    return (words, intent(task_input)) if intent else (words,)
 
 
-def similarities(words: list[frozenset[str]], inputs: list[str]) -> np.ndarray:
-    """The word overlap (Jaccard) of every pair of inputs (`words`: each one's `input_words`), 1
-    between an input and itself or an identical one (`inputs`: their hashes). One sparse product
-    for all the pairs: 500 insights inputs, pair by pair in Python, took a second of the page's request."""
+def _jaccard(sets: list[frozenset[str]]) -> np.ndarray:
+    """The Jaccard overlap of every pair of sets, in one sparse product: 500 insights inputs, pair
+    by pair in Python, took a second of the page's request."""
     vocabulary: dict[str, int] = {}
-    rows = [i for i, ws in enumerate(words) for _ in ws]
-    columns = [vocabulary.setdefault(word, len(vocabulary)) for ws in words for word in ws]
-    matrix = csr_matrix((np.ones(len(rows)), (rows, columns)), shape=(len(words), max(1, len(vocabulary))))
+    rows = [i for i, items in enumerate(sets) for _ in items]
+    columns = [vocabulary.setdefault(item, len(vocabulary)) for items in sets for item in items]
+    matrix = csr_matrix((np.ones(len(rows)), (rows, columns)), shape=(len(sets), max(1, len(vocabulary))))
     shared = (matrix @ matrix.T).toarray()
-    sizes = np.asarray([len(ws) for ws in words], dtype=float)
+    sizes = np.asarray([len(items) for items in sets], dtype=float)
     union = sizes[:, None] + sizes[None, :] - shared
-    jaccard = np.divide(shared, union, out=np.zeros_like(shared), where=union > 0)
+    return np.divide(shared, union, out=np.zeros_like(shared), where=union > 0)
+
+
+def similarities(features: list[tuple[frozenset[str], ...]], inputs: list[str]) -> np.ndarray:
+    """How alike every pair of inputs is (`features`: each one's `input_features`): the mean of
+    their overlaps (Jaccard) in words and in what they ask, so that two wordings of one query are
+    half alike by what they ask alone, and two questions worded alike but asking different things
+    are not one; 1 between an input and itself or an identical one (`inputs`: their hashes)."""
+    parts = len(features[0]) if features else 1
+    similarity = sum(_jaccard([f[part] for f in features]) for part in range(parts)) / parts
     hashes = np.asarray(inputs, dtype=object)
-    jaccard[hashes[:, None] == hashes[None, :]] = 1.0
-    return jaccard
+    similarity[hashes[:, None] == hashes[None, :]] = 1.0
+    return similarity
 
 
 def coverage_gains(similarity: np.ndarray, covered: np.ndarray) -> np.ndarray:
@@ -114,7 +147,7 @@ def pick(candidates: list[tuple[int, Record, float, list[str]]], representative_
         why = [*why, f"representative input {gains[best]:.2f}"]
         closest = covered[rows[best]]
         if closest > 0:
-            why.append(f"like an input labelled or listed above it (word overlap {closest:.2f})")
+            why.append(f"like an input labelled or listed above it (overlap {closest:.2f})")
         picked.append((record, round(float(totals[best]), 4), why))
         covered = np.maximum(covered, similarity[rows[best]])
     return picked
@@ -147,7 +180,7 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
     for record, hashed in zip(records, inputs):
         answers_of[hashed].add(record.raw)
     weak = weakest_components(rounds, task)
-    similarity = similarities([input_words(record.input) for record in records], inputs)
+    similarity = similarities([input_features(task, record.input) for record in records], inputs)
     covered = np.zeros(len(records))
     candidates = []
     for row, (record, hashed) in enumerate(zip(records, inputs)):

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from common.datasets import input_hash
 from common.records import Label, Record, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
-from server.review import COLD_START_LABELS, coverage_gains, doubt_weight, input_words, rank, similarities, weakest_components
+from server.review import COLD_START_LABELS, coverage_gains, doubt_weight, input_features, rank, similarities, weakest_components
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -79,13 +79,14 @@ def test_similarities_are_word_overlaps_with_identical_inputs_at_one_and_gains_w
     inputs = [{"question": q} for q in ("quantos pedidos foram entregues em sao paulo", "quantos pedidos foram entregues no parana",
                                         "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer",
                                         "?", "!")]  # the last two have no content words, and are different inputs
-    words = [input_words(i) for i in inputs]
-    hashes = [input_hash("sql", i) for i in inputs]
-    similarity = similarities(words, hashes)
+    features = [input_features("insights", i) for i in inputs]  # a task whose inputs are their words alone
+    words = [only for only, in features]
+    hashes = [input_hash("insights", i) for i in inputs]
+    similarity = similarities(features, hashes)
     expected = [[1.0 if i == j else jaccard(a, b) for j, b in enumerate(words)] for i, a in enumerate(words)]
     assert similarity == pytest.approx(np.asarray(expected))
     assert similarity[4, 5] == 0.0 and similarity[0, 3] == 0.0
-    assert similarities([words[0], words[0]], [hashes[0], hashes[0]]) == pytest.approx(np.ones((2, 2)))
+    assert similarities([features[0], features[0]], [hashes[0], hashes[0]]) == pytest.approx(np.ones((2, 2)))
     nothing = np.zeros(len(inputs))
     assert coverage_gains(similarity, nothing) == pytest.approx(similarity.sum(axis=1))
     after_first = np.maximum(nothing, similarity[0])
@@ -229,3 +230,24 @@ def test_with_no_labels_an_input_served_different_answers_gets_no_more_than_one_
     seasoned_priority = [{record.id: priority for record, priority, _ in rank("sql", records, seasoned(), [], "k1", False, 10)}
                          for records in (differ, same)]
     assert seasoned_priority[0]["twice-1"] > seasoned_priority[1]["twice-1"]
+
+
+def test_two_wordings_of_one_query_are_alike_and_the_queue_lists_each_query_before_a_second_wording():
+    """SQL traffic in miniature: two queries asked in two wordings that share almost no words, and
+    a third query; with no labels, the first three listed are one of each query (by words alone,
+    the second wording of the commonest query came second: a label spent on what the first teaches)."""
+    weight = [f"Quanto pesa, em gramas, um produto de {c} em média?" for c in ("esporte_lazer", "bebes", "moveis_decoracao", "perfumaria")]
+    weight += [f"Qual o peso médio dos produtos da categoria {c}?" for c in ("telefonia_fixa", "papelaria", "automotivo")]
+    orders = [f"Quantos pedidos de clientes de {uf} foram feitos em 2018?" for uf in ("TO", "SP", "RJ")]
+    orders += [f"Qual o número de compras vindas de {uf} em 2017?" for uf in ("ES", "GO")]
+    cities = [f"Liste as cinco cidades de {uf} que mais compraram." for uf in ("AL", "BA")]
+    questions = [("weight", q) for q in weight] + [("orders", q) for q in orders] + [("cities", q) for q in cities]
+    records = [served(f"{query}-{i}", 0.2, question) for i, (query, question) in enumerate(questions)]
+    inputs = [{"question": q} for q in (weight[0], weight[4], orders[0], cities[0], "Quanto pesa, em gramas, um produto de bebes em média?")]
+    features = [input_features("sql", i) for i in inputs]
+    assert jaccard(features[0][0], features[1][0]) == 0.0  # the two wordings share no content word
+    similarity = similarities(features, [input_hash("sql", i) for i in inputs])
+    assert similarity[0, 1] >= 0.5 > similarity[0, 2] and similarity[0, 3] == 0.0 and similarity[0, 4] > similarity[0, 1]
+    ranked = rank("sql", records, [], [], "k1", False, len(records))
+    first = [record.id.split("-")[0] for record, _, _ in ranked[:3]]
+    assert sorted(first) == ["cities", "orders", "weight"] and first[0] == "weight"

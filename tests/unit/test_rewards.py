@@ -15,6 +15,7 @@ from common.tasks import TASKS
 from demo.commerce_db import file_sha256
 from rewards.parsing import parse_json_object, split_think
 from rewards.references import InvalidReference, check_reference
+from rewards.sql_question import question_intent
 from rewards.sql_sandbox import check_readonly, run_readonly
 from rewards.trl import StepLog, gdpo_values, reward_function
 from tests.unit.conftest import ctx
@@ -519,3 +520,17 @@ def test_good_corrections_are_kept_in_their_stored_form():
 
 # --- references vs. the tiny model -------------------------------------------------------
 
+
+
+def test_what_a_question_asks_is_the_same_in_other_words_and_with_other_values_and_differs_between_queries():
+    weight = question_intent("Quanto pesa, em gramas, um produto de esporte_lazer em média?")
+    assert weight == question_intent("Qual o peso médio dos produtos da categoria telefonia_fixa?")
+    assert weight == {"aggregate:avg", "table:olist_order_items_dataset|olist_products_dataset", "value:name"}
+    orders = question_intent("Quantos pedidos de clientes de TO foram feitos em 2018?")
+    assert {"aggregate:count", "value:state", "value:date"} <= orders
+    assert orders - {"table:olist_customers_dataset"} == question_intent("Qual o número de compras vindas de ES em 2016?")
+    cities = question_intent("Liste as cinco cidades de AL que mais compraram.")
+    assert {"ranked", "counted", "value:state", "entity:customer_city|seller_city"} <= cities and not cities & weight
+    assert question_intent("Quantos pagamentos foram parcelados em mais de 3 vezes?") >= {"compared:above", "value:number"}
+    assert question_intent("Quantos pedidos foram cancelados em 2016?") >= {"value:status", "value:date"}
+    assert question_intent("olá") == frozenset()
