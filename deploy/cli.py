@@ -573,6 +573,9 @@ def bench_labels(
     epochs: Annotated[float | None, typer.Option(min=0.5, max=20, help=(
         "Epochs of SFT over each arm's labels, with no time budget: every arm takes the same steps (default: one round's "
         "time budget, which buys fewer steps on longer references)."))] = None,
+    trainings: Annotated[int, typer.Option(min=1, max=5, help=(
+        "Trainings of each arm's labels, from consecutive seeds; each held-out row's reward is their mean, so an arm's gain "
+        "is what its labels teach rather than one training's luck."))] = 1,
     name: Annotated[str, typer.Option(help="Result name under <data dir>/bench.")] = "labels",
 ) -> None:
     """The review queue's labels against random ones, side by side on the same traffic: what each set teaches per label."""
@@ -583,7 +586,7 @@ def bench_labels(
         raise _fail(f"--labels ({labels}) cannot be more than --requests ({requests}): the labels are chosen from the answers", 2)
     settings = _built_settings()
     results = bench.run(settings, requests, labels, draws, measure_rows, tasks, say=lambda text: console.print(text, highlight=False),
-                        epochs=epochs)
+                        epochs=epochs, trainings=trainings)
     _report(settings, name, results, bench.table(results))
 
 

@@ -24,6 +24,9 @@ machine; each reports its SFT steps, since a time budget buys fewer steps on lon
 `--epochs` gives every arm the same epochs (so the same steps) instead, over all its labels: no
 validation slice is held out, so no arm's early stopping ends it sooner than another's (with 15
 labels it had ended arms of one run after 8, 10 and 12 steps).
+`--trainings T` trains each arm T times, from consecutive seeds, and averages each held-out row's
+reward over them: with a few labels, one training's seed moved an arm's gain as much as its labels
+did (two arms on the same three SQL queries gained +0.169 and +0.324).
 There is no gate and no examples in the prompts here: what is measured is what the labels teach.
 """
 from __future__ import annotations
@@ -70,10 +73,10 @@ def arm_training(settings: Settings, task: str, epochs: float | None) -> Setting
 
 
 def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows: int, tasks: tuple[str, ...], say=print,
-        epochs: float | None = None) -> dict:
+        epochs: float | None = None, trainings: int = 1) -> dict:
     """The run's results: per task, the traffic, the base model's held-out reward and each arm's."""
-    results: dict = {"settings": {"requests": requests, "labels": labels, "draws": draws, "seed": settings.seed, "epochs": epochs},
-                     "tasks": {}}
+    results: dict = {"settings": {"requests": requests, "labels": labels, "draws": draws, "seed": settings.seed, "epochs": epochs,
+                                  "trainings": trainings}, "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-labels-")))
         bench, store, fleet, gateway_url = learn.start_stack(settings, scratch, stack, say)
@@ -91,24 +94,38 @@ def run(settings: Settings, requests: int, labels: int, draws: int, measure_rows
             entry = {"traffic": traffic, "queue_listed": listed, "held_out": [row["id"] for row in team.held_out[task]],
                      "base": {**learn.measured(base), "totals": row_totals(base)}, "arms": {}, "queue_minus": {}}
             say(f"{task}: the base model {entry['base']['mean']}; the review queue lists {listed} of the {len(answers)} answers")
-            scores: dict[str, list[Score]] = {}
+            totals: dict[str, list[float]] = {}
             training = arm_training(bench, task, epochs)
             for arm, picked in choose(order, len(rows), labels, draws, settings.seed).items():
                 chosen_rows = [rows[i] for i in picked]
-                arm_entry, scores[arm] = learn.sft_from_base(training, store, fleet, team, task, chosen_rows,
-                                                             f"labels chosen by {arm}", base, validation=epochs is None)
-                arm_entry["served_score_of_the_chosen"] = round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4)
-                arm_entry["distinct_inputs"] = len({row["id"] for row in chosen_rows})
-                arm_entry["chosen"] = [row["id"] for row in chosen_rows]
-                arm_entry["totals"] = row_totals(scores[arm])
-                learn.set_aside(store, fleet, arm_entry["version"], task, "bench labels: one arm of a side-by-side comparison, never gated")
+                each = []
+                for k in range(trainings):
+                    trained, scores = learn.sft_from_base(training, store, fleet, team, task, chosen_rows, f"labels chosen by {arm}",
+                                                          base, validation=epochs is None, training_seed=settings.seed + k)
+                    learn.set_aside(store, fleet, trained["version"], task, "bench labels: one arm of a side-by-side comparison, never gated")
+                    each.append({**trained, "training_seed": settings.seed + k, "totals": row_totals(scores)})
+                    if trainings > 1:
+                        say(f"{task} {arm}, training {k + 1} of {trainings}: {trained['mean']} (gain {trained['gain']['mean']:+.3f})")
+                totals[arm] = mean_totals([t["totals"] for t in each])
+                arm_entry = {**learn.interval(totals[arm]), "gain": learn.interval([a - b for a, b in zip(totals[arm], entry["base"]["totals"])]),
+                             "labels": len(chosen_rows), "distinct_inputs": len({row["id"] for row in chosen_rows}),
+                             "chosen": [row["id"] for row in chosen_rows],
+                             "served_score_of_the_chosen": round(statistics.fmean(answers[i]["scores"]["total"] for i in picked), 4),
+                             "training": each[0]["training"], "totals": totals[arm], "trainings": each}
                 entry["arms"][arm] = arm_entry
                 say(f"{task} {arm}: {arm_entry['mean']} (gain {arm_entry['gain']['mean']:+.3f})")
             for arm in entry["arms"]:
                 if arm != QUEUE:
-                    entry["queue_minus"][arm] = learn.paired_gain(scores[QUEUE], scores[arm])
+                    entry["queue_minus"][arm] = learn.interval([q - a for q, a in zip(totals[QUEUE], totals[arm])])
             results["tasks"][task] = entry
     return results
+
+
+def mean_totals(trainings: list[list[float]]) -> list[float]:
+    """Each held-out row's reward, averaged over the trainings of one arm's labels: what the labels
+    teach, less the luck of one training's seed (a few labels' SFT lands differently from one seed
+    to the next, and a comparison of single trainings reads that as a difference between labels)."""
+    return [round(statistics.fmean(row), 4) for row in zip(*trainings, strict=True)]
 
 
 def row_totals(scores: list[Score]) -> list[float]:
@@ -154,7 +171,10 @@ def table(results: dict) -> str:
     s = results["settings"]
     training = (f"{s['epochs']:g} epochs over all its labels (no validation slice), no time budget" if s.get("epochs")
                 else f"within one round's budget ({s['train_time_budget_s']} s)")
+    trainings = s.get("trainings", 1)
+    trained = (f"trained {trainings} times (training seeds {s['seed']} to {s['seed'] + trainings - 1}), each row's reward the "
+               "mean over the trainings" if trainings > 1 else "trained once")
     lines.append(f"\n{s['requests']} requests per task, {s['labels']} labels per arm, {s['draws']} random draws; each arm SFT from the "
-                 f"base model, {training}; held-out test rows ({s['measure_rows']}), "
+                 f"base model, {training}, {trained}; held-out test rows ({s['measure_rows']}), "
                  "fixed seed per row, 95% intervals by bootstrap over rows, paired.")
     return "\n".join(lines)

@@ -250,15 +250,17 @@ def sft_data(task: str, examples: list[dict], seed: int, validation: bool) -> Ta
 
 
 def sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, rows: list[dict], why: str,
-                  baseline: list[Score], validation: bool = True) -> tuple[dict, list[Score]]:
+                  baseline: list[Score], validation: bool = True, training_seed: int | None = None) -> tuple[dict, list[Score]]:
     """A fresh LoRA on the base model, SFT on the rows' references (`validation`: as `sft_data`),
     measured on the held-out rows; with how many references it trained on and its steps, epochs and
-    seconds. Also its held-out scores, row by row."""
+    seconds. Also its held-out scores, row by row. `training_seed` (default: the settings' seed)
+    seeds the training alone: the held-out rows are answered with the settings' seeds whatever it is."""
     from trainer.candidate import train_candidate  # the trainers are imported where a bench trains: torch and TRL take seconds
 
     started = time.perf_counter()
     data = sft_data(task, reference_examples(settings, task, rows), settings.seed, validation)
-    meta = train_candidate(settings, store, data, [("sft", why)], "oracle", "base")
+    trained_with = settings if training_seed is None else settings.model_copy(update={"seed": training_seed})
+    meta = train_candidate(trained_with, store, data, [("sft", why)], "oracle", "base")
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
     return ({"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),

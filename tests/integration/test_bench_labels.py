@@ -19,7 +19,8 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
            "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "labels", "--task", "push", "--requests", "10",
-                             "--labels", "8", "--draws", "2", "--measure-rows", "8", "--epochs", "2", "--name", "labels-it"],
+                             "--labels", "8", "--draws", "2", "--measure-rows", "8", "--epochs", "2", "--trainings", "2",
+                             "--name", "labels-it"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "labels-it.json").read_text())["results"]
@@ -38,10 +39,13 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
         assert training["steps"] == 2  # 8 labels, one batch an epoch: the same steps for every arm, no clock
         assert arm["gain"]["n"] == 8 and arm["ci95"][0] <= arm["mean"] <= arm["ci95"][1]
         assert len(arm["totals"]) == 8 and abs(sum(arm["totals"]) / 8 - arm["mean"]) < 1e-3  # row by row, the same rows as the base's
+        first, second = arm["trainings"]  # two trainings of the same labels, from consecutive seeds, each its own version
+        assert second["training_seed"] == first["training_seed"] + 1 and first["version"] != second["version"]
+        assert arm["totals"] == [round((a + b) / 2, 4) for a, b in zip(first["totals"], second["totals"])]
     assert set(push["queue_minus"]) == {"random-1", "random-2"}
     after = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     assert after == before  # every arm unloaded: the engines hold what they held
     table = (built.bench_dir / "labels-it.md").read_text()
     assert "| push | queue | 8 (" in table
     assert "times the random draws' mean" in table or "random labels gained nothing" in table
-    assert "2 epochs over all its labels (no validation slice), no time budget" in table
+    assert "2 epochs over all its labels (no validation slice), no time budget, trained 2 times" in table

@@ -123,3 +123,28 @@ def test_the_report_says_how_the_arms_trained():
     assert "within one round's budget ({'sql': 45.0} s)" in table(results)
     results["settings"]["epochs"] = 3.0
     assert "3 epochs over all its labels (no validation slice), no time budget" in table(results)
+
+
+def test_an_arm_trained_several_times_is_read_row_by_row_as_the_mean_over_its_trainings():
+    from deploy.bench.labels import mean_totals, table
+
+    assert mean_totals([[0.0, 1.0, 0.5], [1.0, 1.0, 0.0], [0.5, 0.25, 0.0]]) == [0.5, 0.75, round(0.5 / 3, 4)]
+    assert mean_totals([[0.2, 0.4]]) == [0.2, 0.4]  # one training: its own rewards
+    with pytest.raises(ValueError):
+        mean_totals([[0.2, 0.4], [0.1]])  # trainings measured on other rows cannot be averaged row by row
+    results = _results(0.30, 0.10)
+    assert "trained once" in table(results)
+    results["settings"]["trainings"] = 3
+    assert "trained 3 times (training seeds 0 to 2), each row's reward the mean over the trainings" in table(results)
+
+
+@pytest.mark.parametrize("trainings", ["0", "6", "two"])
+def test_trainings_out_of_range_are_refused_before_anything_runs(tmp_path, trainings):
+    from typer.testing import CliRunner
+
+    from deploy import cli
+
+    result = CliRunner().invoke(cli.app, ["bench", "labels", "--trainings", trainings], env={"TUCANO_DATA_DIR": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert "--trainings" in result.output
+    assert list(tmp_path.iterdir()) == []
