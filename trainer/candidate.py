@@ -81,7 +81,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     path = settings.model_path_of(task)
     quantize = quantization(settings.train_quantization)
     model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha, quantize,
-                                   methods.bf16(settings), methods.checkpointing(settings))
+                                   methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     load_seconds = time.perf_counter() - started
     outcomes = run_plan(settings, model, tokenizer, data, steps, progress)
     version = _new_version(settings, store, task)

@@ -53,19 +53,24 @@ def _base(model_path: str, quantize: str, compute_bf16: bool, checkpointing: boo
 
 
 def lora_model(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
-               compute_bf16: bool = False, checkpointing: bool | None = None):
+               compute_bf16: bool = False, checkpointing: bool | None = None, seed: int | None = None):
     """The base model (quantised or not) with the LoRA a round trains; `checkpointing` (None: on a
-    GPU) is whether its training recomputes activations, which a 4-bit model must know as it loads."""
+    GPU) is whether its training recomputes activations, which a 4-bit model must know as it loads.
+    A new LoRA's initial weights are drawn from `seed`: unseeded, they came from whatever the
+    process had drawn before, so the same labels and seed trained a different adapter depending on
+    the trainings that ran before it in the process."""
     model = _base(model_path, quantize, compute_bf16, on_gpu() if checkpointing is None else checkpointing)
     if parent_adapter:
         return PeftModel.from_pretrained(model, parent_adapter, is_trainable=True)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    if seed is not None:
+        torch.manual_seed(seed)
     return get_peft_model(model, config)
 
 
 def load_policy(model_path: str, parent_adapter: str | None, rank: int, alpha: int, quantize: str = "none",
-                compute_bf16: bool = False, checkpointing: bool | None = None):
-    model = lora_model(model_path, parent_adapter, rank, alpha, quantize, compute_bf16, checkpointing)
+                compute_bf16: bool = False, checkpointing: bool | None = None, seed: int | None = None):
+    model = lora_model(model_path, parent_adapter, rank, alpha, quantize, compute_bf16, checkpointing, seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"  # generation batches
     return model, tokenizer

@@ -95,7 +95,7 @@ def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
     examples = reference_examples(settings, task, rows)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
     model, tokenizer = load_policy(settings.model_path_of(task), None, settings.lora_rank, settings.lora_alpha, "none",
-                                   methods.bf16(settings))
+                                   methods.bf16(settings), seed=settings.seed)
     clock = StepClock()
     outcome = sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench finetune", clock.tick)
     losses = [entry["loss"] for entry in outcome.steps_log if "loss" in entry]

@@ -306,7 +306,8 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     held_out_scores: dict[str, list[Score]] = {}
     for arm, rate in ABLATION_ARMS:
         aggregation = arm.split()[0]
-        model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha)
+        model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha,
+                                       seed=settings.seed)
         own = settings.for_task(task)
         if rate == "supervised":
             own = own.model_copy(update={"grpo_learning_rate": own.train_learning_rate})

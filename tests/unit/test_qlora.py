@@ -102,3 +102,19 @@ def test_bench_qlora_measures_both_quantizations_side_by_side(checkpoint):
     assert none["trainable_parameters"] == nf4["trainable_parameters"] > 0
     assert all(row["seconds_per_step"] > 0 and row["interval"][0] <= row["seconds_per_step"] <= row["interval"][1] for row in results["rows"])
     assert "| nf4 |" in qlora.table(results)
+
+
+def test_a_new_lora_starts_from_its_seed_whatever_the_process_drew_before(policy, checkpoint):
+    import torch
+
+    def lora_weights(seed: int | None, drawn_before: int) -> dict:
+        torch.rand(drawn_before)  # what earlier trainings in the process drew
+        model = policy.lora_model(checkpoint, None, rank=8, alpha=16, seed=seed)
+        return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_A" in name}
+
+    first, second = lora_weights(7, 10), lora_weights(7, 1000)
+    assert first and all(torch.equal(first[name], second[name]) for name in first)
+    other = lora_weights(8, 10)
+    assert not all(torch.equal(first[name], other[name]) for name in first)
+    unseeded = lora_weights(None, 10), lora_weights(None, 10)
+    assert not all(torch.equal(unseeded[0][name], unseeded[1][name]) for name in first)  # why the seed is passed
