@@ -30,11 +30,13 @@ by coverage, the third was among the first four in all three runs.
 
 How alike two inputs are is their overlap in content words and, for SQL, the mean of that and
 their overlap in what the question asks (the tables, the aggregate, the shape and the kinds of
-value: `rewards.sql_question.question_intent`). A label
-teaches a query's shape, whatever its wording: one label of a query lifted the held-out rows of
-that query and few others, in either wording. By words alone, the two wordings of one query
-looked like two inputs: in replays of four runs' SQL traffic, three of the queue's first three
-held one query twice, once in each wording; with what a question asks, none did.
+value: `rewards.sql_question.question_intent`). A label teaches a query's shape, whatever its
+wording: one label of a query lifted the held-out rows of that query and few others, in either
+wording. By words alone, the two wordings of one query looked like two inputs: in replays of the
+bench's SQL traffic from 30 seeds, 15 of the queue's first threes held one query twice; with
+what a question asks, none did. Its 3 labels then gained 1.55x and 1.89x random's per label with
+each arm trained three times (`tucano bench labels --trainings 3`), 2.09x and 0.82x trained once
+(by words, trained once: 1.07x and 1.27x; docs/results.md).
 
 Each answer also loses
 `REDUNDANCY` times its overlap with the closest input labelled or listed above it, so the same
