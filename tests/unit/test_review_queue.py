@@ -248,6 +248,10 @@ def test_two_wordings_of_one_query_are_alike_and_the_queue_lists_each_query_befo
     assert jaccard(features[0][0], features[1][0]) == 0.0  # the two wordings share no content word
     similarity = similarities(features, [input_hash("sql", i) for i in inputs])
     assert similarity[0, 1] >= 0.5 > similarity[0, 2] and similarity[0, 3] == 0.0 and similarity[0, 4] > similarity[0, 1]
+    unread = [{"question": "o que voce acha do site da loja"}, {"question": "o que voce acha do site novo da loja"}]
+    assert all(input_features("sql", i)[1] == frozenset() for i in unread)
+    words = [input_features("sql", i)[0] for i in unread]  # neither says what it asks: its words alone judge the pair
+    assert similarities([input_features("sql", i) for i in unread], ["h1", "h2"])[0, 1] == pytest.approx(jaccard(*words))
     ranked = rank("sql", records, [], [], "k1", False, len(records))
     first = [record.id.split("-")[0] for record, _, _ in ranked[:3]]
     assert sorted(first) == ["cities", "orders", "weight"] and first[0] == "weight"
