@@ -138,22 +138,20 @@ SCHEMA_COLUMN_NAMES = frozenset(c.lower() for columns in SCHEMA_COLUMNS.values()
 # A state compared with a date ("strftime('%Y-%m', order_purchase_timestamp) = 'SP'") is used
 # in the query and selects nothing the question asked about.
 DATE_TEXT = re.compile(r"\d{1,4}(-\d{1,2}){0,2}( \d{2}:\d{2}(:\d{2})?)?")
-HOLDERS = (  # (a question's value of the kind, a column of the kind, a literal such a column can equal)
-    (lambda value: value.upper() in UF_CODES, lambda column: column.endswith("_state"), lambda text: text.upper() in UF_CODES),
-    (lambda value: re.fullmatch(r"20\d\d(-\d\d)?", value) is not None,
-     lambda column: "timestamp" in column or "date" in column or column.endswith("_at"),
-     lambda text: DATE_TEXT.fullmatch(text) is not None),
-    (lambda value: value in ORDER_STATUSES, lambda column: column == "order_status", lambda text: text.lower() in ORDER_STATUSES),
-    (lambda value: value in PAYMENT_TYPES, lambda column: column == "payment_type", lambda text: text.lower() in PAYMENT_TYPES),
-)
-
-
-VALUE_KINDS = ("state", "date", "status", "payment_type")  # the kinds of HOLDERS, in its order
+HOLDERS = {  # kind: (a question's value of the kind, a column of the kind, a literal such a column can equal)
+    "state": (lambda value: value.upper() in UF_CODES, lambda column: column.endswith("_state"), lambda text: text.upper() in UF_CODES),
+    "date": (lambda value: re.fullmatch(r"20\d\d(-\d\d)?", value) is not None,
+             lambda column: "timestamp" in column or "date" in column or column.endswith("_at"),
+             lambda text: DATE_TEXT.fullmatch(text) is not None),
+    "status": (lambda value: value in ORDER_STATUSES, lambda column: column == "order_status", lambda text: text.lower() in ORDER_STATUSES),
+    "payment_type": (lambda value: value in PAYMENT_TYPES, lambda column: column == "payment_type",
+                     lambda text: text.lower() in PAYMENT_TYPES),
+}
 
 
 def value_kind(value: str) -> str:
-    """The kind of a value a question names: one of `VALUE_KINDS`, a number, or a name (a category)."""
-    for kind, (is_kind, _, _) in zip(VALUE_KINDS, HOLDERS):
+    """The kind of a value a question names: one of `HOLDERS`' kinds, a number, or a name (a category)."""
+    for kind, (is_kind, _, _) in HOLDERS.items():
         if is_kind(value):
             return kind
     return "number" if NUMBER.fullmatch(value) else "name"
@@ -204,7 +202,7 @@ def held(value: str, columns: frozenset[str]) -> bool:
     """Whether a column the value is compared against can hold a value of its kind (a state, a
     date, a status, a payment type); a value of no such kind, or a name that is no schema column
     (an alias the query made), is given the benefit of the doubt."""
-    for is_kind, holds, _ in HOLDERS:
+    for is_kind, holds, _ in HOLDERS.values():
         if is_kind(value):
             return not columns or any(c not in SCHEMA_COLUMN_NAMES or holds(c) for c in columns)
     return True
@@ -221,7 +219,7 @@ def never_met(tree: exp.Expression) -> str | None:
         sides = [predicate.left, predicate.right] if isinstance(predicate, exp.EQ) else [predicate.this, *predicate.expressions]
         literals = [side for side in sides if isinstance(side, exp.Literal)]
         columns = {c.name.lower() for side in sides if not isinstance(side, exp.Literal) for c in side.find_all(exp.Column)}
-        for _, holds, fits in HOLDERS:
+        for _, holds, fits in HOLDERS.values():
             if columns and all(c in SCHEMA_COLUMN_NAMES and holds(c) for c in columns):
                 wrong = [str(lit.this) for lit in literals if not fits(str(lit.this))]
                 if wrong:

@@ -110,9 +110,11 @@ def similarities(features: list[tuple[frozenset[str], ...]], inputs: list[str]) 
     half alike by what they ask alone, and two questions worded alike but asking different things
     are not one. A pair where neither says what it asks is judged by its words alone; 1 between an
     input and itself or an identical one (`inputs`: their hashes)."""
-    overlaps = [_jaccard([f[part] for f in features]) for part in range(len(features[0]) if features else 0)]
-    compared = sum((defined.astype(float) for _, defined in overlaps), np.zeros((len(features), len(features))))
-    total = sum((jaccard for jaccard, _ in overlaps), np.zeros((len(features), len(features))))
+    total, compared = np.zeros((len(features), len(features))), np.zeros((len(features), len(features)))
+    for part in range(len(features[0]) if features else 0):
+        jaccard, defined = _jaccard([f[part] for f in features])
+        total += jaccard
+        compared += defined
     similarity = np.divide(total, compared, out=np.zeros_like(total), where=compared > 0)
     hashes = np.asarray(inputs, dtype=object)
     similarity[hashes[:, None] == hashes[None, :]] = 1.0

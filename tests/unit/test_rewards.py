@@ -518,10 +518,6 @@ def test_good_corrections_are_kept_in_their_stored_form():
     assert check_reference("insights", INSIGHT) == INSIGHT
 
 
-# --- references vs. the tiny model -------------------------------------------------------
-
-
-
 def test_what_a_question_asks_is_the_same_in_other_words_and_with_other_values_and_differs_between_queries():
     weight = question_intent("Quanto pesa, em gramas, um produto de esporte_lazer em média?")
     assert weight == question_intent("Qual o peso médio dos produtos da categoria telefonia_fixa?")
@@ -534,3 +530,6 @@ def test_what_a_question_asks_is_the_same_in_other_words_and_with_other_values_a
     assert question_intent("Quantos pagamentos foram parcelados em mais de 3 vezes?") >= {"compared:above", "value:number"}
     assert question_intent("Quantos pedidos foram cancelados em 2016?") >= {"value:status", "value:date"}
     assert question_intent("olá") == frozenset()
+
+
+# --- references vs. the tiny model -------------------------------------------------------
