@@ -90,30 +90,31 @@ def input_features(task: str, task_input: dict) -> tuple[frozenset[str], ...]:
     return (words, intent(task_input)) if intent else (words,)
 
 
-def _jaccard(sets: list[frozenset[str]]) -> tuple[np.ndarray, np.ndarray]:
-    """The Jaccard overlap of every pair of sets, and whether the pair has anything to overlap (not
-    both empty), in one sparse product: 500 insights inputs, pair by pair in Python, took a second
-    of the page's request."""
+def _shown(sets: list[frozenset[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """For every pair (row i, column j), the share of set j's items that set i holds too, and
+    whether set j has any items to show; in one sparse product: 500 insights inputs, pair by pair in
+    Python, took a second of the page's request."""
     vocabulary: dict[str, int] = {}
     rows = [i for i, items in enumerate(sets) for _ in items]
     columns = [vocabulary.setdefault(item, len(vocabulary)) for items in sets for item in items]
     matrix = csr_matrix((np.ones(len(rows)), (rows, columns)), shape=(len(sets), max(1, len(vocabulary))))
     shared = (matrix @ matrix.T).toarray()
-    sizes = np.asarray([len(items) for items in sets], dtype=float)
-    union = sizes[:, None] + sizes[None, :] - shared
-    return np.divide(shared, union, out=np.zeros_like(shared), where=union > 0), union > 0
+    sizes = np.broadcast_to(np.asarray([len(items) for items in sets], dtype=float)[None, :], shared.shape)
+    return np.divide(shared, sizes, out=np.zeros_like(shared), where=sizes > 0), sizes > 0
 
 
 def similarities(features: list[tuple[frozenset[str], ...]], inputs: list[str]) -> np.ndarray:
-    """How alike every pair of inputs is (`features`: each one's `input_features`): the mean of
-    their overlaps (Jaccard) in words and in what they ask, so that two wordings of one query are
-    half alike by what they ask alone, and two questions worded alike but asking different things
-    are not one. A pair where neither says what it asks is judged by its words alone; 1 between an
-    input and itself or an identical one (`inputs`: their hashes)."""
+    """How much of each input a label of another would show (`features`: each one's
+    `input_features`): row i, column j is the mean, over words and what they ask, of the share of
+    input j's that input i has too; so two wordings of one query are half alike by what they ask
+    alone, and two questions worded alike but asking different things are not one. An input that
+    does not say what it asks is judged by its words alone; 1 from an input to itself or an
+    identical one (`inputs`: their hashes). Not symmetric: a campaign's input with every field
+    shows all of one with fewer, not the other way round."""
     total, compared = np.zeros((len(features), len(features))), np.zeros((len(features), len(features)))
     for part in range(len(features[0]) if features else 0):
-        jaccard, defined = _jaccard([f[part] for f in features])
-        total += jaccard
+        shown, defined = _shown([f[part] for f in features])
+        total += shown
         compared += defined
     similarity = np.divide(total, compared, out=np.zeros_like(total), where=compared > 0)
     hashes = np.asarray(inputs, dtype=object)
