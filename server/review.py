@@ -20,26 +20,35 @@ of the held-out rows, on which the arm trained on them then scored 0.19 (the bas
 
 The queue is picked greedily, so that any first n of it stand for the task's recent inputs as a
 whole. How representative an input is depends on what is above it: its coverage gain is how much
-closer it would bring the recent inputs to a labelled one (their overlap, Jaccard), counting the
-inputs labelled already and those picked above it (facility location, as in representative
-sampling for active learning). The first pick is the most typical input; the next is typical of
-what the first leaves uncovered. Static typicality (each input's mean overlap with the others)
-listed six answers to two of push's three campaigns before any of the third (which is 40% of the
-held-out rows) in replays of two of the three runs' push inputs of `tucano bench labels`; picked
-by coverage, the third was among the first four in all three runs.
+more of the recent inputs a label of it would show than the labels so far do, counting the inputs
+labelled already and those picked above it (facility location, as in representative sampling for
+active learning). The first pick is the most typical input; the next is typical of what the first
+leaves uncovered. Static typicality (each input's mean overlap with the others) listed six
+answers to two of push's three campaigns before any of the third (which is 40% of the held-out
+rows) in replays of two of the three runs' push inputs of `tucano bench labels`; picked by
+coverage, the third was among the first four in all three runs.
 
-How alike two inputs are is their overlap in content words and, for SQL, the mean of that and
-their overlap in what the question asks (the tables, the aggregate, the shape and the kinds of
-value: `rewards.sql_question.question_intent`). A label teaches a query's shape, whatever its
-wording: one label of a query lifted the held-out rows of that query and few others, in either
-wording. By words alone, the two wordings of one query looked like two inputs: in replays of the
-bench's SQL traffic from 30 seeds, 15 of the queue's first threes held one query twice; with
-what a question asks, none did. Its 3 labels then gained 1.55x and 1.89x random's per label with
-each arm trained three times (`tucano bench labels --trainings 3`), 2.09x and 0.82x trained once
-(by words, trained once: 1.07x and 1.27x; docs/results.md).
+How much of input j a label of input i shows is the share of j's content words that i has too
+and, for SQL, the mean of that and the share of what j's question asks that i's asks too (the
+tables, the aggregate, the shape and the kinds of value: `rewards.sql_question.question_intent`).
+A label teaches a query's shape, whatever its wording: one label of a query lifted the held-out
+rows of that query and few others, in either wording. By words alone, the two wordings of one
+query looked like two inputs: in replays of the bench's SQL traffic from 30 seeds, 15 of the
+queue's first threes held one query twice; with what a question asks, none did.
+
+It is a share of j, not an overlap of the two (Jaccard), because a label teaches what its input
+shows: a push input with the customer's name, the product and the discount shows all of one of
+its campaign without the name, not the other way round. By overlap, a name (a word no other
+input shares) made an input less like every other, so the queue's label of a campaign was the
+input without the name, the discount or the deadline: in 30 replays of the bench's push traffic
+its first three carried 2.1 of the five fields on average and the customer's name in half of
+them, where 35 of the 40 held-out rows have one; by what a label shows, 2.9 and 90%. Over five
+runs of three labels, a black_friday label with the name, the product and the discount lifted
+that campaign's held-out rows by +0.31 (mean of five arms), one without the name by +0.23 (six
+arms; docs/results.md).
 
 Each answer also loses
-`REDUNDANCY` times its overlap with the closest input labelled or listed above it, so the same
+`REDUNDANCY` times the share of it that an input labelled or listed above it shows, so the same
 question served three times, or ten reviews of one complaint, do not take the top of the queue
 from the rest, whatever raised their priority: a team that labels the first answers of a queue
 of near-repeats teaches the next round one thing many times (`tucano bench learn --label-choice
@@ -124,8 +133,8 @@ def similarities(features: list[tuple[frozenset[str], ...]], inputs: list[str]) 
 
 def coverage_gains(similarity: np.ndarray, covered: np.ndarray) -> np.ndarray:
     """For each row's input, how much labelling it would add to how well the labelled inputs stand
-    for all of them: the sum, over the inputs, of how much closer it is to each than the closest
-    one labelled so far (`covered`: each input's overlap with that one)."""
+    for all of them: the sum, over the inputs, of how much more of each it shows than any labelled
+    so far (`covered`: the most of each that one labelled shows)."""
     return np.maximum(similarity - covered[None, :], 0.0).sum(axis=1)
 
 
@@ -133,10 +142,10 @@ def pick(candidates: list[tuple[int, Record, float, list[str]]], representative_
          covered: np.ndarray, limit: int) -> list[tuple[Record, float, list[str]]]:
     """The queue, greedily: each pick maximises its own priority (`candidates`: (its row of
     `similarity`, record, priority, why)), plus `representative_weight` times its coverage gain
-    (as a share of the highest gain before the first pick), less `REDUNDANCY` times its overlap
-    with the closest input labelled or picked before it (`covered` starts with the labelled
-    ones'). The priorities it returns (as picked) never rise down the list: picking only raises
-    the others' overlaps, and so only lowers their gains."""
+    (as a share of the highest gain before the first pick), less `REDUNDANCY` times the most of it
+    that an input labelled or picked before it shows (`covered` starts with the labelled ones').
+    The priorities it returns (as picked) never rise down the list: picking only raises what is
+    shown of the others, and so only lowers their gains."""
     rows = np.asarray([row for row, _, _, _ in candidates], dtype=int)
     own = np.asarray([priority for _, _, priority, _ in candidates], dtype=float)
     candidate_similarity = similarity[rows]  # indexing copies the rows: once, not at every pick
@@ -156,7 +165,7 @@ def pick(candidates: list[tuple[int, Record, float, list[str]]], representative_
         why = [*why, f"representative input {gains[best]:.2f}"]
         closest = covered[rows[best]]
         if closest > 0:
-            why.append(f"like an input labelled or listed above it (overlap {closest:.2f})")
+            why.append(f"like an input labelled or listed above it (which shows {closest:.0%} of it)")
         picked.append((record, round(float(totals[best]), 4), why))
         covered = np.maximum(covered, similarity[rows[best]])
     return picked

@@ -71,21 +71,23 @@ def test_the_queue_spreads_over_the_inputs_instead_of_listing_near_repeats_first
     assert any("like an input labelled or listed above it" in reason for reason in dict((r.id, why) for r, _, why in ranked)["rep-1"])
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a | b else 0.0
+def shown(of: frozenset[str], by: frozenset[str]) -> float:
+    """The share of `of`'s items that `by` holds too."""
+    return len(of & by) / len(of) if of else 0.0
 
 
-def test_similarities_are_word_overlaps_with_identical_inputs_at_one_and_gains_what_a_pick_adds():
+def test_similarities_are_the_share_of_an_input_another_shows_with_identical_inputs_at_one_and_gains_what_a_pick_adds():
     inputs = [{"question": q} for q in ("quantos pedidos foram entregues em sao paulo", "quantos pedidos foram entregues no parana",
                                         "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer",
-                                        "?", "!")]  # the last two have no content words, and are different inputs
+                                        "?", "!", "pedidos entregues")]  # "?" and "!" have no content words, and are different inputs
     features = [input_features("insights", i) for i in inputs]  # a task whose inputs are their words alone
     words = [only for only, in features]
     hashes = [input_hash("insights", i) for i in inputs]
     similarity = similarities(features, hashes)
-    expected = [[1.0 if i == j else jaccard(a, b) for j, b in enumerate(words)] for i, a in enumerate(words)]
+    expected = [[1.0 if i == j else shown(b, a) for j, b in enumerate(words)] for i, a in enumerate(words)]
     assert similarity == pytest.approx(np.asarray(expected))
     assert similarity[4, 5] == 0.0 and similarity[0, 3] == 0.0
+    assert similarity[0, 6] == 1.0 and similarity[6, 0] == pytest.approx(2 / 5)  # the longer shows all of the shorter, not back
     assert similarities([features[0], features[0]], [hashes[0], hashes[0]]) == pytest.approx(np.ones((2, 2)))
     nothing = np.zeros(len(inputs))
     assert coverage_gains(similarity, nothing) == pytest.approx(similarity.sum(axis=1))
@@ -93,6 +95,24 @@ def test_similarities_are_word_overlaps_with_identical_inputs_at_one_and_gains_w
     assert coverage_gains(similarity, after_first)[0] == 0.0  # a pick adds nothing a second time
     assert coverage_gains(similarity, after_first)[3] == pytest.approx(1.0)  # the odd one adds only itself
     assert coverage_gains(similarity, after_first)[2] < coverage_gains(similarity, nothing)[2]
+
+
+def test_without_labels_the_queue_labels_a_campaigns_input_with_every_field_before_one_without_the_customers_name():
+    """Push traffic in miniature: black_friday inputs with the customer's name, the product and the
+    discount, and as many without the name. Names are words no other input shares: by overlap
+    (Jaccard), the nameless ones looked most typical and came first, and the campaign's label then
+    taught copy with no name although most inputs carry one; a named input shows all of a nameless
+    one of its product, so it leads."""
+    def push(rid: str, **fields):
+        return make_record(id=rid, task="push", input={"campaign": "black_friday", **fields}, raw="{}", key_id="k1",
+                           reward=Reward(0.5, {}, False))
+    products = ["mouse sem fio", "garrafa termica", "mouse sem fio"]
+    named = [push(f"named-{i}", customer_name=name, product=product, discount_pct=20)
+             for i, (name, product) in enumerate(zip(["Ana", "Bruno", "Carla"], products))]
+    nameless = [push(f"nameless-{i}", product=product, discount_pct=20) for i, product in enumerate(products)]
+    ranked = rank("push", nameless + named, [], [], "k1", False, 6)
+    order = [record.id for record, _, _ in ranked]
+    assert order[0].startswith("named-") and order.index("named-0") < order.index("nameless-0")
 
 
 def test_without_labels_the_queue_stands_for_every_kind_of_input_before_a_second_of_any():
@@ -245,13 +265,14 @@ def test_two_wordings_of_one_query_are_alike_and_the_queue_lists_each_query_befo
     records = [served(f"{query}-{i}", 0.2, question) for i, (query, question) in enumerate(questions)]
     inputs = [{"question": q} for q in (weight[0], weight[4], orders[0], cities[0], "Quanto pesa, em gramas, um produto de bebes em média?")]
     features = [input_features("sql", i) for i in inputs]
-    assert jaccard(features[0][0], features[1][0]) == 0.0  # the two wordings share no content word
+    assert shown(features[0][0], features[1][0]) == 0.0  # the two wordings share no content word
     similarity = similarities(features, [input_hash("sql", i) for i in inputs])
     assert similarity[0, 1] >= 0.5 > similarity[0, 2] and similarity[0, 3] == 0.0 and similarity[0, 4] > similarity[0, 1]
     unread = [{"question": "o que voce acha do site da loja"}, {"question": "o que voce acha do site novo da loja"}]
     assert all(input_features("sql", i)[1] == frozenset() for i in unread)
     words = [input_features("sql", i)[0] for i in unread]  # neither says what it asks: its words alone judge the pair
-    assert similarities([input_features("sql", i) for i in unread], ["h1", "h2"])[0, 1] == pytest.approx(jaccard(*words))
+    similarity = similarities([input_features("sql", i) for i in unread], ["h1", "h2"])
+    assert similarity[0, 1] == pytest.approx(shown(words[1], words[0])) and similarity[1, 0] == pytest.approx(shown(words[0], words[1]))
     ranked = rank("sql", records, [], [], "k1", False, len(records))
     first = [record.id.split("-")[0] for record, _, _ in ranked[:3]]
     assert sorted(first) == ["cities", "orders", "weight"] and first[0] == "weight"
