@@ -45,7 +45,9 @@ its first three carried 2.1 of the five fields on average and the customer's nam
 them, where 35 of the 40 held-out rows have one; by what a label shows, 2.9 and 90%. Over five
 runs of three labels, a black_friday label with the name, the product and the discount lifted
 that campaign's held-out rows by +0.31 (mean of five arms), one without the name by +0.23 (six
-arms; docs/results.md).
+arms). A share of words still never asks for a name (no label shows another input's), and which
+input of a campaign teaches most moved from run to run: its push labels then gained 1.70x, 1.77x,
+1.06x and 1.17x random's per label, SQL's 2.25x and 1.71x (docs/results.md).
 
 Each answer also loses
 `REDUNDANCY` times the share of it that an input labelled or listed above it shows, so the same
