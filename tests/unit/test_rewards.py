@@ -530,6 +530,3 @@ def test_what_a_question_asks_is_the_same_in_other_words_and_with_other_values_a
     assert question_intent("Quantos pagamentos foram parcelados em mais de 3 vezes?") >= {"compared:above", "value:number"}
     assert question_intent("Quantos pedidos foram cancelados em 2016?") >= {"value:status", "value:date"}
     assert question_intent("olá") == frozenset()
-
-
-# --- references vs. the tiny model -------------------------------------------------------
