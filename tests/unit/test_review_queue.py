@@ -83,12 +83,12 @@ def test_similarities_are_the_share_of_an_input_another_shows_with_identical_inp
     features = [input_features("insights", i) for i in inputs]  # a task whose inputs are their words alone
     words = [only for only, in features]
     hashes = [input_hash("insights", i) for i in inputs]
-    similarity = similarities("insights", features, hashes)
+    similarity = similarities(features, hashes)
     expected = [[1.0 if i == j else shown(b, a) for j, b in enumerate(words)] for i, a in enumerate(words)]
     assert similarity == pytest.approx(np.asarray(expected))
     assert similarity[4, 5] == 0.0 and similarity[0, 3] == 0.0
     assert similarity[0, 6] == 1.0 and similarity[6, 0] == pytest.approx(2 / 5)  # the longer shows all of the shorter, not back
-    assert similarities("insights", [features[0], features[0]], [hashes[0], hashes[0]]) == pytest.approx(np.ones((2, 2)))
+    assert similarities([features[0], features[0]], [hashes[0], hashes[0]]) == pytest.approx(np.ones((2, 2)))
     nothing = np.zeros(len(inputs))
     assert coverage_gains(similarity, nothing) == pytest.approx(similarity.sum(axis=1))
     after_first = np.maximum(nothing, similarity[0])
@@ -115,26 +115,24 @@ def test_without_labels_the_queue_labels_a_campaigns_input_with_every_field_befo
     assert order[0].startswith("named-") and order.index("named-0") < order.index("nameless-0")
 
 
-def test_without_labels_the_queue_labels_a_campaign_with_the_fields_most_of_its_inputs_have():
-    """Push traffic in miniature: five black_friday inputs with the name, the product and the
-    discount, two with a deadline too. The two with a deadline have more words, so by the share of
-    words alone either showed all of an input without one of its product, and led: its label
-    taught copy that states a deadline to the inputs that have none. A push input's shape (its
-    campaign and which fields it fills) is compared both ways, so an input with the commonest
-    fields leads, and a deadline makes two inputs less alike in either direction."""
-    def push(rid: str, name: str, product: str, **fields):
-        task_input = {"campaign": "black_friday", "customer_name": name, "product": product, "discount_pct": 20, **fields}
+def test_without_labels_the_queue_labels_a_named_input_where_most_inputs_carry_a_name_whatever_the_names():
+    """Push traffic in miniature: four black_friday inputs, each with another customer's name, and
+    two without a name but with a deadline. No two names are the same word, so by the share of words
+    alone no named input showed another's name, and a nameless one, whose deadline the other
+    shares, led: its label taught copy with no name to a campaign whose inputs mostly carry one.
+    Read by its shape (the campaign and the fields it fills), any named input shows a named one's
+    name; so a named input leads, and shows all of another named input's shape."""
+    def push(rid: str, **fields):
+        task_input = {"campaign": "black_friday", "product": "mouse sem fio", "discount_pct": 20, **fields}
         return make_record(id=rid, task="push", input=task_input, raw="{}", key_id="k1", reward=Reward(0.5, {}, False))
-    products = ["mouse sem fio", "garrafa termica"] * 3
-    plain = [push(f"plain-{i}", name, product) for i, (name, product) in enumerate(zip(["Ana", "Bruno", "Carla", "Diego", "Gil"], products))]
-    dated = [push(f"dated-{i}", name, product, deadline="nas proximas 24h") for i, (name, product) in enumerate(zip(["Elisa", "Fabio"], products))]
-    records = dated + plain
-    order = [record.id for record, _, _ in rank("push", records, [], [], "k1", False, len(records))]
-    assert order[0].startswith("plain-")
-    features = [input_features("push", record.input) for record in (plain[0], plain[2], dated[0])]
+    named = [push(f"named-{i}", customer_name=name) for i, name in enumerate(["Ana", "Bruno", "Carla", "Diego"])]
+    nameless = [push(f"nameless-{i}", deadline="hoje") for i in range(2)]
+    order = [record.id for record, _, _ in rank("push", nameless + named, [], [], "k1", False, 6)]
+    assert order[0].startswith("named-")
+    features = [input_features("push", record.input) for record in (named[0], named[1], nameless[0])]
     assert features[0][1] == features[1][1] != features[2][1]  # the same shape, whatever the name
-    similarity = similarities("push", features, ["p0", "p2", "d0"])
-    assert similarity[2, 0] < similarity[1, 0] and similarity[0, 2] < similarity[1, 0]
+    similarity = similarities(features, ["n0", "n1", "d0"])
+    assert similarity[0, 1] > similarity[2, 1] and similarity[0, 1] > shown(features[1][0], features[0][0])
 
 
 def test_without_labels_the_queue_stands_for_every_kind_of_input_before_a_second_of_any():
@@ -288,12 +286,12 @@ def test_two_wordings_of_one_query_are_alike_and_the_queue_lists_each_query_befo
     inputs = [{"question": q} for q in (weight[0], weight[4], orders[0], cities[0], "Quanto pesa, em gramas, um produto de bebes em média?")]
     features = [input_features("sql", i) for i in inputs]
     assert shown(features[0][0], features[1][0]) == 0.0  # the two wordings share no content word
-    similarity = similarities("sql", features, [input_hash("sql", i) for i in inputs])
+    similarity = similarities(features, [input_hash("sql", i) for i in inputs])
     assert similarity[0, 1] >= 0.5 > similarity[0, 2] and similarity[0, 3] == 0.0 and similarity[0, 4] > similarity[0, 1]
     unread = [{"question": "o que voce acha do site da loja"}, {"question": "o que voce acha do site novo da loja"}]
     assert all(input_features("sql", i)[1] == frozenset() for i in unread)
     words = [input_features("sql", i)[0] for i in unread]  # neither says what it asks: its words alone judge the pair
-    similarity = similarities("sql", [input_features("sql", i) for i in unread], ["h1", "h2"])
+    similarity = similarities([input_features("sql", i) for i in unread], ["h1", "h2"])
     assert similarity[0, 1] == pytest.approx(shown(words[1], words[0])) and similarity[1, 0] == pytest.approx(shown(words[0], words[1]))
     ranked = rank("sql", records, [], [], "k1", False, len(records))
     first = [record.id.split("-")[0] for record, _, _ in ranked[:3]]
