@@ -32,14 +32,16 @@ class Sampling(msgspec.Struct, frozen=True):
     max_tokens: int
     seed: int | None = None
     frequency_penalty: float = 0.0  # OpenAI's: subtracted once per earlier use of a token in the answer
+    n: int = 1  # completions sampled in the one engine request (their prompt's prefill shared); a record before groups: 1
 
-    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None, frequency_penalty=None) -> Sampling:
+    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None, frequency_penalty=None, n=None) -> Sampling:
         return Sampling(
             self.temperature if temperature is None else temperature,
             self.top_p if top_p is None else top_p,
             self.max_tokens if max_tokens is None else max_tokens,
             self.seed if seed is None else seed,
             self.frequency_penalty if frequency_penalty is None else frequency_penalty,
+            self.n if n is None else n,
         )
 
 
@@ -53,6 +55,32 @@ class Reward(msgspec.Struct):
     components: dict[str, float]
     reference_used: bool
     details: dict[str, str] = {}
+
+
+class Sample(msgspec.Struct):
+    """One completion of a served group: its tokens as the engine sampled them, each sampled
+    token's logprob under the sampling distribution (vLLM's processed logprobs: after temperature
+    and top-p), and how the served score judged it."""
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+    valid: bool
+    reward: Reward
+
+
+class Group(msgspec.Struct):
+    """Every completion one request sampled from the serving version (`Record.adapter`, with the
+    record's `sampling`), in the engine's order; `chosen` is the one answered (the best by the
+    served score). A round's GRPO trains on it as a rollout group: the prompt's token ids and
+    each sample's logprobs are what the importance ratio is taken against."""
+    prompt_token_ids: list[int]
+    samples: list[Sample]
+    chosen: int
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward.total for s in self.samples]
 
 
 class Feedback(msgspec.Struct):
@@ -88,6 +116,7 @@ class Record(msgspec.Struct):
     feedback: Feedback | None = None  # merged in when read; never part of the stored entry
     examples: list[str] = []  # the labels (record ids) whose answers the prompt showed as demonstrations, or bootstrap row ids
     answered_from: str | None = None  # an exact repeat of a corrected input: the label whose correction answered it
+    group: Group | None = None  # sampling.n > 1: every completion sampled, scored; `raw` is the chosen one's text
 
     @property
     def version(self) -> str:

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -91,6 +91,15 @@ class Settings(BaseSettings):
     records_stream_maxlen: int = Field(200_000, ge=1000, description="Records kept in the stream (trimming never drops unacknowledged ones).")
     stats_max_records: int = Field(50_000, ge=100, le=1_000_000, description="Newest records `/v1/stats` (the dashboard's "
                                    "time series) reads per call; older ones in its window are left out and it says so.")
+
+    # Served answers as rollouts
+    serve_samples: dict[str, int] = Field(
+        default_factory=lambda: {"extraction": 4, "sql": 4, "push": 4, "insights": 1},
+        description="Completions the gateway asks vLLM for per request, per task (JSON object; one engine request with `n`, "
+                    "its prompt's prefill shared): every one is scored, the best by the served score is answered, and the "
+                    "whole group is recorded as a rollout for the round's GRPO. 1 turns it off for that task; a task not "
+                    "named gets 1. Streaming requests are always sampled once.")
+    serve_samples_cap: int = Field(8, ge=1, le=32, description="Most completions one request may ask for (`options.samples`).")
 
     # Corrections that act at once
     examples_tasks: list[str] = Field(["extraction", "sql", "push"], description="Tasks whose prompts carry the team's most "
@@ -208,7 +217,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return [u.rstrip("/") for u in urls]
 
-    @field_validator("task_training", "examples_tasks")
+    @field_validator("task_training", "examples_tasks", "serve_samples")
     @classmethod
     def _known_tasks(cls, value):
         from common.tasks import TASKS
@@ -217,6 +226,25 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"no task named {', '.join(map(repr, unknown))} (the tasks: {', '.join(TASKS)})")
         return value
+
+    @field_validator("serve_samples")
+    @classmethod
+    def _samples_in_range(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = {task: n for task, n in value.items() if not 1 <= n <= 32}
+        if bad:
+            raise ValueError(f"completions per request must be 1 to 32, not {bad}")
+        return value
+
+    @model_validator(mode="after")
+    def _samples_within_cap(self) -> Settings:
+        over = {task: n for task, n in self.serve_samples.items() if n > self.serve_samples_cap}
+        if over:
+            raise ValueError(f"serve_samples {over} exceeds serve_samples_cap {self.serve_samples_cap}")
+        return self
+
+    def samples_of(self, task: str) -> int:
+        """Completions a request of `task` is sampled with, unless it asks otherwise (`serve_samples`)."""
+        return self.serve_samples.get(task, 1)
 
     @field_validator("redis_url")
     @classmethod

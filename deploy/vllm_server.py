@@ -33,7 +33,10 @@ def vllm_command(model: str, served_name: str, port: int, lora: bool, device: st
                  cpu_bf16: bool = False) -> list[str]:
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                "--served-model-name", served_name, "--host", host, "--port", str(port), "--max-model-len", "4096",
-               "--uvicorn-log-level", "warning"]
+               "--uvicorn-log-level", "warning",
+               # a served group's logprobs are its samples' under the sampling distribution (after temperature and
+               # top-p), which a round's GRPO takes its importance ratio against (trainer/grpo.py)
+               "--logprobs-mode", "processed_logprobs"]
     if device == "cpu":
         # bf16 only where the CPU computes it natively (`engine_cpu_precision`): elsewhere it is
         # emulated and far slower. On this machine's AMX a gate's burst of 36-64 requests took

@@ -62,11 +62,15 @@ class Engine:
 @dataclass
 class Completion:
     text: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int  # of a group's request: the one prompt's
+    completion_tokens: int  # of a group's request: all its completions'
     finish_reason: str | None
     engine: str
     model: str
+    # a group's (sampling.n > 1): the tokens the engine sampled and each one's logprob, and the prompt's tokens
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 @dataclass
@@ -213,6 +217,8 @@ class EnginePool:
             body["structured_outputs"] = {"json": json_schema}
         if stream:
             body["stream_options"] = {"include_usage": True}
+        if sampling.n > 1:  # a group: every sample's tokens and logprobs, for training on it as a rollout
+            body.update(n=sampling.n, logprobs=0, return_token_ids=True)
         return body
 
     def _failed(self, engine: Engine, error: Exception, failover: bool = False) -> EngineUnavailable:
@@ -248,6 +254,12 @@ class EnginePool:
     async def complete(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> Completion:
         """The answer of the next healthy engine; one that goes away (or lacks the adapter) before
         answering hands the request to another."""
+        return (await self.complete_group(prompt, adapter, sampling.override(n=1), json_schema))[0]
+
+    async def complete_group(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None) -> list[Completion]:
+        """`sampling.n` completions of one prompt in one engine request (the prompt's prefill is
+        shared), in the engine's order; with n > 1 each carries its token ids and their logprobs.
+        An answer with fewer choices than asked is an engine failure, never a smaller group."""
         skip: frozenset[str] = frozenset()
         while True:
             engine = self._pick(skip)
@@ -259,17 +271,16 @@ class EnginePool:
                     raise
 
     async def _complete_on(self, engine: Engine, prompt: str, adapter: str | None, sampling: Sampling,
-                           json_schema: dict | None) -> Completion:
+                           json_schema: dict | None) -> list[Completion]:
         body = self._body(engine, prompt, adapter, sampling, json_schema, False)
         try:
             async with self._completion(engine, body) as response:
                 data = await response.json(loads=msgspec.json.decode, content_type=None)
+            completions = _choices(data, sampling.n, engine.url, body_model(adapter, engine))
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             raise self._failed(engine, error) from None
         engine.last_answer = time.monotonic()
-        choice, usage = data["choices"][0], data.get("usage") or {}
-        return Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                          choice.get("finish_reason"), engine.url, body_model(adapter, engine))
+        return completions
 
     async def stream(self, prompt: str, adapter: str | None, sampling: Sampling, json_schema: dict | None,
                      result: dict) -> AsyncIterator[str]:
@@ -317,6 +328,29 @@ class EnginePool:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _choices(data: dict, n: int, engine: str, model: str) -> list[Completion]:
+    """The completions of an engine's answer, in choice order; ValueError for an answer that is not
+    a whole group (fewer choices than asked, or a sample without its tokens and logprobs)."""
+    choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+    if len(choices) != n:
+        raise ValueError(f"asked for {n} completions, the engine returned {len(choices)}")
+    usage = data.get("usage") or {}
+    if n == 1:
+        choice = choices[0]
+        return [Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                           choice.get("finish_reason"), engine, model)]
+    completions = []
+    for choice in choices:
+        token_ids = choice.get("token_ids")
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        if token_ids is None or logprobs is None or len(token_ids) != len(logprobs) or choice.get("prompt_token_ids") is None:
+            raise ValueError(f"completion {choice.get('index')} of the group came without its token ids and logprobs")
+        completions.append(Completion(choice["text"], usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                                      choice.get("finish_reason"), engine, model, list(token_ids),
+                                      [float("nan") if x is None else float(x) for x in logprobs], list(choice["prompt_token_ids"])))
+    return completions
 
 
 def _dropped(error: Exception) -> bool:

@@ -21,6 +21,15 @@ class TaskSpec:
     sampling: Sampling
     json_schema: dict | None
     input_field: str  # where a free-text chat message goes in the task input
+    group_temperature: float  # a request sampled n > 1 times without a temperature of its own: greedy samples would all agree
+
+    def sampling_for(self, n: int, overrides: dict) -> Sampling:
+        """The request's sampling: the task's defaults, then `overrides` (the request's own options);
+        a group (n > 1) of a greedy task samples at `group_temperature` unless the request set one."""
+        sampling = self.sampling.override(**overrides, n=n)
+        if n > 1 and overrides.get("temperature") is None and sampling.temperature == 0.0:
+            sampling = sampling.override(temperature=self.group_temperature)
+        return sampling
 
     def input_from_text(self, text: str) -> dict:
         """A chat message as the task's input; a task whose trait says so also accepts its input's fields as JSON."""
@@ -43,8 +52,11 @@ SAMPLING = {
     "insights": Sampling(0.6, 0.95, 768, frequency_penalty=INSIGHTS_FREQUENCY_PENALTY),
 }
 INPUT_FIELD = {"extraction": "review", "sql": "question", "push": "briefing", "insights": "question"}
+# Extraction and SQL answer greedily alone; a group of them samples (docs/results.md, bench samples).
+GROUP_TEMPERATURE = {"extraction": 0.7, "sql": 0.7, "push": 0.7, "insights": 0.6}
 TASK_SPECS: dict[str, TaskSpec] = {
-    task: TaskSpec(task, TASK_ENGINE[task], SAMPLING[task], output_json_schema(task), INPUT_FIELD[task]) for task in TASKS
+    task: TaskSpec(task, TASK_ENGINE[task], SAMPLING[task], output_json_schema(task), INPUT_FIELD[task], GROUP_TEMPERATURE[task])
+    for task in TASKS
 }
 assert set(TASK_SPECS) == set(TASKS)
 

@@ -1,6 +1,12 @@
 """The answering pipeline every endpoint shares: render the task prompt with the model's own
 chat template, call vLLM (the task's LoRA version when its route points at one), score the raw
-completion with `rewards`, write the record to Redis, and only then answer."""
+completion with `rewards`, write the record to Redis, and only then answer.
+
+A request sampled `n` > 1 times (the task's `serve_samples`, or its own `options.samples`) is one
+engine request with vLLM's `n`: every completion is scored, the best by the served score is the
+answer (the first of equals, in the engine's order), and the record keeps the whole group with
+each sample's tokens and logprobs. Every served answer is then a sample of the serving version
+that a round's GRPO can train on (`trainer.data`), and best-of-n lifts what the user gets."""
 from __future__ import annotations
 
 import time
@@ -11,7 +17,7 @@ from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 
-from common.records import Record, Reward, Sampling, Usage, label_of
+from common.records import Group, Record, Reward, Sample, Sampling, Usage, label_of
 from common.store import StoreUnavailable
 from common.tasks import TRAITS
 from rewards import REWARD_VERSION, score
@@ -48,16 +54,20 @@ class Prepared:
 
 
 async def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str,
-                  key_id: str | None = None) -> Prepared:
+                  key_id: str | None = None, samples: int = 1, with_examples: bool = True) -> Prepared:
+    """`samples`: completions to sample (1 for a stream); `with_examples` False: the prompt shows
+    none of the team's examples and an exact repeat of a corrected input is asked of the model
+    too, so the answer is what the weights alone give."""
     started = time.perf_counter()
     spec = TASK_SPECS[task]
     pool = state.pools[spec.engine]
     adapter, arm = state.routes.adapter_for(task)
-    # reads labels from Redis and may re-index them: off the event loop
-    repeat, shown = await run_in_threadpool(state.examples.for_request, task, task_input)
+    repeat, shown = None, []
+    if with_examples:  # reads labels from Redis and may re-index them: off the event loop
+        repeat, shown = await run_in_threadpool(state.examples.for_request, task, task_input)
     prompt = pool.template.render(build_messages(task, task_input, tuple((e.input, e.answer) for e in shown)))
     return Prepared(task, task_input, prompt, pool.template.sha256, adapter, arm,
-                    spec.sampling.override(**sampling_overrides), reference, source, key_id, started,
+                    spec.sampling_for(samples, sampling_overrides), reference, source, key_id, started,
                     [e.id for e in shown], repeat)
 
 
@@ -92,18 +102,32 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
     return scored.output
 
 
-def _score_and_output(state: GatewayState, prepared: Prepared, raw: str, execute: bool, include_think: bool):
-    scored = score(prepared.task, raw, prepared.reference, state.settings.reward_context(prepared.task_input))
-    return scored, _output(prepared.task, raw, scored, execute, include_think, state)
+def _score_and_output(state: GatewayState, prepared: Prepared, completions: list[Completion], execute: bool, include_think: bool):
+    """Every completion's score, the index of the best (the first of equals), and its output."""
+    context = state.settings.reward_context(prepared.task_input)
+    scores = [score(prepared.task, c.text, prepared.reference, context) for c in completions]
+    best = max(range(len(scores)), key=lambda i: (scores[i].total, -i))
+    return scores, best, _output(prepared.task, completions[best].text, scores[best], execute, include_think, state)
 
 
-async def finish(state: GatewayState, prepared: Prepared, completion: Completion, execute: bool = False,
+def _group(completions: list[Completion], scores, chosen: int) -> Group | None:
+    if len(completions) < 2:
+        return None
+    samples = [Sample(text=c.text, token_ids=c.token_ids or [], logprobs=[round(x, 5) for x in c.logprobs or []],
+                      finish_reason=c.finish_reason, valid=s.valid, reward=Reward(s.total, s.components, s.reference_used, s.details))
+               for c, s in zip(completions, scores)]
+    return Group(prompt_token_ids=completions[0].prompt_token_ids or [], samples=samples, chosen=chosen)
+
+
+async def finish(state: GatewayState, prepared: Prepared, completions: list[Completion], execute: bool = False,
                  include_think: bool = False) -> Record:
-    """Score and record a completion; return the record (the answer is built from it)."""
+    """Score and record the completions of one request (one, or a group); return the record (the
+    answer is built from it: the best completion's)."""
     if TRAITS[prepared.task].runs_sql:  # runs queries (up to their time limit): off the event loop
-        scored, output = await run_in_threadpool(_score_and_output, state, prepared, completion.text, execute, include_think)
+        scores, best, output = await run_in_threadpool(_score_and_output, state, prepared, completions, execute, include_think)
     else:  # pure CPU for tens of microseconds: cheaper than a thread hop
-        scored, output = _score_and_output(state, prepared, completion.text, execute, include_think)
+        scores, best, output = _score_and_output(state, prepared, completions, execute, include_think)
+    completion, scored = completions[best], scores[best]
     record = Record(
         id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=prepared.task_input,
         prompt=prepared.prompt, chat_template_sha256=prepared.template_sha256, raw=completion.text, output=output,
@@ -113,7 +137,7 @@ async def finish(state: GatewayState, prepared: Prepared, completion: Completion
         latency_ms=round((time.perf_counter() - prepared.started) * 1000, 2),
         reward=Reward(scored.total, scored.components, scored.reference_used, scored.details),
         reward_version=REWARD_VERSION, reference=prepared.reference, key_id=prepared.key_id, examples=prepared.examples,
-        answered_from=prepared.repeat.id if prepared.repeat else None,
+        answered_from=prepared.repeat.id if prepared.repeat else None, group=_group(completions, scores, best),
     )
     label = label_of(record, state.settings.team_eval_share) if record.reference is not None else None
     try:
@@ -138,17 +162,17 @@ def from_correction(prepared: Prepared) -> Completion:
 
 async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> Record:
     if prepared.repeat is not None:
-        return await finish(state, prepared, from_correction(prepared), execute, include_think)
+        return await finish(state, prepared, [from_correction(prepared)], execute, include_think)
     pool = state.pools[TASK_SPECS[prepared.task].engine]
     called = time.perf_counter()
     try:
-        completion = await pool.complete(prepared.prompt, prepared.adapter, prepared.sampling, TASK_SPECS[prepared.task].json_schema)
+        completions = await pool.complete_group(prepared.prompt, prepared.adapter, prepared.sampling, TASK_SPECS[prepared.task].json_schema)
     except EngineUnavailable as error:
         raise _engine_down(state, prepared, error) from None
     engine_call = ENGINE_CALL.get()
     if engine_call is not None:
         engine_call.update(task=prepared.task, seconds=time.perf_counter() - called)
-    return await finish(state, prepared, completion, execute, include_think)
+    return await finish(state, prepared, completions, execute, include_think)
 
 
 async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator[str], dict]:
@@ -161,7 +185,7 @@ async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator
 
         async def whole() -> AsyncIterator[str]:
             yield completion.text
-            done["record"] = await finish(state, prepared, completion)
+            done["record"] = await finish(state, prepared, [completion])
 
         return whole(), done
     pool = state.pools[TASK_SPECS[prepared.task].engine]
@@ -188,6 +212,6 @@ async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator
         usage = info.get("usage") or {}
         completion = Completion("".join(parts), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
                                 info.get("finish_reason"), info.get("engine", ""), info.get("model", ""))
-        done["record"] = await finish(state, prepared, completion)
+        done["record"] = await finish(state, prepared, [completion])
 
     return text(), done

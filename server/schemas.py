@@ -74,6 +74,11 @@ class TaskOptions(BaseModel):
     frequency_penalty: FrequencyPenalty = None
     execute: bool = Field(False, description="sql: run the answer read-only and return its rows.")
     include_think: bool = Field(False, description="insights: also return the <think> block.")
+    samples: int | None = Field(None, ge=1, description="Completions to sample in one engine request; the best by the served score "
+                                                        "is answered and all are recorded. Unset: the task's `serve_samples`; at most "
+                                                        "`serve_samples_cap` (a 422 names it).")
+    examples: bool = Field(True, description="false: the prompt shows none of the team's examples and a corrected input is "
+                                             "asked of the model again, so the answer is what the weights alone give.")
 
 
 class TaskRequest(BaseModel):
@@ -105,6 +110,13 @@ class Usage(BaseModel):
     completion_tokens: int
 
 
+class SampleChoice(BaseModel):
+    """Which of the request's sampled completions was answered."""
+    chosen: int = Field(description="Its index, in the engine's order.")
+    of: int = Field(description="How many were sampled.")
+    totals: list[float] = Field(description="Each completion's served score, in the same order.")
+
+
 class TaskResponse(BaseModel):
     id: str
     task: TaskName
@@ -121,6 +133,7 @@ class TaskResponse(BaseModel):
                                                                    "weights, also bootstrap rows (`<task>-bootstrap-<n>`).")
     answered_from: str | None = Field(None, description="Set when this input was corrected before: the id of the record whose "
                                                         "correction is the answer (no model was asked).")
+    sample: SampleChoice | None = Field(None, description="Set when more than one completion was sampled.")
 
 
 class FeedbackRequest(BaseModel):

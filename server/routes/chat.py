@@ -39,7 +39,9 @@ async def chat_completions(body: ChatRequest, caller: User):
     task = chat.task_of(body.model, text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_completion_tokens or body.max_tokens,
                  "seed": body.seed, "frequency_penalty": body.frequency_penalty}
-    prepared = await answering.prepare(caller.state, task, TASK_SPECS[task].input_from_text(text), overrides, None, "chat", caller.key_id)
+    samples = 1 if body.stream else caller.state.settings.samples_of(task)  # the best of the task's group answers
+    prepared = await answering.prepare(caller.state, task, TASK_SPECS[task].input_from_text(text), overrides, None, "chat", caller.key_id,
+                                       samples=samples)
     if not body.stream:
         return chat.completion(task, await answering.answer(caller.state, prepared, include_think=True))
     events = await chat.chunk_events(caller.state, prepared, task, include_usage=bool((body.stream_options or {}).get("include_usage")))

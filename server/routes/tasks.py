@@ -9,7 +9,7 @@ from rewards.references import InvalidReference, check_reference
 from server import answering
 from server.deps import TaskPath, User
 from server.errors import ApiError
-from server.schemas import INPUT_MODELS, ErrorResponse, Scores, ServedBy, TaskRequest, TaskResponse, Usage
+from server.schemas import INPUT_MODELS, ErrorResponse, SampleChoice, Scores, ServedBy, TaskRequest, TaskResponse, Usage
 
 router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
@@ -38,9 +38,15 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
         except InvalidReference as error:
             raise ApiError(422, "invalid_request", f"reference: {error}") from None
     options = body.options
+    settings = caller.state.settings
+    samples = settings.samples_of(task) if options.samples is None else options.samples
+    if samples > settings.serve_samples_cap:
+        raise ApiError(422, "invalid_request", f"options.samples: {samples} is more than the cap of {settings.serve_samples_cap} "
+                                               "completions per request (TUCANO_SERVE_SAMPLES_CAP)")
     overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed,
                  "frequency_penalty": options.frequency_penalty}
-    prepared = await answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id)
+    prepared = await answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id,
+                                       samples=samples, with_examples=options.examples)
     record = await answering.answer(caller.state, prepared, execute=options.execute and TRAITS[task].runs_sql,
                                     include_think=options.include_think)
     reward = record.reward
@@ -50,4 +56,5 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
         scores=Scores(total=reward.total, components=reward.components, reference_used=reward.reference_used),
         usage=Usage(prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens),
         latency_ms=record.latency_ms, examples=record.examples, answered_from=record.answered_from,
+        sample=SampleChoice(chosen=record.group.chosen, of=len(record.group.samples), totals=record.group.rewards) if record.group else None,
     )
