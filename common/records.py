@@ -21,6 +21,7 @@ from common.datasets import input_hash, split_of
 from common.rounds import DOCSTRINGS, CanaryRecord, GateRecord, TrainingData, TrainingRecord
 
 Arm = Literal["base", "active", "canary"]
+BASE_VERSION = "base"  # the version name of an answer no adapter served (`Record.version`)
 Split = Literal["train", "eval"]
 AdapterStatus = Literal["candidate", "canary", "active", "retired", "rejected"]
 
@@ -120,7 +121,7 @@ class Record(msgspec.Struct):
 
     @property
     def version(self) -> str:
-        return self.adapter or "base"
+        return self.adapter or BASE_VERSION
 
 
 class Label(msgspec.Struct):

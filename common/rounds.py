@@ -160,6 +160,43 @@ class MethodRun:
     """The last logged value of each of TRL's step metrics."""
     phases: dict[str, float] | None = None
     """GRPO: seconds in generation and in scoring."""
+    grpo: GrpoReport | None = None
+    """GRPO: what its rollouts were and the watch list of a run (groups, rewards, clipping, KL, lengths)."""
+
+
+@dataclass
+class GrpoReport:
+    """A GRPO run's watch list: where its rollouts came from, how many groups carried signal, and
+    what the policy did to them. Means are over the run's generation batches (each logged step)."""
+    __pydantic_config__ = DOCSTRINGS
+    rollouts: str
+    """`served groups` (the records' own samples, no generation in the trainer) or `transformers generate`."""
+    groups: int
+    """Groups the trainer saw (a group seen again in a later epoch counts again)."""
+    groups_dropped: int
+    """Of those, groups whose rewards did not vary: no signal, left out of the loss."""
+    steps: int
+    generation_tokens_per_s: float | None
+    """Completion tokens generated per second inside the trainer; None for served groups (nothing generated)."""
+    optimisation_tokens_per_s: float
+    """Prompt and completion tokens through the optimisation (forward and backward) per second."""
+    reward_mean: float
+    reward_std: float
+    """The mean within-group spread of the rewards."""
+    clip_ratio: float
+    """The share of tokens PPO's clipped ratio (epsilon 0.2, 0.28 above) cut, over the logged steps."""
+    entropy: float | None
+    completion_length: float
+    grad_norm: float | None
+    importance_tokens: int = 0
+    """Served groups: completion tokens weighed by the importance ratio to the version that sampled them."""
+    importance_clipped: int = 0
+    """Of those, tokens whose ratio was above `grpo_importance_cap` (capped there)."""
+    kl_to_parent: float | None = None
+    """Served groups of the version the run started from: the mean per-token KL of the policy being trained
+    from it (k3 estimator on the sampled tokens), over the generation batches."""
+    older_groups: int = 0
+    """Served groups sampled by an older version of the lineage: weighted by the importance ratio."""
 
 
 @dataclass
@@ -190,6 +227,7 @@ class DataSources:
     pairs: list[str] = field(default_factory=list)
     kto: list[str] = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -204,6 +242,10 @@ class TrainingData:
     prompts: int = 0
     labelled_prompts: int = 0
     records: int = 0
+    groups: int = 0
+    """Served groups (every completion one request sampled) its GRPO could train on."""
+    labelled_groups: int = 0
+    """Of those, groups of a request that carried a reference or later got a correction: scored with it."""
     skipped: dict[str, int] = field(default_factory=dict)
     sources: DataSources = field(default_factory=DataSources)
 

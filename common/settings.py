@@ -171,6 +171,11 @@ class Settings(BaseSettings):
     grpo_advantage: Literal["sum", "gdpo"] = Field("sum", description="sum: the scored total, centred per group (Dr. GRPO); gdpo: each "
                                                    "component normalised per group with a std floor, then weighted.")
     grpo_std_floor: float = Field(0.1, gt=0, le=1, description="GDPO: the least std a component is divided by.")
+    grpo_importance_cap: float = Field(2.0, gt=1, le=100, description="GRPO on served groups: the cap of each token's importance "
+                                       "ratio between the policy being trained and the version that sampled it (its recorded "
+                                       "logprob); a token above it counts as clipped.")
+    grpo_max_groups: int = Field(256, ge=0, description="Newest served groups a round's GRPO trains on per task (0: none; "
+                                 "GRPO then generates from the prompts as before groups).")
     grpo_entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient (TRL's entropy_coef).")
     grpo_adaptive_entropy: bool = Field(False, description="TRL's adaptive entropy coefficient.")
     unlabelled_prompts_per_round: int = Field(64, ge=0, description="Newest distinct unlabelled inputs a round uses for GRPO.")

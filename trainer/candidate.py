@@ -63,6 +63,9 @@ def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[t
             outcomes.append(dpo.train(settings, model, tokenizer, data.pairs, budget, why, progress))
         elif method == "kto":
             outcomes.append(kto.train(settings, model, tokenizer, data.kto, budget, why, progress))
+        elif data.groups:  # the served groups are the rollouts: nothing is generated in the trainer
+            outcomes.append(grpo.train_on_groups(settings, model, tokenizer, data.task, data.groups, budget, why, progress,
+                                                 policy=data.policy))
         else:
             outcomes.append(grpo.train(settings, model, tokenizer, data.task, data.prompts, budget, why, progress))
     return outcomes

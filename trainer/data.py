@@ -7,7 +7,14 @@
   supervised examples, a liked answer of an input nobody corrected joins them (SFT is then the
   round's method, and the user's approval would otherwise go unused);
 - the records new since the last round: their distinct unlabelled inputs become GRPO prompts
-  scored by the reference-free rewards, besides the labelled inputs scored with their references.
+  scored by the reference-free rewards, besides the labelled inputs scored with their references;
+- the served groups among them (every completion a request sampled, `Record.group`): GRPO's
+  rollouts, as the engine sampled them, on the prompt exactly as it was served (`RolloutGroup`).
+  A group of a request that carried a reference, or whose answer was later corrected, is scored
+  with that label. Only a version of the lineage the round trains (the version it continues and
+  the versions before it) sampled a usable group; a group of another version, of an eval-set
+  input, or one that is not whole (fewer samples than asked, a sample without its tokens and
+  logprobs), all identical or all invalid (no signal) is skipped and counted.
 
 With `train_with_examples` (off by default), every prompt is the one serving would send for its
 input: where the task's prompts carry the team's examples, it shows the examples most similar to
@@ -29,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.datasets import input_key
-from common.records import Label, Record
+from common.records import BASE_VERSION, Label, Record
 from common.rounds import DataSources, TrainingData
 from common.settings import Settings
 from common.tasks import TRAITS
@@ -43,6 +50,25 @@ MIN_VALIDATION = 4
 
 
 @dataclass
+class RolloutGroup:
+    """One served group as GRPO's rollout: the prompt's tokens as vLLM saw them, each sample's
+    tokens and their logprobs under the sampling distribution, and what scores it."""
+    key: str  # unique in the round: TRL's prompt column, which the rollout function reads the group back by
+    source: str  # the record id
+    version: str  # the version that sampled it
+    temperature: float  # what it was sampled at: the trainer's logprobs must be taken at the same
+    prompt_token_ids: list[int]
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]]
+    reference: str  # the label's answer as JSON, or ""
+    context: str  # the reward context as JSON
+
+    @property
+    def size(self) -> int:
+        return len(self.completion_ids)
+
+
+@dataclass
 class TaskData:
     task: str
     sft: list[dict] = field(default_factory=list)  # {prompt, completion, source}
@@ -50,6 +76,8 @@ class TaskData:
     pairs: list[dict] = field(default_factory=list)  # {prompt, chosen, rejected, source}
     kto: list[dict] = field(default_factory=list)  # {prompt, completion, label: bool, source}
     prompts: list[dict] = field(default_factory=list)  # GRPO: {prompt, task, reference, context, source}
+    groups: list[RolloutGroup] = field(default_factory=list)  # GRPO: served groups, newest first
+    policy: str = BASE_VERSION  # the version the round's LoRA starts as (`lineage`'s first): its groups are on-policy
     entry_ids: list[str] = field(default_factory=list)  # records read this round (acknowledged with it)
     skipped: Counter = field(default_factory=Counter)
 
@@ -60,9 +88,10 @@ class TaskData:
         return TrainingData(sft=len(self.sft), liked_sft=sum(1 for e in self.sft if e.get("liked")), validation=len(self.validation),
                             pairs=len(self.pairs), kto=len(self.kto), prompts=len(self.prompts),
                             labelled_prompts=sum(1 for p in self.prompts if p["reference"]), records=len(self.entry_ids),
+                            groups=len(self.groups), labelled_groups=sum(1 for g in self.groups if g.reference),
                             skipped=dict(self.skipped),
                             sources=DataSources(sft=sources(self.sft), pairs=sources(self.pairs), kto=sources(self.kto),
-                                                prompts=sources(self.prompts)))
+                                                prompts=sources(self.prompts), groups=sorted({g.source for g in self.groups})))
 
 
 def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
@@ -90,10 +119,12 @@ def served_demonstrations(settings: Settings, task: str, labels: list[Label]) ->
 
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
           reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int,
-          liked_as_supervised: bool, shown: Demonstrations = no_demonstrations) -> TaskData:
+          liked_as_supervised: bool, shown: Demonstrations = no_demonstrations, lineage: tuple[str, ...] = (BASE_VERSION,),
+          groups_limit: int = 0) -> TaskData:
     """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task;
-    `shown`: the demonstrations each input's prompt carries (`served_demonstrations`)."""
-    data = TaskData(task)
+    `shown`: the demonstrations each input's prompt carries (`served_demonstrations`); `lineage`:
+    the versions whose served groups the round may train on (`lineage`), at most `groups_limit`."""
+    data = TaskData(task, policy=lineage[0])
     liked_answers: list[dict] = []
     labelled_inputs: set[str] = set()
     for same_input in _latest_by_input(labels).values():
@@ -129,6 +160,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
                              "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
                              "context": json.dumps(context, ensure_ascii=False)})
     _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit, shown)
+    _add_groups(data, new_records, {label.id: label for label in labels}, reward_context, held_out, lineage, groups_limit)
     split_validation(data, seed)
     if data.sft and liked_as_supervised:  # the validation slice stays the team's own answers
         data.sft += liked_answers
@@ -155,6 +187,56 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
         data.prompts.append({"prompt": render(build_messages(data.task, record.input, shown(record.input))), "task": data.task, "reference": "",
                              "context": json.dumps(reward_context(record.input), ensure_ascii=False), "source": record.id})
     data.entry_ids.reverse()
+
+
+def lineage(active, adapters: dict) -> tuple[str, ...]:
+    """The versions whose served groups a round continuing `active` (an AdapterMeta, or None for
+    the base model) may train on, newest first: it and its parents back to the base model, which
+    sampled the lineage's first groups. A version outside it (a rejected canary, another line) is
+    a different policy that no importance ratio on a few tokens would make this one's."""
+    versions, meta = [], active
+    while meta is not None and meta.version not in versions:
+        versions.append(meta.version)
+        meta = adapters.get(meta.parent) if meta.parent else None
+    return (*versions, BASE_VERSION)
+
+
+def _whole(record: Record) -> bool:
+    group = record.group
+    return (len(group.samples) == record.sampling.n >= 2 and bool(group.prompt_token_ids)
+            and all(s.token_ids and len(s.token_ids) == len(s.logprobs) for s in group.samples))
+
+
+def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], reward_context, held_out: frozenset[str],
+                versions: tuple[str, ...], limit: int) -> None:
+    """The newest served groups of the records read this round that carry a signal."""
+    for _entry_id, record in reversed(new_records):
+        if record is None or record.group is None:
+            continue
+        reason = None
+        if not _whole(record):
+            reason = "group not whole"
+        elif input_key(record.input) in held_out:
+            reason = "group of an eval-set input"
+        elif record.version not in versions:
+            reason = "group of a version outside the lineage"
+        elif len({s.text for s in record.group.samples}) == 1:
+            reason = "group of identical completions"
+        elif not any(s.valid for s in record.group.samples):
+            reason = "group of invalid completions only"
+        elif len(data.groups) >= limit:
+            reason = "group beyond the round's limit"
+        if reason:
+            data.skipped[reason] += 1
+            continue
+        label = labels_by_id.get(record.id)
+        answer = label.answer if label is not None and label.split == "train" else None
+        reference = json.dumps(answer, ensure_ascii=False) if answer is not None and TRAITS[data.task].scored_with_reference else ""
+        data.groups.append(RolloutGroup(
+            key=f"group:{record.id}", source=record.id, version=record.version, temperature=record.sampling.temperature,
+            prompt_token_ids=list(record.group.prompt_token_ids),
+            completion_ids=[list(s.token_ids) for s in record.group.samples], logprobs=[list(s.logprobs) for s in record.group.samples],
+            reference=reference, context=json.dumps(reward_context(record.input), ensure_ascii=False)))
 
 
 def split_validation(data: TaskData, seed: int) -> None:

@@ -1,7 +1,21 @@
-"""GRPO with TRL's `GRPOTrainer` on the round's prompts: the policy samples `num_generations`
-completions per prompt (temperature 1.0 set explicitly, up to the task's serving limit), each is
-scored by `rewards/` (with the prompt's reference when it has one), and the group's values
-become advantages (`rewards.trl`: the total, or GDPO per component with a floor on the std).
+"""GRPO with TRL's `GRPOTrainer`, on one of two kinds of rollouts:
+
+- served groups (`train_on_groups`, the default wherever traffic came in groups): every
+  completion a request sampled, as the engine sampled it, on the prompt as it was served. A
+  `rollout_func` hands TRL the recorded token ids and logprobs, so nothing is generated in the
+  trainer; each token's loss is weighed by its importance ratio to the version that sampled it
+  (TRL's truncated importance sampling, capped at `grpo_importance_cap`), which corrects both the
+  engine's numerics and a group sampled by an older version of the lineage. The trainer's
+  logprobs are taken at the temperature the groups were sampled at, as the engines' processed
+  logprobs are (deploy/vllm_server.py). Top-p renormalises the engine's over its nucleus, so a
+  token's ratio reads a little below 1 there; the cap acts only above.
+- the round's prompts (`train`), where no groups came: the policy samples `num_generations`
+  completions per prompt with transformers' `generate` (temperature 1.0 set explicitly, up to
+  the task's serving limit). The run's report says which.
+
+Either way each completion is scored by `rewards/` (with the prompt's reference when it has one),
+and the group's values become advantages (`rewards.trl`: the total, or GDPO per component with a
+floor on the std).
 
 What makes the recipe act (TRL 1.16 as installed):
 - `num_iterations` > 1: each generation batch is optimised more than once, so the policy ratio
@@ -13,15 +27,22 @@ What makes the recipe act (TRL 1.16 as installed):
 """
 from __future__ import annotations
 
+import statistics
 import time
+from collections import Counter
 
 import torch
 from datasets import Dataset
 
+from common.rounds import GrpoReport
 from common.settings import Settings
 from rewards.trl import StepLog, reward_function
 from router.task_specs import TASK_SPECS
 from trainer import methods, trl_internals
+from trainer.data import RolloutGroup
+
+SERVED_GROUPS = "served groups"
+GENERATED = "transformers generate"
 
 
 class _GenerationTimer:
@@ -50,16 +71,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
     generations = settings.grpo_num_generations
     aggregation = aggregation or settings.grpo_advantage
     log = StepLog()
-    reward = reward_function(aggregation, generations, settings.grpo_std_floor, log)
-    scoring = {"seconds": 0.0}
-
-    def timed_reward(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return reward(*args, **kwargs)
-        finally:
-            scoring["seconds"] += time.perf_counter() - started
-    timed_reward.__name__ = reward.__name__
+    timed_reward, scoring = _timed(reward_function(aggregation, generations, settings.grpo_std_floor, log))
 
     batch = generations * settings.grpo_prompts_per_step
     config = GRPOConfig(
@@ -86,4 +98,117 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
     outcome.seconds_by_phase = {"generation": round(timer.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - timer.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups}
+    outcome.grpo = report(GENERATED, trainer, outcome, settings.grpo_iterations, timer.tokens / timer.seconds if timer.seconds else None)
     return outcome
+
+
+def _timed(reward):
+    """The reward function, and the seconds spent in it."""
+    spent = {"seconds": 0.0}
+
+    def timed_reward(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return reward(*args, **kwargs)
+        finally:
+            spent["seconds"] += time.perf_counter() - started
+    timed_reward.__name__ = reward.__name__
+    return timed_reward, spent
+
+
+def usable_groups(groups: list[RolloutGroup]) -> tuple[list[RolloutGroup], Counter]:
+    """The groups one run can train on together: TRL's groups all have one size, and the policy's
+    logprobs are taken at one temperature, so the most common (size, temperature) wins; the rest
+    are counted, never trained as if they were of it."""
+    if not groups:
+        return [], Counter()
+    shapes = Counter((g.size, g.temperature) for g in groups)
+    (size, temperature), _ = shapes.most_common(1)[0]
+    left_out = Counter()
+    for (n, t), count in shapes.items():
+        if (n, t) != (size, temperature):
+            left_out[f"group of {n} samples at temperature {t:g} (this run: {size} at {temperature:g})"] += count
+    return [g for g in groups if (g.size, g.temperature) == (size, temperature)], left_out
+
+
+def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: list[RolloutGroup], budget_s: float, why: str,
+                    progress=None, aggregation: str | None = None, policy: str | None = None) -> methods.TrainingRun:
+    """GRPO on served groups (module docstring); `policy`: the version the LoRA starts as, whose
+    groups are on-policy (the KL to it is measured on those)."""
+    from trl import GRPOConfig
+
+    groups, left_out = usable_groups(groups)
+    if not groups:
+        raise ValueError("no served group to train on")
+    size, temperature = groups[0].size, groups[0].temperature
+    by_key = {g.key: g for g in groups}
+    aggregation = aggregation or settings.grpo_advantage
+    log = StepLog()
+    reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log))
+
+    def replay(prompts: list[str], trainer) -> dict:
+        """The served samples of each block of `size` repeats of a group's key, in their order."""
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        for start in range(0, len(prompts), size):
+            block = prompts[start:start + size]
+            if len(set(block)) != 1 or len(block) != size:
+                raise RuntimeError(f"TRL's batch does not hold whole groups of {size}: {block}")
+            group = by_key[block[0]]
+            out["prompt_ids"] += [group.prompt_token_ids] * size
+            out["completion_ids"] += group.completion_ids
+            out["logprobs"] += group.logprobs
+        return out
+
+    batch = size * settings.grpo_prompts_per_step
+    config = GRPOConfig(
+        **{**methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(groups) * size),
+           "learning_rate": settings.grpo_learning_rate},
+        num_generations=size, num_iterations=settings.grpo_iterations,
+        max_completion_length=max(len(c) for g in groups for c in g.completion_ids),
+        temperature=temperature or 1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
+        multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
+        use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,
+        vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
+        vllm_importance_sampling_clip_max=settings.grpo_importance_cap,
+    )
+    started_as = policy or groups[0].version
+    rows = [{"prompt": g.key, "task": task, "reference": g.reference, "context": g.context, "on_policy": g.version == started_as}
+            for g in groups]
+    budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
+    trainer_class = trl_internals.served_groups_grpo_trainer()
+    trainer = trainer_class(model=model, reward_funcs=[reward], args=config, processing_class=tokenizer, rollout_func=replay,
+                            train_dataset=Dataset.from_list(rows), callbacks=[budget, metrics, methods.Progress("grpo", progress)])
+    older = sum(1 for g in groups if g.version != started_as)
+    outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(groups)), budget, metrics)
+    for step, batch_log in enumerate(log.batches):
+        outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
+    outcome.seconds_by_phase = {"generation": 0.0, "scoring": round(scoring["seconds"], 2),
+                                "optimisation": round(outcome.seconds - scoring["seconds"], 2),
+                                "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
+                                **{f"left out: {k}": v for k, v in left_out.items()}}
+    outcome.grpo = report(SERVED_GROUPS, trainer, outcome, settings.grpo_iterations, None,
+                          importance=(trainer.importance_tokens, trainer.importance_clipped),
+                          kl=statistics.fmean(trainer.kl_to_parent) if trainer.kl_to_parent else None, older=older)
+    return outcome
+
+
+def _mean(steps: list[dict], key: str) -> float | None:
+    values = [s[key] for s in steps if isinstance(s.get(key), (int, float))]
+    return round(statistics.fmean(values), 5) if values else None
+
+
+def report(rollouts: str, trainer, outcome: methods.TrainingRun, iterations: int, generation_tokens_per_s: float | None,
+           importance: tuple[int, int] = (0, 0), kl: float | None = None, older: int = 0) -> GrpoReport:
+    """The run's watch list from TRL's logged steps and the trainer's counts."""
+    steps = [s for s in outcome.steps_log if "loss" in s]
+    optimisation_s = outcome.seconds_by_phase.get("optimisation") or outcome.seconds
+    tokens = float(trainer.state.num_input_tokens_seen) * iterations  # each generation batch is optimised `iterations` times
+    return GrpoReport(
+        rollouts=rollouts, groups=trainer.seen_groups, groups_dropped=trainer.dropped_groups, steps=outcome.steps,
+        generation_tokens_per_s=round(generation_tokens_per_s, 1) if generation_tokens_per_s else None,
+        optimisation_tokens_per_s=round(tokens / optimisation_s, 1) if optimisation_s > 0 else 0.0,
+        reward_mean=_mean(steps, "reward") or 0.0, reward_std=_mean(steps, "reward_std") or 0.0,
+        clip_ratio=_mean(steps, "clip_ratio/region_mean") or 0.0, entropy=_mean(steps, "entropy"),
+        completion_length=_mean(steps, "completions/mean_length") or 0.0, grad_norm=_mean(steps, "grad_norm"),
+        importance_tokens=importance[0], importance_clipped=importance[1], kl_to_parent=round(kl, 6) if kl is not None else None,
+        older_groups=older)

@@ -29,7 +29,7 @@ from transformers.trainer_callback import TrainerCallback
 
 from common.processes import bf16_on_cpu, return_freed_memory
 from common.records import AdapterMeta
-from common.rounds import MethodRun
+from common.rounds import GrpoReport, MethodRun
 from common.settings import Settings
 from trainer import trl_internals
 from trainer.data import TaskData
@@ -48,7 +48,9 @@ warnings.filterwarnings("ignore", message=".*is_vllm_available.*")
 STEP_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "entropy", "eval_loss", "mean_token_accuracy",
              "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
              "completions/mean_terminated_length", "clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean",
-             "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "kl")
+             "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "kl",
+             "sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/max",
+             "sampling/sampling_logp_difference/mean")
 
 
 @dataclass
@@ -62,18 +64,19 @@ class TrainingRun:
     stopped_by: str = "epochs"  # epochs, time budget, early stopping, steps
     steps_log: list[dict] = field(default_factory=list)
     seconds_by_phase: dict[str, float] = field(default_factory=dict)  # grpo: generation, scoring
+    grpo: GrpoReport | None = None
 
     def summary(self) -> MethodRun:
         last = {k: v for entry in self.steps_log for k, v in entry.items()}
         return MethodRun(method=self.method, why=self.why, examples=self.examples, steps=self.steps, epochs=round(self.epochs, 2),
                          seconds=round(self.seconds, 2), stopped_by=self.stopped_by, last={k: last[k] for k in STEP_KEYS if k in last},
-                         phases=self.seconds_by_phase or None)
+                         phases=self.seconds_by_phase or None, grpo=self.grpo)
 
 
 def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, str]]:
     """[(method, why)] for the task, in order."""
     if setting != "auto":
-        usable = {"sft": len(data.sft), "dpo": len(data.pairs), "kto": len(data.kto), "grpo": len(data.prompts)}[setting]
+        usable = {"sft": len(data.sft), "dpo": len(data.pairs), "kto": len(data.kto), "grpo": len(data.groups) + len(data.prompts)}[setting]
         return [(setting, f"TUCANO_TRAIN_METHOD={setting}")] if usable else []
     steps = []
     if len(data.sft) >= settings.min_sft_examples:
@@ -86,9 +89,14 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
     elif len(data.kto) >= settings.min_kto_examples and len(kinds) == 2:
         steps.append(("kto", f"{len(data.kto)} rated answers of both kinds >= {settings.min_kto_examples}, "
                              f"too few pairs for DPO ({len(data.pairs)} < {settings.min_dpo_pairs})"))
-    if data.prompts and (not steps or settings.grpo_after_supervised):
-        why = "no supervised or preference data: GRPO on the prompts" if not steps else "TUCANO_GRPO_AFTER_SUPERVISED"
-        steps.append(("grpo", f"{why} ({len(data.prompts)} prompts, {sum(1 for p in data.prompts if p['reference'])} with a reference)"))
+    if (data.groups or data.prompts) and (not steps or settings.grpo_after_supervised):
+        why = "no supervised or preference data" if not steps else "TUCANO_GRPO_AFTER_SUPERVISED"
+        if data.groups:
+            labelled = sum(1 for g in data.groups if g.reference)
+            steps.append(("grpo", f"{why}: GRPO on {len(data.groups)} served groups ({labelled} scored with a label)"))
+        else:
+            steps.append(("grpo", f"{why}: GRPO on the prompts, generated in the trainer: no served groups "
+                                  f"({len(data.prompts)} prompts, {sum(1 for p in data.prompts if p['reference'])} with a reference)"))
     return steps
 
 

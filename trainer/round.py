@@ -184,9 +184,15 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     labels = store.labels(task)
     news, why = _has_news(store, task, labels, len(records), settings)
     template = ChatTemplate.load(settings.model_path_of(task))
+    active = store.route(task).active
+    active_meta = store.adapter(active) if active else None
+    start, start_why = methods.start(settings, active_meta, settings.model_path_of(task))
+    # the served groups a round may train on: those of the policy it starts from and its parents
+    lineage = round_data.lineage(active_meta if start == "active" else None, {m.version: m for m in store.adapters(task)})
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
-                            settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels))
+                            settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels), lineage,
+                            settings.grpo_max_groups)
     steps = methods.plan(settings.train_method, data, settings) if news else []
     entry = TaskOutcome(outcome=Outcome.NOT_TRAINED, why=why, labels=len(labels), data=data.summary(),
                         plan=[PlanStep(method=m, why=w) for m, w in steps])
@@ -194,8 +200,6 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         entry.reason = why if not news else "no method has enough data"
         say(f"{task}: not trained: {entry.reason}")
         return entry
-    active = store.route(task).active
-    start, start_why = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
     entry.start = TrainingStart(weights=start, why=start_why)
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()

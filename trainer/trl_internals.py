@@ -17,6 +17,12 @@ The two reaches, and why neither has a public equivalent:
   groups whose rewards did not vary from the loss (their tokens would dilute the others'), and
   counts them per group in `_metrics`; TRL's own `frac_reward_zero_std` is batch-wide and drops
   nothing.
+- `served_groups_grpo_trainer()`: the same, for rollouts that a `rollout_func` hands back with the
+  logprobs they were sampled with (the served groups). TRL applies its truncated importance
+  sampling against those logprobs only when `use_vllm` is set, and `use_vllm` at construction
+  also starts TRL's own vLLM client; so the flag is set after construction, with a weight sync
+  that does nothing (a served group was sampled already: no weights go anywhere). It also counts
+  the tokens whose ratio the cap cut, and the KL of the policy from the version it started from.
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ def check_version(installed: str | None = None) -> None:
     if ".".join(installed.split(".")[:2]) != WRITTEN_FOR:
         raise TrlVersionError(
             f"TRL {installed} is installed, but trainer/trl_internals.py reaches TRL {WRITTEN_FOR}.x's private API "
-            f"(`trl.trainer.utils._use_triton`, `GRPOTrainer._generate_and_score_completions`, `GRPOTrainer._metrics`); "
+            f"(`trl.trainer.utils._use_triton`, `GRPOTrainer._generate_and_score_completions`, `GRPOTrainer._metrics`, "
+            "`GRPOTrainer.use_vllm`, `GRPOTrainer.vllm_generation`); "
             f"install trl=={WRITTEN_FOR}.* (as pyproject.toml pins it), or re-check those names against TRL {installed} "
             "and update the module")
 
@@ -79,3 +86,48 @@ def group_dropping_grpo_trainer() -> type:
             return output
 
     return GroupDroppingGRPOTrainer
+
+
+class _SampledAlready:
+    """TRL's weight sync for a rollout function's vLLM, when the rollouts were served before the
+    round: nothing to send."""
+
+    def sync_weights(self) -> None:
+        pass
+
+
+def served_groups_grpo_trainer() -> type:
+    """`group_dropping_grpo_trainer`'s class with TRL's importance sampling against the logprobs
+    the rollout function returns (`token_truncate` at the config's `vllm_importance_sampling_clip_max`).
+    The dataset's `on_policy` column marks the groups of the version the run started from: the KL
+    of the policy from it is measured on those. Counts: `importance_tokens`, `importance_clipped`;
+    `kl_to_parent` per generation batch."""
+    check_version()
+    base = group_dropping_grpo_trainer()
+
+    class ServedGroupsGRPOTrainer(base):
+        importance_tokens = 0
+        importance_clipped = 0
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.rollout_func is None or not self.vllm_importance_sampling_correction:
+                raise ValueError("served groups train with a rollout_func and vllm_importance_sampling_correction")
+            self.kl_to_parent: list[float] = []
+            self.use_vllm, self.vllm_mode, self.vllm_generation = True, "server", _SampledAlready()
+            self._last_loaded_step = 0
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            mask = output["completion_mask"].bool()
+            log_ratio = (output["old_per_token_logps"] - output["sampling_per_token_logps"]).nan_to_num(0.0)
+            cap = self.vllm_importance_sampling_clip_max
+            self.importance_tokens += int(mask.sum())
+            self.importance_clipped += int(((log_ratio.exp() > cap) & mask).sum())
+            on_policy = torch.tensor([bool(x.get("on_policy")) for x in inputs], device=mask.device).unsqueeze(1) & mask
+            if on_policy.any():  # k3: E_parent[r - 1 - log r], r = policy / parent, on the parent's own samples
+                k3 = log_ratio.exp() - 1 - log_ratio
+                self.kl_to_parent.append(float(k3[on_policy].mean()))
+            return output
+
+    return ServedGroupsGRPOTrainer

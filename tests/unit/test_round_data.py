@@ -9,7 +9,7 @@ import json
 import pytest
 
 from common.datasets import input_hash, input_key
-from common.records import AdapterMeta, Label
+from common.records import AdapterMeta, Label, Route
 from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
@@ -158,10 +158,16 @@ def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypat
         def eval_set(self, task):
             return []
 
+        def route(self, task):
+            return Route()
+
+        def adapters(self, task=None):
+            return []
+
     class Built(Exception):
         pass
 
-    def capture(task, labels, records, render, reward_context, held_out, seed, limit, liked_as_supervised, shown):
+    def capture(task, labels, records, render, reward_context, held_out, seed, limit, liked_as_supervised, shown, lineage, groups_limit):
         built[task] = (liked_as_supervised, shown is not no_demonstrations)
         raise Built
 
@@ -207,3 +213,60 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
     assert served_demonstrations(load_settings(examples_tasks=["sql"]), "sql", labels) is no_demonstrations  # off by default
     plain = build("sql", labels, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True)
     assert all(len(json.loads(e["prompt"])) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
+
+
+def grouped(n: int, question: str, texts: list[str], *, adapter=None, valid=True, whole=True, temperature=0.7):
+    """A served record of `texts` sampled as one group (the first answered)."""
+    from common.records import Group, Reward, Sample, Sampling
+
+    samples = [Sample(text=t, token_ids=[10 + i, 2], logprobs=[-0.5, -0.1] if whole or i else [-0.5], finish_reason="stop",
+                      valid=valid, reward=Reward(0.5, {}, False)) for i, t in enumerate(texts)]
+    return (f"{n}-0", make_record(id=f"r{n}", input={"question": question}, raw=texts[0], adapter=adapter,
+                                  arm="active" if adapter else "base", sampling=Sampling(temperature, 1.0, 256, None, 0.0, len(texts)),
+                                  group=Group(prompt_token_ids=[1, 2, 3], samples=samples, chosen=0)))
+
+
+def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_signal_is_counted():
+    from trainer.data import lineage
+
+    corrected = label(9, "Quantos clientes de SP?", answer={"sql": GOOD})
+    corrected = Label(**{**{f: getattr(corrected, f) for f in corrected.__struct_fields__}, "id": "r1"})  # the record's own label
+    records = [grouped(0, "Quantos pedidos?", [GOOD, BAD, BAD, GOOD]),
+               grouped(1, "Quantos clientes de SP?", [BAD, GOOD, BAD, BAD]),  # corrected afterwards: scored with it
+               grouped(2, "Quantos vendedores?", [GOOD, BAD], adapter="sql-v2"),  # served by the active version
+               grouped(3, "Quantos produtos?", [GOOD, BAD], adapter="sql-v9"),  # a version of another line
+               grouped(4, "Quantos itens?", [BAD, BAD, BAD]),
+               grouped(5, "Quantas lojas?", [GOOD, BAD], valid=False),
+               grouped(6, "Quantos fretes?", [GOOD, BAD], whole=False),
+               grouped(7, "Quantos pedidos em 2016?", [GOOD, BAD]),
+               (f"{8}-0", make_record(id="r8", input={"question": "Sem grupo?"}))]  # a record before groups
+    v1 = AdapterMeta(version="sql-v1", task="sql", path="/a/1")
+    v2 = AdapterMeta(version="sql-v2", task="sql", path="/a/2", parent="sql-v1")
+    versions = lineage(v2, {"sql-v1": v1, "sql-v2": v2})
+    assert versions == ("sql-v2", "sql-v1", "base")
+    held = frozenset({input_key({"question": "Quantos pedidos em 2016?"})})
+    data = build("sql", [corrected], records, render, lambda i: ctx(**i), held, seed=1, unlabelled_limit=64,
+                 liked_as_supervised=True, lineage=versions, groups_limit=10)
+    assert data.policy == "sql-v2"
+    assert [g.source for g in data.groups] == ["r2", "r1", "r0"]  # the newest first
+    assert [g.version for g in data.groups] == ["sql-v2", "base", "base"]
+    by_source = {g.source: g for g in data.groups}
+    assert json.loads(by_source["r1"].reference) == {"sql": GOOD} and by_source["r0"].reference == ""
+    assert by_source["r0"].completion_ids == [[10, 2], [11, 2], [12, 2], [13, 2]] and by_source["r0"].prompt_token_ids == [1, 2, 3]
+    assert by_source["r0"].temperature == 0.7 and json.loads(by_source["r0"].context)["question"] == "Quantos pedidos?"
+    assert data.skipped == {"group of a version outside the lineage": 1, "group of identical completions": 1,
+                            "group of invalid completions only": 1, "group not whole": 1, "group of an eval-set input": 1,
+                            "eval-set or labelled input": 2}
+    summary = data.summary()
+    assert summary.groups == 3 and summary.labelled_groups == 1 and summary.sources.groups == ["r0", "r1", "r2"]
+    assert [m for m, _ in methods_plan(data)] == ["grpo"] and "3 served groups (1 scored with a label)" in methods_plan(data)[0][1]
+    fresh = build("sql", [], records, render, lambda i: ctx(**i), held, seed=1, unlabelled_limit=64, liked_as_supervised=True,
+                  lineage=lineage(None, {}), groups_limit=1)
+    assert [g.source for g in fresh.groups] == ["r1"] and fresh.skipped["group beyond the round's limit"] == 1
+    assert fresh.skipped["group of a version outside the lineage"] == 2  # a fresh LoRA is the base model's policy
+
+
+def methods_plan(data):
+    from trainer import methods
+
+    return methods.plan("auto", data, load_settings(min_sft_examples=1000))

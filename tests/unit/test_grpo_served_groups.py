@@ -1,0 +1,108 @@
+"""GRPO on served groups, with TRL's real trainer on a tiny model: the recorded samples are the
+rollouts (nothing is generated), a group whose rewards do not vary is dropped and counted, each
+token is weighed by its importance ratio to the version that sampled it (a token above the cap
+is counted as clipped), and the policy moves toward the samples its group rewarded. The reward
+is a stand-in that counts one token, so that which sample is better is known exactly."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.settings import load_settings
+from tests.unit.test_training_on_cpu import VOCAB, tiny_model
+from trainer.data import RolloutGroup
+
+pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
+GOOD, PAD, EOS = 7, 0, 1
+TEMPERATURE = 0.7
+
+
+def tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="t2"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="t0", eos_token="t1", unk_token="t2")
+
+
+def policy():
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                                                   task_type="CAUSAL_LM"))
+
+
+def logprobs_of(model, prompt: list[int], completion: list[int]) -> list[float]:
+    """The model's logprob of each completion token at the sampling temperature, as an engine's
+    processed logprobs are."""
+    import torch
+
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1] / TEMPERATURE
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()
+
+
+def counting_reward(aggregation, num_generations, std_floor, log=None):
+    """One point per GOOD token in the decoded completion."""
+    def reward(prompts=None, completions=(), **kwargs):
+        return [float(c.split().count(f"t{GOOD}")) for c in completions]
+    reward.__name__ = "count_good"
+    return reward
+
+
+def served_group(model, key: str, completions: list[list[int]], version: str = "base", logprob_shift: float = 0.0) -> RolloutGroup:
+    prompt = [3, 4, 5, 6]
+    return RolloutGroup(key=key, source=key, version=version, temperature=TEMPERATURE, prompt_token_ids=prompt,
+                        completion_ids=completions,
+                        logprobs=[[x + logprob_shift for x in logprobs_of(model, prompt, c)] for c in completions],
+                        reference="", context=json.dumps({}))
+
+
+def test_served_groups_train_without_generating_and_move_the_policy_toward_what_they_rewarded(monkeypatch):
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    model, tok = policy(), tokenizer()
+    generated = []
+    monkeypatch.setattr(model, "generate", lambda *a, **k: generated.append(1))
+    good, bad = [GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]
+    groups = [served_group(model, f"g{i}", [good, bad, bad, good]) for i in range(6)]
+    groups.append(served_group(model, "flat", [bad, bad, bad, bad]))  # no spread: dropped
+    groups.append(served_group(model, "older", [good, bad, good, bad], version="push-v1", logprob_shift=-3.0))  # ratio e^3 > cap
+    before = sum(logprobs_of(model, [3, 4, 5, 6], good)) - sum(logprobs_of(model, [3, 4, 5, 6], bad))
+    settings = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=3,
+                             train_cpu_precision="fp32", grpo_importance_cap=2.0)
+    outcome = grpo.train_on_groups(settings, model, tok, "push", groups, 600.0, "test", policy="base")
+    after = sum(logprobs_of(model, [3, 4, 5, 6], good)) - sum(logprobs_of(model, [3, 4, 5, 6], bad))
+    report = outcome.grpo
+    assert generated == []  # the served samples were the rollouts
+    assert report.rollouts == grpo.SERVED_GROUPS and report.generation_tokens_per_s is None
+    # 8 groups x 3 epochs, 2 a generation batch, each batch optimised twice (grpo_iterations)
+    assert outcome.steps == report.steps == 24
+    assert report.groups == 24 and report.groups_dropped == 3  # the flat group, in each epoch
+    assert report.older_groups == 1
+    assert report.importance_tokens == 24 * 4 * 4 - 3 * 4 * 4  # every token of the groups not dropped
+    # the older group's 16 tokens are above the cap in every epoch (its recorded logprobs are 3 nats
+    # low), and the served groups' tokens drift above it as the policy moves away from what sampled them
+    assert 3 * 16 <= report.importance_clipped < report.importance_tokens
+    assert report.kl_to_parent is not None and report.kl_to_parent >= 0
+    assert report.reward_mean > 0 and report.reward_std > 0 and report.optimisation_tokens_per_s > 0
+    assert after > before + 1.0, (before, after)  # the rewarded sample became likelier than the other
+
+
+def test_groups_of_another_size_or_temperature_are_left_out_and_counted():
+    from trainer import grpo
+
+    def group(key, n, temperature):
+        return RolloutGroup(key=key, source=key, version="base", temperature=temperature, prompt_token_ids=[1],
+                            completion_ids=[[2]] * n, logprobs=[[-1.0]] * n, reference="", context="{}")
+
+    kept, left_out = grpo.usable_groups([group("a", 4, 0.7), group("b", 4, 0.7), group("c", 2, 0.7), group("d", 4, 1.0)])
+    assert [g.key for g in kept] == ["a", "b"]
+    assert sum(left_out.values()) == 2 and any("2 samples" in k for k in left_out) and any("temperature 1" in k for k in left_out)
+    with pytest.raises(ValueError, match="no served group"):
+        grpo.train_on_groups(load_settings(), None, None, "push", [], 10.0, "test")
