@@ -181,6 +181,33 @@ class StatusChange:
 
 
 @dataclass
+class LogprobProbe:
+    """A fixed text and the logprobs the trainer computed for its last tokens under a version's
+    weights (fp32, temperature 1), kept with the version: each engine that loads the version is
+    asked the same tokens' prompt logprobs, and a version an engine serves otherwise (a wrong
+    adapter, a stale cache, a LoRA the engine applies differently) is refused. `served_gap` is the
+    distance the check compares with the tolerance."""
+    __pydantic_config__ = DOCSTRINGS
+    token_ids: list[int]
+    scored_from: int
+    """The first position whose token's logprob is compared (every later one is too)."""
+    logprobs: list[float]
+
+    def served_gap(self, served: list[float]) -> float:
+        """The mean absolute difference, in nats, between an engine's logprobs of the scored tokens and the trainer's."""
+        if len(served) != len(self.logprobs) or not served:
+            raise ValueError(f"{len(served)} served logprobs for {len(self.logprobs)} probed tokens")
+        return sum(abs(a - b) for a, b in zip(served, self.logprobs)) / len(served)
+
+
+class TrainedNotServed(ConnectionError):
+    """An engine loaded a version but its logprobs of the version's probe are not the trainer's:
+    it was unloaded everywhere and nothing flipped. (A ConnectionError, as an engine that cannot
+    load a version is, so the gateway answers 503; its own type, so a round rejects the candidate
+    with the reason instead of stopping.)"""
+
+
+@dataclass
 class AdapterMeta:
     """A registered adapter version. Immutable in what defines it (version, files, hash, lineage);
     only its status and what the gate and the canary found are updated. A dataclass rather than a
@@ -208,6 +235,8 @@ class AdapterMeta:
     reason: str | None = None
     """Why it was rejected or retired."""
     history: list[StatusChange] = field(default_factory=list)
+    probe: LogprobProbe | None = None
+    """What its weights give a fixed text, checked on every engine that loads it; None: a version from before the check."""
 
 
 @dataclass(kw_only=True)

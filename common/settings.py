@@ -23,6 +23,7 @@ from pydantic_settings import (
 
 ENV_PREFIX = "TUCANO_"
 ENGINE_TIMEOUT_S = 120.0
+SERVED_LOGPROB_TOLERANCE = 0.1
 CONFIG_FILE_ENV = "TUCANO_CONFIG"
 
 
@@ -200,6 +201,9 @@ class Settings(BaseSettings):
     canary_min_requests: int = Field(30, ge=4, description="Canary requests before it is judged.")
     canary_max_minutes: float = Field(60.0, gt=0, description="A canary still short of its requests by then is rolled back.")
     drain_seconds: float = Field(30.0, ge=0, description="How long an old version keeps serving in-flight requests before it is unloaded.")
+    served_logprob_tolerance: float = Field(SERVED_LOGPROB_TOLERANCE, gt=0, le=10, description="Trained is served: the most an engine's logprobs of a "
+                                            "version's probe may differ from the trainer's (mean absolute, nats) when it loads the "
+                                            "version; beyond it the version is unloaded and nothing flips.")
     round_lock_seconds: float = Field(120.0, ge=5, description="Lifetime of the round lock unless renewed; a crashed trainer's lock expires after it.")
     round_lock_wait_s: float = Field(3600.0, ge=0, description="How long a trainer waits for another trainer's round to end before "
                                      "it gives up its own (0: it does not wait).")

@@ -2,6 +2,12 @@
 names, verifying each engine answers with them, flipping a task's route (or giving a canary its
 share of it), and unloading after a drain.
 
+Trained is served: a version that carries a probe (`common.records.LogprobProbe`, computed by the
+trainer when it saved the version) is checked on each engine as it is loaded: the engine's prompt
+logprobs of the probe's tokens under the version must be within `served_logprob_tolerance` of the
+trainer's, or the version is unloaded everywhere and nothing flips (`TrainedNotServed`, with the
+gap in its message; a round rejects the candidate with it).
+
 Names are never reused and never loaded in place (`load_inplace` has open vLLM bugs: stale
 prefix cache, re-reads from disk). If any engine fails to load, the ones that did are unloaded
 and nothing flips. Requests already running finish on the version they started with: the old
@@ -21,9 +27,9 @@ from pathlib import Path
 
 import httpx
 
-from common.records import AdapterMeta, Route
+from common.records import AdapterMeta, LogprobProbe, Route, TrainedNotServed
 from common.rounds import CanaryRecord
-from common.settings import Settings
+from common.settings import SERVED_LOGPROB_TOLERANCE, Settings
 from common.store import Store, content_sha256
 from common.tasks import TASK_ENGINE
 
@@ -66,7 +72,8 @@ async def _post(client: httpx.AsyncClient, url: str, path: str, body: dict) -> h
     return await client.post(f"{url}{path}", json=body, timeout=120)
 
 
-async def load_everywhere(urls: list[str], version: str, path: str) -> None:
+async def load_everywhere(urls: list[str], version: str, path: str, probe: LogprobProbe | None = None,
+                         tolerance: float = SERVED_LOGPROB_TOLERANCE) -> None:
     loaded: list[str] = []
     async with httpx.AsyncClient() as client:
         try:
@@ -80,11 +87,30 @@ async def load_everywhere(urls: list[str], version: str, path: str) -> None:
                 check = await _post(client, url, "/v1/completions", {"model": version, "prompt": "ok", "max_tokens": 1})
                 if check.status_code != 200:
                     raise AdapterLoadError(f"{url} loaded {version} but does not answer with it: {check.text[:300]}")
-        except (httpx.HTTPError, AdapterLoadError) as error:
+                if probe is not None:
+                    gap = probe.served_gap(await served_logprobs(client, url, version, probe))
+                    if gap > tolerance:
+                        raise TrainedNotServed(f"{url} serves {version} {gap:.3f} nats (mean per token) from the trainer's logprobs "
+                                               f"of its probe, more than the tolerance of {tolerance:g} (TUCANO_SERVED_LOGPROB_TOLERANCE)")
+        except (httpx.HTTPError, AdapterLoadError, TrainedNotServed) as error:
             for url in loaded:
                 with contextlib.suppress(httpx.HTTPError):
                     await _post(client, url, "/v1/unload_lora_adapter", {"lora_name": version})
-            raise AdapterLoadError(str(error)) from None
+            raise (TrainedNotServed if isinstance(error, TrainedNotServed) else AdapterLoadError)(str(error)) from None
+
+
+async def served_logprobs(client: httpx.AsyncClient, url: str, version: str, probe: LogprobProbe) -> list[float]:
+    """The engine's logprob of each of the probe's scored tokens under `version` (vLLM's prompt
+    logprobs of the probe's token ids: the same whatever the sampling, as no sampling touches them)."""
+    response = await _post(client, url, "/v1/completions", {"model": version, "prompt": probe.token_ids, "max_tokens": 1,
+                                                            "temperature": 0.0, "prompt_logprobs": 0})
+    if response.status_code != 200:
+        raise AdapterLoadError(f"{url} gave no prompt logprobs for {version}: HTTP {response.status_code} {response.text[:300]}")
+    positions = response.json()["choices"][0].get("prompt_logprobs") or []
+    try:
+        return [float(positions[i][str(probe.token_ids[i])]["logprob"]) for i in range(probe.scored_from, len(probe.token_ids))]
+    except (IndexError, KeyError, TypeError) as error:
+        raise AdapterLoadError(f"{url}'s prompt logprobs for {version} do not cover the probe's tokens ({error!r})") from None
 
 
 async def _same_adapter_loaded(client: httpx.AsyncClient, url: str, version: str, path: str) -> None:
@@ -140,11 +166,11 @@ class HotSwap:
     `unload_drained`, which `serve` runs every few seconds."""
 
     def __init__(self, store: Store, models: dict[str, str], urls: dict[str, list[str]] | None, drain_seconds: float,
-                 drain: str = "wait"):
+                 drain: str = "wait", served_tolerance: float = SERVED_LOGPROB_TOLERANCE):
         if drain not in DRAINS:
             raise ValueError(f"drain must be one of {DRAINS}")
         self.store, self.models, self.fixed_urls = store, models, {k: v for k, v in (urls or {}).items() if v}
-        self.drain_seconds, self.drain = drain_seconds, drain
+        self.drain_seconds, self.drain, self.served_tolerance = drain_seconds, drain, served_tolerance
         self._background: set[asyncio.Task] = set()
 
     @classmethod
@@ -154,14 +180,24 @@ class HotSwap:
         base_urls = base_urls or settings.base_engine_urls
         think_url = think_url or settings.think_engine_url
         return cls(store, {"base": settings.base_model_path, "think": settings.think_model_path},
-                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds, drain)
+                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds, drain,
+                   settings.served_logprob_tolerance)
 
     def urls(self, kind: str) -> list[str]:
         return list(self.fixed_urls.get(kind) or self.store.engine_urls(kind))
 
     async def load(self, version: str, path: str, kind: str) -> None:
-        """Load a version into every engine of its kind under its own name (no route points at it yet)."""
-        await load_everywhere(self.urls(kind), version, path)
+        """Load a version into every engine of its kind under its own name (no route points at it
+        yet), checking that each serves what was trained."""
+        meta = self.store.adapter(version)
+        await self._load_checked(self.urls(kind), version, path, meta)
+
+    async def _load_checked(self, urls: list[str], version: str, path: str, meta: AdapterMeta | None) -> None:
+        try:
+            await load_everywhere(urls, version, path, meta.probe if meta else None, self.served_tolerance)
+        except TrainedNotServed as error:
+            self.store.update_adapter(version, reason=f"trained is not served: {error}")
+            raise
 
     async def unload(self, version: str, kind: str) -> None:
         await unload_everywhere(self.urls(kind), version)
@@ -192,7 +228,7 @@ class HotSwap:
             raise PromotionRefused(f"{version} is already the active version of {task}")
         if route.canary and route.canary != version:
             raise PromotionRefused(f"a canary of {task} ({route.canary}) is running: promote or abort it first")
-        await load_everywhere(self.urls(kind), version, meta.path)
+        await self._load_checked(self.urls(kind), version, meta.path, meta)
 
         def flip(current: Route) -> Route:
             if current.canary and current.canary != version:
@@ -214,7 +250,7 @@ class HotSwap:
             raise PromotionRefused(f"{task} has no active version to roll back from")
         if previous is not None:
             meta = self._meta(previous)
-            await load_everywhere(self.urls(kind), previous, meta.path)
+            await self._load_checked(self.urls(kind), previous, meta.path, meta)
 
         def back(route_now: Route) -> Route:
             if route_now.active != current or route_now.previous != previous or route_now.canary:
@@ -236,7 +272,7 @@ class HotSwap:
         task, kind = meta.task, TASK_ENGINE[meta.task]
         if meta.status != "candidate":
             raise PromotionRefused(f"{version} is {meta.status}, not a candidate: only a candidate can be a canary")
-        await load_everywhere(self.urls(kind), version, meta.path)
+        await self._load_checked(self.urls(kind), version, meta.path, meta)
         since = self.store.last_record_id()
 
         def start(current: Route) -> Route:

@@ -2,7 +2,8 @@
 which methods a task gets (`methods`), one TRL trainer per method (`sft`, `dpo`, `kto`, `grpo`),
 the policy (`policy`), the candidate version (`candidate`), the promotion gate (`gate`), shadow
 replay (`shadow`), a canary's verdict (`canary`), the examples a promotion retires (`retire`),
-the stop conditions (`diagnostics`), a batch's shared prompt prefix (`shared_prefix`), every reach
+the stop conditions (`diagnostics`), the logprobs a version must be served with (`probe`), a
+batch's shared prompt prefix (`shared_prefix`), every reach
 into TRL's private API (`trl_internals`) and the round end to end (`round`).
 
 Imports `common`, `rewards` and `router`. The fleet (loading versions into engines, flipping

@@ -22,6 +22,7 @@ from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
 from trainer.diagnostics import stop_conditions
 from trainer.policy import load_policy, quantization, trainable_parameters
+from trainer.probe import make_probe
 
 # each method's share of the task's time budget (of what the plan's methods add up to)
 BUDGET_SHARE = {"sft": 0.65, "dpo": 0.35, "kto": 0.35, "grpo": 0.5}
@@ -87,6 +88,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     load_seconds = time.perf_counter() - started
     outcomes = run_plan(settings, model, tokenizer, data, steps, progress)
+    probe = make_probe(model, tokenizer, data)
     version = _new_version(settings, store, task)
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"
@@ -106,6 +108,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
                                 seconds={"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
                                          "save": round(time.perf_counter() - started, 2)},
                                 stop_conditions=stop_conditions(steps_by_method)),
+        probe=probe,
     )
     store.put_adapter(meta)
     return meta

@@ -35,7 +35,7 @@ import msgspec
 from redis.exceptions import LockError
 
 from common.processes import peak_rss_gb
-from common.records import AdapterMeta
+from common.records import AdapterMeta, TrainedNotServed
 from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
@@ -124,7 +124,14 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
     task, version, kind = candidate.task, candidate.version, TASK_ENGINE[candidate.task]
     progress(f"{task} gate", 0, 1)
     started = time.perf_counter()
-    await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
+    try:
+        await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
+    except TrainedNotServed as error:  # unloaded everywhere already; the version says why
+        entry.seconds["load"] = round(time.perf_counter() - started, 2)
+        store.update_adapter(version, status="rejected", reason=f"trained is not served: {error}")
+        entry.outcome, entry.reason = Outcome.REJECTED, f"trained is not served: {error}"
+        say(f"{task}: rejected {version} ({entry.reason})")
+        return
     entry.seconds["load"] = round(time.perf_counter() - started, 2)
     incumbent = store.route(task).active
     pool = EnginePool.for_task(settings, task, fleet.urls(kind))

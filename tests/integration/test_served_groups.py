@@ -1,0 +1,92 @@
+"""Served answers as rollouts, against the real gateway, Redis and vLLM (tiny models): a request
+is sampled as a group in one engine request, the record holds every sample's tokens and
+logprobs, the trainer's logprobs of those tokens agree with the engine's (the importance ratio
+GRPO weighs them by starts near 1), and a round's GRPO trains on the recorded groups with TRL
+without generating anything."""
+from __future__ import annotations
+
+import math
+import statistics
+
+import httpx
+import pytest
+
+from router.task_specs import TASK_SPECS
+
+REVIEWS = ["Produto chegou quebrado e a entrega atrasou duas semanas.", "Adorei o fone, som ótimo e chegou antes do prazo.",
+           "A camiseta veio com o tamanho errado, quero trocar.", "Bom produto, mas a caixa veio amassada.",
+           "Não recomendo, parou de funcionar em três dias.", "Entrega rápida e o vendedor respondeu tudo."]
+
+
+def ask(gateway, review: str, **options) -> dict:
+    response = httpx.post(f"{gateway.url}/v1/tasks/extraction", json={"input": {"review": review}, "options": options}, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.fixture(scope="module")
+def served(gateway):
+    """Records of the extraction requests above, each a group of the task's default size."""
+    store = gateway.state.store
+    return [store.get_record(ask(gateway, review, seed=i)["id"]).record for i, review in enumerate(REVIEWS)]
+
+
+def test_a_request_is_one_group_and_its_record_holds_every_sample(gateway, served):
+    n = gateway.state.settings.samples_of("extraction")
+    assert n > 1
+    for record in served:
+        group = record.group
+        assert record.sampling.n == n == len(group.samples) and record.sampling.temperature == TASK_SPECS["extraction"].group_temperature
+        assert record.raw == group.samples[group.chosen].text and record.reward.total == max(group.rewards)
+        assert group.prompt_token_ids and all(len(s.token_ids) == len(s.logprobs) > 0 for s in group.samples)
+        assert all(math.isfinite(x) and x <= 0.0 for s in group.samples for x in s.logprobs)
+    tokenizer = gateway.state.pools["base"].template.tokenizer
+    assert served[0].group.prompt_token_ids == tokenizer(served[0].prompt, add_special_tokens=True)["input_ids"]
+    alone = ask(gateway, REVIEWS[0], samples=1)
+    assert alone["sample"] is None and gateway.state.store.get_record(alone["id"]).record.group is None
+    too_many = httpx.post(f"{gateway.url}/v1/tasks/extraction", json={"input": {"review": REVIEWS[0]}, "options": {"samples": 99}})
+    assert too_many.status_code == 422 and "cap" in too_many.json()["error"]["message"]
+
+
+def test_the_trainers_logprobs_of_a_served_group_are_the_engines(built, served):
+    """What the engine sampled with (processed logprobs, at the group's temperature) is what the
+    trainer computes for the same tokens: the importance ratio starts at 1 within numerics."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(built.base_model_path, dtype=torch.float32)
+    gaps = []
+    for record in served[:3]:
+        group, temperature = record.group, record.sampling.temperature
+        for sample in group.samples:
+            ids = torch.tensor([group.prompt_token_ids + sample.token_ids])
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(group.prompt_token_ids) - 1:-1].float() / temperature
+            ours = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(sample.token_ids).unsqueeze(1)).squeeze(1)
+            gaps += (ours - torch.tensor(sample.logprobs)).abs().tolist()
+    # the JSON schema's grammar masks tokens in the engine and not in the trainer: most tokens agree closely
+    assert statistics.median(gaps) < 0.05, statistics.median(gaps)
+
+
+def test_a_rounds_grpo_trains_on_the_served_groups(built, served):
+    import json
+
+    from router.engine_client import ChatTemplate
+    from trainer import data as round_data
+    from trainer import grpo
+    from trainer.policy import load_policy
+
+    settings = built.model_copy(update={"grpo_max_epochs": 1.0, "grpo_prompts_per_step": 2, "train_cpu_precision": "fp32"})
+    template = ChatTemplate.load(settings.base_model_path)
+    records = [(f"{i}-0", record) for i, record in enumerate(served)]
+    data = round_data.build("extraction", [], records, template.render, settings.reward_context, frozenset(), 1, 64, False,
+                            groups_limit=64)
+    assert len(data.groups) + sum(v for k, v in data.skipped.items() if k.startswith("group")) == len(served)
+    assert data.groups, data.skipped
+    model, tokenizer = load_policy(settings.base_model_path, None, 8, 16, None, False, False, 1)
+    outcome = grpo.train_on_groups(settings, model, tokenizer, "extraction", data.groups, 300.0, "test", policy="base")
+    report = outcome.grpo
+    assert report.rollouts == grpo.SERVED_GROUPS and report.generation_tokens_per_s is None and outcome.steps > 0
+    assert 0 < report.groups <= len(data.groups) + 1 and report.groups_dropped <= report.groups
+    assert report.importance_tokens > 0 and report.kl_to_parent is not None
+    print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))

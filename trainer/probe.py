@@ -1,0 +1,44 @@
+"""Trained is served: the probe a candidate carries (`common.records.LogprobProbe`). When the
+round saves a version, the trainer computes, in fp32 at temperature 1, the logprobs of the last
+tokens of one of the texts it trained on; every engine that later loads the version is asked the
+same tokens' prompt logprobs (deploy/hotswap.py), so an engine that serves something other than
+what was trained (vLLM #47724, OpenPipe ART #661, TRL #5312: a stale or wrong LoRA, weights
+applied differently) is caught before any route points at it."""
+from __future__ import annotations
+
+import torch
+
+from common.records import LogprobProbe
+from trainer.data import TaskData
+
+PROBED_TOKENS = 48  # the last this many tokens of the probe text are compared
+
+
+def probe_ids(tokenizer, data: TaskData) -> list[int] | None:
+    """A text the round trained on, as token ids: a served group's prompt and first sample, else a
+    supervised example, a preference pair's chosen side, a rated answer, or a GRPO prompt."""
+    if data.groups:
+        group = data.groups[0]
+        return group.prompt_token_ids + group.completion_ids[0]
+    for examples, answer in ((data.sft, "completion"), (data.pairs, "chosen"), (data.kto, "completion"), (data.prompts, None)):
+        if examples:
+            example = examples[0]
+            ids = tokenizer(example["prompt"], add_special_tokens=True)["input_ids"]
+            return ids + (tokenizer(example[answer], add_special_tokens=False)["input_ids"] if answer else [])
+    return None
+
+
+def make_probe(model, tokenizer, data: TaskData) -> LogprobProbe | None:
+    ids = probe_ids(tokenizer, data)
+    if not ids or len(ids) < 2:
+        return None
+    start = max(1, len(ids) - PROBED_TOKENS)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0, start - 1:-1].float()
+    finally:
+        model.train(was_training)
+    logprobs = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[start:], device=logits.device).unsqueeze(1)).squeeze(1)
+    return LogprobProbe(token_ids=list(ids), scored_from=start, logprobs=[round(float(x), 5) for x in logprobs])
