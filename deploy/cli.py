@@ -563,6 +563,22 @@ def bench_fix(
     _report(settings, "fix", results, bench.table(results))
 
 
+@bench_app.command("samples")
+def bench_samples(
+    task: Annotated[list[str] | None, typer.Option(help="Tasks (repeatable; default extraction, sql and push).")] = None,
+    samples: Annotated[list[int] | None, typer.Option(min=2, max=32, help="Group sizes to compare with 1 (repeatable; default 4).")] = None,
+    measure_rows: Annotated[int, typer.Option(min=10, help="Held-out rows per task.")] = 40,
+    temperature: Annotated[float | None, typer.Option(min=0.0, max=2.0, help="A group's temperature; unset: the task's own.")] = None,
+) -> None:
+    """Best of n: reward with references on held-out rows and p95 latency, each group size beside one sample."""
+    from deploy.bench import samples as bench
+
+    tasks = _known_tasks(task or ("extraction", "sql", "push"))
+    settings = _built_settings()
+    results = bench.run(settings, tasks, samples or [4], measure_rows, temperature, say=lambda text: console.print(text, highlight=False))
+    _report(settings, "samples", results, bench.table(results))
+
+
 @bench_app.command("labels")
 def bench_labels(
     task: Annotated[list[str] | None, typer.Option(help="Tasks (repeatable; default sql and push).")] = None,

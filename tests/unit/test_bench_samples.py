@@ -1,0 +1,40 @@
+"""`tucano bench samples`' verdicts from answers it would have got: each arm's answer scored with
+the row's reference (never the served score), the gain over one sample paired by row, how often a
+group's samples disagreed, and the p95 latency ratio with its interval over resampled blocks."""
+from __future__ import annotations
+
+import random
+
+from deploy.bench.samples import LATENCY_TARGET, measure, table
+from tests.unit.conftest import _db
+
+GOOD = "SELECT COUNT(*) FROM olist_orders_dataset"
+BAD = "SELECT 1"
+
+
+def rows(count: int) -> list[dict]:
+    return [{"input": {"question": f"Quantos pedidos existem? ({i})"}, "reference": {"sql": GOOD}} for i in range(count)]
+
+
+def arm(rng, raws: list[str], seconds: float, totals: list[float] | None) -> list[list[dict]]:
+    answers = [{"seconds": seconds * rng.uniform(0.9, 1.1), "raw": raw, "completion_tokens": 12,
+                "sample": {"chosen": 0, "of": len(totals), "totals": totals} if totals else None} for raw in raws]
+    return [answers[i:i + 5] for i in range(0, len(answers), 5)]
+
+
+def test_a_group_that_picks_the_right_query_more_often_gains_and_its_cost_is_judged():
+    from common.settings import load_settings
+
+    settings = load_settings(data_dir=_db["path"].parent)  # its commerce.db is the small one
+    rng, held = random.Random(3), rows(20)
+    one = arm(rng, [GOOD if i % 4 == 0 else BAD for i in range(20)], 1.0, None)
+    four = arm(rng, [GOOD if i % 2 == 0 else BAD for i in range(20)], 1.2, [0.5, 0.1, 0.1, 0.1])
+    slow = arm(rng, [BAD] * 20, 3.0, [0.2, 0.2, 0.2, 0.2])
+    result = measure(settings, "sql", held, {1: one, 4: four, 8: slow})
+    assert result["1"]["reward"]["n"] == 20 and "gain" not in result["1"]
+    assert result["4"]["gain"]["mean"] > 0 and result["4"]["reward"]["mean"] > result["1"]["reward"]["mean"]
+    assert result["4"]["groups_disagreeing"] == 1.0 and result["8"]["groups_disagreeing"] == 0.0
+    assert result["4"]["p95_ratio"]["verdict"] == "met" and result["4"]["p95_ratio"]["ci95"][1] <= LATENCY_TARGET
+    assert result["8"]["p95_ratio"]["verdict"] == "missed" and result["8"]["reward_verdict"] == "lower"
+    text = table({"tasks": {"sql": {**result, "seconds": 1.0}}})
+    assert len(text.splitlines()) == 2 + 3 and "(met)" in text and "(missed)" in text
