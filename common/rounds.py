@@ -193,8 +193,8 @@ class GrpoReport:
     importance_clipped: int = 0
     """Of those, tokens whose ratio was above `grpo_importance_cap` (capped there)."""
     kl_to_parent: float | None = None
-    """Served groups of the version the run started from: the mean per-token KL of the policy being trained
-    from it (k3 estimator on the sampled tokens), over the generation batches."""
+    """KL(parent || trained) per token, on up to 8 of the parent's own served groups (k3 estimator), both
+    computed by the trainer; None where no group was the parent's."""
     older_groups: int = 0
     """Served groups sampled by an older version of the lineage: weighted by the importance ratio."""
 

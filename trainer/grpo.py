@@ -172,8 +172,8 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
         vllm_importance_sampling_clip_max=settings.grpo_importance_cap,
     )
     started_as = policy or groups[0].version
-    rows = [{"prompt": g.key, "task": task, "reference": g.reference, "context": g.context, "on_policy": g.version == started_as}
-            for g in groups]
+    rows = [{"prompt": g.key, "task": task, "reference": g.reference, "context": g.context} for g in groups]
+    parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}  # the LoRA it starts as
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
     trainer_class = trl_internals.served_groups_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[reward], args=config, processing_class=tokenizer, rollout_func=replay,
@@ -186,10 +186,50 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
                                 "optimisation": round(outcome.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
                                 **{f"left out: {k}": v for k, v in left_out.items()}}
+    on_policy = [g for g in groups if g.version == started_as][:KL_GROUPS]
     outcome.grpo = report(SERVED_GROUPS, trainer, outcome, settings.grpo_iterations, None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
-                          kl=statistics.fmean(trainer.kl_to_parent) if trainer.kl_to_parent else None, older=older)
+                          kl=kl_to_parent(model, parent, on_policy, temperature), older=older)
     return outcome
+
+
+KL_GROUPS = 8  # served groups of the parent that the KL of the trained policy from it is measured on
+
+
+def _logprobs(model, group: RolloutGroup, temperature: float) -> torch.Tensor:
+    """Every sample's completion-token logprobs under `model`, at `temperature`, concatenated."""
+    out = []
+    for completion in group.completion_ids:
+        ids = torch.tensor([group.prompt_token_ids + completion], device=model.device)
+        logits = model(input_ids=ids).logits[0, len(group.prompt_token_ids) - 1:-1].float() / (temperature or 1.0)
+        out.append(torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(group.prompt_token_ids):].unsqueeze(1)).squeeze(1))
+    return torch.cat(out)
+
+
+def kl_to_parent(model, parent: dict[str, torch.Tensor], groups: list[RolloutGroup], temperature: float) -> float | None:
+    """KL(parent || trained) per token, k3 estimator on the parent's own served samples, both
+    policies computed by the trainer (the engine's logprobs are not comparable: its JSON grammar
+    forces tokens the weights alone would not give). `parent` is the LoRA's trainable weights
+    before the run; they are put back for one pass and the trained ones restored after."""
+    if not groups:
+        return None
+    named = dict(model.named_parameters())
+    trained = {name: named[name].detach().clone() for name in parent}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.autocast(model.device.type, enabled=False):
+            now = torch.cat([_logprobs(model, g, temperature) for g in groups])
+            for name, value in parent.items():
+                named[name].copy_(value)
+            before = torch.cat([_logprobs(model, g, temperature) for g in groups])
+    finally:
+        with torch.no_grad():
+            for name, value in trained.items():
+                named[name].copy_(value)
+        model.train(was_training)
+    log_ratio = now - before  # log(trained / parent) on tokens the parent sampled
+    return float((log_ratio.exp() - 1 - log_ratio).mean())
 
 
 def _mean(steps: list[dict], key: str) -> float | None:

@@ -22,7 +22,7 @@ The two reaches, and why neither has a public equivalent:
   sampling against those logprobs only when `use_vllm` is set, and `use_vllm` at construction
   also starts TRL's own vLLM client; so the flag is set after construction, with a weight sync
   that does nothing (a served group was sampled already: no weights go anywhere). It also counts
-  the tokens whose ratio the cap cut, and the KL of the policy from the version it started from.
+  the tokens whose ratio the cap cut.
 """
 from __future__ import annotations
 
@@ -99,9 +99,7 @@ class _SampledAlready:
 def served_groups_grpo_trainer() -> type:
     """`group_dropping_grpo_trainer`'s class with TRL's importance sampling against the logprobs
     the rollout function returns (`token_truncate` at the config's `vllm_importance_sampling_clip_max`).
-    The dataset's `on_policy` column marks the groups of the version the run started from: the KL
-    of the policy from it is measured on those. Counts: `importance_tokens`, `importance_clipped`;
-    `kl_to_parent` per generation batch."""
+    Counts: `importance_tokens` (in the loss) and `importance_clipped` (above the cap)."""
     check_version()
     base = group_dropping_grpo_trainer()
 
@@ -113,7 +111,6 @@ def served_groups_grpo_trainer() -> type:
             super().__init__(*args, **kwargs)
             if self.rollout_func is None or not self.vllm_importance_sampling_correction:
                 raise ValueError("served groups train with a rollout_func and vllm_importance_sampling_correction")
-            self.kl_to_parent: list[float] = []
             self.use_vllm, self.vllm_mode, self.vllm_generation = True, "server", _SampledAlready()
             self._last_loaded_step = 0
 
@@ -124,10 +121,6 @@ def served_groups_grpo_trainer() -> type:
             cap = self.vllm_importance_sampling_clip_max
             self.importance_tokens += int(mask.sum())
             self.importance_clipped += int(((log_ratio.exp() > cap) & mask).sum())
-            on_policy = torch.tensor([bool(x.get("on_policy")) for x in inputs], device=mask.device).unsqueeze(1) & mask
-            if on_policy.any():  # k3: E_parent[r - 1 - log r], r = policy / parent, on the parent's own samples
-                k3 = log_ratio.exp() - 1 - log_ratio
-                self.kl_to_parent.append(float(k3[on_policy].mean()))
             return output
 
     return ServedGroupsGRPOTrainer

@@ -89,7 +89,9 @@ def test_served_groups_train_without_generating_and_move_the_policy_toward_what_
     # the older group's 16 tokens are above the cap in every epoch (its recorded logprobs are 3 nats
     # low), and the served groups' tokens drift above it as the policy moves away from what sampled them
     assert 3 * 16 <= report.importance_clipped < report.importance_tokens
-    assert report.kl_to_parent is not None and report.kl_to_parent >= 0
+    assert report.kl_to_parent > 0  # it moved from what sampled its groups...
+    same = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    assert grpo.kl_to_parent(model, same, groups[:2], TEMPERATURE) == pytest.approx(0.0, abs=1e-6)  # ...and from itself, not at all
     assert report.reward_mean > 0 and report.reward_std > 0 and report.optimisation_tokens_per_s > 0
     assert after > before + 1.0, (before, after)  # the rewarded sample became likelier than the other
 
