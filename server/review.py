@@ -3,8 +3,9 @@ page where a person reads each input and answer and corrects or rates it (`/revi
 
 An answer ranks higher for each of:
 - the model's doubt about it: a low served score, disagreement between samples (the same input
-  was served different answers), and the components the last gate found the candidate weakest
-  on, where this answer scores low;
+  was served different answers, or the samples of its own group scored apart: a spread of
+  `GROUP_SPREAD_FULL` counts as much as a second answer), and the components the last gate found
+  the candidate weakest on, where this answer scores low;
 - a representative input;
 - a canary's answer (the canary's verdict is what the label decides).
 
@@ -91,6 +92,7 @@ from rewards.sql_question import question_intent
 from rewards.text import STOP_WORDS, fold
 
 DISAGREEMENT = 0.3
+GROUP_SPREAD_FULL = 0.5  # a group whose served scores span this much (or more) is as doubtful as an input served two answers
 CANARY = 0.2
 WEAK_COMPONENT = 0.2
 REDUNDANCY = 1.0  # an identical input above an answer costs it a whole served score's worth of priority
@@ -238,6 +240,9 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
         if len(answers_of[hashed]) > 1:
             doubt += DISAGREEMENT
             why.append("the same input was served different answers")
+        if record.group is not None and (spread := max(record.group.rewards) - min(record.group.rewards)) > 0:
+            doubt += DISAGREEMENT * min(1.0, spread / GROUP_SPREAD_FULL)  # the model's own samples of it disagreed
+            why.append(f"its {len(record.group.samples)} samples scored {min(record.group.rewards):.2f} to {max(record.group.rewards):.2f}")
         low = sorted(name for name in weak if record.reward.components.get(name, 1.0) < 0.5)
         if low:
             doubt += WEAK_COMPONENT

@@ -296,3 +296,23 @@ def test_two_wordings_of_one_query_are_alike_and_the_queue_lists_each_query_befo
     ranked = rank("sql", records, [], [], "k1", False, len(records))
     first = [record.id.split("-")[0] for record, _, _ in ranked[:3]]
     assert sorted(first) == ["cities", "orders", "weight"] and first[0] == "weight"
+
+
+def test_a_group_whose_samples_scored_apart_is_doubt_and_one_whose_samples_agreed_is_not():
+    from common.records import Group, Sample
+
+    def group(totals: list[float]) -> Group:
+        return Group(prompt_token_ids=[1], samples=[Sample(text=f"SELECT {i}", token_ids=[i], logprobs=[-1.0], finish_reason="stop",
+                                                           valid=True, reward=Reward(t, {}, False)) for i, t in enumerate(totals)],
+                     chosen=0)
+
+    records = [served("agreed", 0.9, "a", group=group([0.9, 0.9, 0.9, 0.9])),
+               served("apart", 0.9, "b", group=group([0.9, 0.1, 0.2, 0.5])),
+               served("alone", 0.9, "c")]
+    ranked = rank("sql", records, seasoned(), [], "k1", False, 10)
+    order = [record.id for record, _, _ in ranked]
+    assert order[0] == "apart", order
+    why = {record.id: reasons for record, _, reasons in ranked}
+    assert "its 4 samples scored 0.10 to 0.90" in why["apart"] and not any("samples" in r for r in why["agreed"] + why["alone"])
+    priority = {record.id: p for record, p, _ in ranked}
+    assert priority["agreed"] == priority["alone"]  # samples that agree add no doubt
