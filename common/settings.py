@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     grpo_importance_cap: float = Field(2.0, gt=1, le=100, description="GRPO on served groups: the cap of each token's importance "
                                        "ratio between the policy being trained and the version that sampled it (its recorded "
                                        "logprob); a token above it counts as clipped.")
+    grpo_min_groups: int = Field(16, ge=1, description="Fewer served groups than this in a round: GRPO samples its groups from "
+                                 "the round's prompts on a vLLM engine instead (transformers' generate only where no engine answers).")
+    grpo_reload_every: int = Field(4, ge=1, description="GRPO on an engine: optimisation steps between reloads of the policy "
+                                   "into it (each under a fresh name).")
     grpo_max_groups: int = Field(256, ge=0, description="Newest served groups a round's GRPO trains on per task (0: none; "
                                  "GRPO then generates from the prompts as before groups).")
     grpo_entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient (TRL's entropy_coef).")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 
 from safetensors import SafetensorError
 
@@ -52,8 +53,12 @@ def _new_version(settings: Settings, store: Store, task: str) -> str:
             return version
 
 
-def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[tuple[str, str]], progress=None
-             ) -> list[methods.TrainingRun]:
+def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[tuple[str, str]], progress=None,
+             engines: tuple[str, ...] = (), name_prefix: str = "rollout") -> list[methods.TrainingRun]:
+    """The plan's methods in order. GRPO's rollouts: the served groups where traffic gave at least
+    `grpo_min_groups`; else groups sampled on the first of `engines` (the task's, where a round
+    runs beside them; reloads named from `name_prefix`); else the few served groups there are;
+    else transformers' generate in the trainer."""
     total_share = sum(BUDGET_SHARE[m] for m, _ in steps)
     outcomes = []
     for method, why in steps:
@@ -64,16 +69,21 @@ def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[t
             outcomes.append(dpo.train(settings, model, tokenizer, data.pairs, budget, why, progress))
         elif method == "kto":
             outcomes.append(kto.train(settings, model, tokenizer, data.kto, budget, why, progress))
-        elif data.groups:  # the served groups are the rollouts: nothing is generated in the trainer
+        elif len(data.groups) >= settings.grpo_min_groups or (data.groups and not (engines and data.prompts)):
+            # the served groups are the rollouts: nothing is generated in the trainer
             outcomes.append(grpo.train_on_groups(settings, model, tokenizer, data.task, data.groups, budget, why, progress,
                                                  policy=data.policy))
-        else:
+        elif engines and data.prompts:
+            outcomes.append(grpo.train_on_engine(settings, model, tokenizer, data.task, data.prompts, engines[0], name_prefix, budget,
+                                                 f"{why}; {len(data.groups)} served groups < {settings.grpo_min_groups}: sampled on {engines[0]}",
+                                                 progress))
+        else:  # no groups and no engine: the policy generates in the trainer
             outcomes.append(grpo.train(settings, model, tokenizer, data.task, data.prompts, budget, why, progress))
     return outcomes
 
 
 def train_candidate(settings: Settings, store: Store, data: TaskData, steps: list[tuple[str, str]], round_id: str,
-                    start: str, progress=None) -> AdapterMeta:
+                    start: str, progress=None, engines: tuple[str, ...] = ()) -> AdapterMeta:
     """Train and register a candidate, its LoRA fresh on the base model (`start` "base") or
     continuing the task's active version ("active", when there is one); returns its metadata
     (status `candidate`). The task trains with its own `task_training` settings where it has any."""
@@ -87,7 +97,7 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha, quantize,
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     load_seconds = time.perf_counter() - started
-    outcomes = run_plan(settings, model, tokenizer, data, steps, progress)
+    outcomes = run_plan(settings, model, tokenizer, data, steps, progress, engines, f"{task}-rollout-{round_id}-{uuid.uuid4().hex[:6]}")
     probe = make_probe(model, tokenizer, data)
     version = _new_version(settings, store, task)
     final = settings.adapters_dir / version

@@ -9,9 +9,13 @@
   logprobs are taken at the temperature the groups were sampled at, as the engines' processed
   logprobs are (deploy/vllm_server.py). Top-p renormalises the engine's over its nucleus, so a
   token's ratio reads a little below 1 there; the cap acts only above.
-- the round's prompts (`train`), where no groups came: the policy samples `num_generations`
-  completions per prompt with transformers' `generate` (temperature 1.0 set explicitly, up to
-  the task's serving limit). The run's report says which.
+- the round's prompts on a vLLM engine (`train_on_engine`), where traffic gave fewer than
+  `grpo_min_groups` served groups: the policy is loaded into the engine under a fresh name every
+  `grpo_reload_every` steps and each batch's groups are sampled there at the task's group
+  temperature, with their logprobs (`trainer.rollouts`), then trained as served groups are.
+- the round's prompts with transformers' `generate` (`train`), only where no engine can be had:
+  the policy samples `num_generations` completions per prompt (temperature 1.0 set explicitly,
+  up to the task's serving limit). The run's report says which.
 
 Either way each completion is scored by `rewards/` (with the prompt's reference when it has one),
 and the group's values become advantages (`rewards.trl`: the total, or GDPO per component with a
@@ -40,8 +44,10 @@ from rewards.trl import StepLog, reward_function
 from router.task_specs import TASK_SPECS
 from trainer import methods, trl_internals
 from trainer.data import RolloutGroup
+from trainer.rollouts import EngineRollouts
 
 SERVED_GROUPS = "served groups"
+ENGINE = "vLLM engine"
 GENERATED = "transformers generate"
 
 
@@ -190,6 +196,59 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
     outcome.grpo = report(SERVED_GROUPS, trainer, outcome, settings.grpo_iterations, None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
                           kl=kl_to_parent(model, parent, on_policy, temperature), older=older)
+    return outcome
+
+
+def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: list[dict], engine_url: str, name_prefix: str,
+                    budget_s: float, why: str, progress=None, aggregation: str | None = None) -> methods.TrainingRun:
+    """GRPO on the round's prompts, its groups sampled on a vLLM engine from the policy as it
+    trains (module docstring). `name_prefix` makes the engine names of this run's reloads unique."""
+    from trl import GRPOConfig
+
+    spec = TASK_SPECS[task]
+    size = settings.grpo_num_generations
+    sampling = spec.sampling_for(size, {})
+    aggregation = aggregation or settings.grpo_advantage
+    log = StepLog()
+    reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log))
+    batch = size * settings.grpo_prompts_per_step
+    config = GRPOConfig(
+        **{**methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(prompts) * size),
+           "learning_rate": settings.grpo_learning_rate},
+        num_generations=size, num_iterations=settings.grpo_iterations, max_completion_length=sampling.max_tokens,
+        temperature=sampling.temperature or 1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
+        multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
+        use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,
+        vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
+        vllm_importance_sampling_clip_max=settings.grpo_importance_cap,
+    )
+    rollouts = EngineRollouts(engine_url, model, name_prefix, sampling, spec.json_schema, settings.grpo_reload_every, settings.seed,
+                              settings.adapters_dir)
+    budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
+    trainer_class = trl_internals.served_groups_grpo_trainer()
+    trainer = trainer_class(model=model, reward_funcs=[reward], args=config, processing_class=tokenizer,
+                            rollout_func=lambda batch_prompts, _trainer: rollouts.generate(batch_prompts, size),
+                            train_dataset=Dataset.from_list([{k: p[k] for k in ("prompt", "task", "reference", "context")} for p in prompts]),
+                            callbacks=[budget, metrics, methods.Progress("grpo", progress)])
+    trainer.vllm_generation, rollouts.step = rollouts, (lambda: trainer.state.global_step)  # TRL's sync hook reloads the policy
+    parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    try:
+        outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
+    finally:
+        rollouts.close()
+    for step, batch_log in enumerate(log.batches):
+        outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
+    outcome.seconds_by_phase = {"generation": round(rollouts.seconds, 2), "scoring": round(scoring["seconds"], 2),
+                                "optimisation": round(outcome.seconds - rollouts.seconds - scoring["seconds"], 2),
+                                "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
+                                "reloads": len(rollouts.names)}
+    first = [RolloutGroup(key=f"parent-{i}", source="", version="", temperature=sampling.temperature, prompt_token_ids=prompt_ids,
+                          completion_ids=completions, logprobs=[], reference="", context="")
+             for i, (prompt_ids, completions) in enumerate(rollouts.parent_groups)]
+    outcome.grpo = report(f"{ENGINE} ({len(rollouts.names)} reloads under fresh names)", trainer, outcome, settings.grpo_iterations,
+                          rollouts.tokens / rollouts.seconds if rollouts.seconds else None,
+                          importance=(trainer.importance_tokens, trainer.importance_clipped),
+                          kl=kl_to_parent(model, parent, first, sampling.temperature))
     return outcome
 
 

@@ -45,6 +45,7 @@ from trainer import data as round_data
 from trainer import gate, methods, retire, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
 from trainer.policy import QuantizationUnavailable
+from trainer.rollouts import RolloutFailed
 
 CONSUMER = "trainer"
 
@@ -216,9 +217,13 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         progress(f"{task} training", round(min(share, 1.0) * 1000), 1000)
     progress(f"{task} training", 0, 1)
     try:
-        candidate = train_candidate(settings, store, data, steps, round_id, start, trained)
+        candidate = train_candidate(settings, store, data, steps, round_id, start, trained, tuple(fleet.urls(TASK_ENGINE[task])))
     except QuantizationUnavailable as error:  # a setting this machine cannot honour: no task can train
         raise RoundError(str(error)) from None
+    except RolloutFailed as error:  # an engine failed while GRPO sampled: nothing registered, no partial group trained
+        entry.outcome, entry.reason = Outcome.FAILED, f"GRPO stopped: {error}; nothing registered"
+        say(f"{task}: failed: {entry.reason}")
+        return entry
     except AdapterWriteError as error:  # nothing was registered; the labels are all still there
         entry.outcome, entry.reason = Outcome.FAILED, f"the candidate could not be saved ({error}); nothing registered"
         say(f"{task}: failed: {entry.reason}")

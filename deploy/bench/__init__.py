@@ -1,6 +1,6 @@
 """`tucano bench …`: the performance and learning benchmarks, one module each: what the gateway
 costs (`gateway`, `parts` with its bare uvicorn `floor`, `peers`, against the `mock_engine`), the rewards' speed and what they
 pay for (`rewards`, `trivial`, `calibration`), training (`train`, `finetune`, `qlora`), learning
-(`learn`, `fix`, and `labels`: the review queue's labels against random ones) and a newcomer's
+(`learn`, `fix`, and `labels`: the review queue's labels against random ones), best of n (`samples`) and a newcomer's
 first serve (`first_answer`, `early`). Their throwaway servers come from `stack`; every result is
 written by `results.write` as JSON and Markdown under `<data dir>/bench/`."""

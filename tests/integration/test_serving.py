@@ -118,7 +118,10 @@ def test_task_api_answers_each_task_with_its_record(gateway):
         response = httpx.post(f"{gateway.url}/v1/tasks/{task}", json={"input": task_input, "options": options}, timeout=120)
         assert response.status_code == 200, response.text
         body = response.json()
-        assert set(body) == {"id", "task", "output", "raw", "valid", "route", "scores", "usage", "latency_ms", "examples", "answered_from"}
+        assert set(body) == {"id", "task", "output", "raw", "valid", "route", "scores", "usage", "latency_ms", "examples", "answered_from",
+                             "sample"}
+        n = gateway.state.settings.samples_of(task)
+        assert (body["sample"] is None) if n == 1 else (body["sample"]["of"] == n and body["scores"]["total"] == max(body["sample"]["totals"]))
         assert body["route"] == {"model": "base" if task != "insights" else "think", "adapter": None, "version": "base"}
         record = record_of(gateway.state.store, body["id"])
         check_record(record, task, gateway.state.settings)

@@ -1,0 +1,198 @@
+"""GRPO's rollouts on a vLLM engine where traffic is thin, against a real HTTP server that speaks
+vLLM's runtime LoRA and completions API: the policy is loaded under a fresh name every few steps
+(never one used before), the name before is unloaded, each batch's groups are sampled there in
+one request per prompt, and an engine that fails or returns part of a group stops the run."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from common.records import Sampling
+from tests.unit.test_grpo_served_groups import EOS, GOOD, counting_reward, policy, tokenizer
+from trainer.rollouts import EngineRollouts, RolloutFailed
+
+SAMPLING = Sampling(0.7, 1.0, 8, n=4)
+
+
+class FakeEngine:
+    """Loads and unloads names, and samples `n` completions (half with GOOD tokens) per prompt."""
+
+    def __init__(self):
+        self.loaded: list[str] = []
+        self.unloaded: list[str] = []
+        self.asked: list[dict] = []
+        self.short = 0
+        self.fail = False
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, status, body):
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/v1/load_lora_adapter":
+                    assert Path(body["lora_path"], "adapter_config.json").is_file()  # the policy was saved there first
+                    engine.loaded.append(body["lora_name"])
+                    return self._send(200, "ok")
+                if self.path == "/v1/unload_lora_adapter":
+                    engine.unloaded.append(body["lora_name"])
+                    return self._send(200, "ok")
+                if engine.fail:
+                    return self._send(500, {"error": {"message": "engine core died"}})
+                engine.asked.append(body)
+                choices = [{"index": i, "text": "", "prompt_token_ids": [3, 4, 5, 6],
+                            "token_ids": [GOOD, GOOD, 9, EOS] if i % 2 == 0 else [10, 11, 12, EOS],
+                            "logprobs": {"token_logprobs": [-1.0, -1.0, -1.0, -1.0]}} for i in range(body["n"] - engine.short)]
+                self._send(200, {"choices": choices})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def engine():
+    made = FakeEngine()
+    yield made
+    made.server.shutdown()
+
+
+pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
+
+
+def test_the_policy_is_reloaded_under_fresh_names_and_the_one_before_unloaded(engine, tmp_path):
+    step = {"now": 0}
+    rollouts = EngineRollouts(engine.url, policy(), "sql-rollout-r1", SAMPLING, {"type": "object"}, reload_every=2, seed=5,
+                              directory=tmp_path, step=lambda: step["now"])
+    for now in range(5):
+        step["now"] = now
+        rollouts.sync_weights()
+    assert engine.loaded == ["sql-rollout-r1-1", "sql-rollout-r1-2", "sql-rollout-r1-3"]  # at steps 0, 2 and 4
+    assert engine.unloaded == ["sql-rollout-r1-1", "sql-rollout-r1-2"] and len(set(rollouts.names)) == 3
+    out = rollouts.generate(["p"] * 4 + ["q"] * 4, 4)
+    assert [b["model"] for b in engine.asked] == ["sql-rollout-r1-3"] * 2 and [b["prompt"] for b in engine.asked] == ["p", "q"]
+    assert all(b["n"] == 4 and b["logprobs"] == 0 and b["return_token_ids"] and b["structured_outputs"] == {"json": {"type": "object"}}
+               for b in engine.asked)
+    assert len(out["completion_ids"]) == 8 and out["prompt_ids"][0] == [3, 4, 5, 6] and out["logprobs"][0] == [-1.0] * 4
+    rollouts.close()
+    assert engine.unloaded[-1] == "sql-rollout-r1-3" and not (tmp_path / ".sql-rollout-r1").exists()
+
+
+def test_an_engine_that_fails_or_returns_part_of_a_group_stops_the_run(engine, tmp_path):
+    rollouts = EngineRollouts(engine.url, policy(), "push-rollout-r2", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
+    engine.short = 1
+    with pytest.raises(RolloutFailed, match="3 whole completions of the 4 asked"):
+        rollouts.generate(["p"] * 4, 4)
+    engine.short, engine.fail = 0, True
+    with pytest.raises(RolloutFailed, match="HTTP 500"):
+        rollouts.generate(["p"] * 4, 4)
+    rollouts.close()
+    gone = EngineRollouts("http://127.0.0.1:9", policy(), "push-rollout-r3", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
+    with pytest.raises(RolloutFailed, match="failed: ConnectError"):
+        gone.generate(["p"] * 4, 4)
+    gone.close()
+
+
+def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_path, monkeypatch):
+    from common.settings import load_settings
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    model = policy()
+    monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("the trainer generated"))
+    settings = load_settings(data_dir=tmp_path, grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=2,
+                             train_cpu_precision="fp32", grpo_reload_every=3)
+    prompts = [{"prompt": f"t3 t4 t{i}", "task": "sql", "reference": "", "context": "{}"} for i in range(4)]
+    outcome = grpo.train_on_engine(settings, model, tokenizer(), "sql", prompts, engine.url, "sql-rollout-r4", 600.0, "test")
+    report = outcome.grpo
+    assert outcome.steps == 8  # 4 prompts x 2 epochs, 2 a batch, each batch optimised twice
+    assert report.rollouts.startswith(grpo.ENGINE) and report.generation_tokens_per_s > 0
+    # generation batches start at steps 0, 2, 4 and 6; with a reload every 3 steps, at 0 and 4
+    assert len(engine.asked) == 8 and engine.loaded == ["sql-rollout-r4-1", "sql-rollout-r4-2"]
+    assert [b["model"] for b in engine.asked] == ["sql-rollout-r4-1"] * 4 + ["sql-rollout-r4-2"] * 4
+    assert engine.unloaded == engine.loaded  # each replaced one, and the last at the end
+    assert report.groups == 8 and report.groups_dropped == 0 and report.kl_to_parent is not None and report.kl_to_parent > 0
+    assert outcome.seconds_by_phase["reloads"] == 2
+
+
+def test_a_rounds_grpo_takes_served_groups_then_an_engine_then_the_trainers_generate(monkeypatch):
+    from common.settings import load_settings
+    from trainer import candidate, grpo
+    from trainer.data import RolloutGroup, TaskData
+
+    used = []
+    monkeypatch.setattr(grpo, "train_on_groups", lambda *a, **k: used.append("served groups"))
+    monkeypatch.setattr(grpo, "train_on_engine", lambda *a, **k: used.append(f"engine {a[5]}"))
+    monkeypatch.setattr(grpo, "train", lambda *a, **k: used.append("generate"))
+    group = RolloutGroup(key="g", source="r", version="base", temperature=0.7, prompt_token_ids=[1], completion_ids=[[2], [3]],
+                         logprobs=[[-1.0], [-1.0]], reference="", context="{}")
+    settings = load_settings(grpo_min_groups=3)
+    prompts = [{"prompt": "p", "task": "sql", "reference": "", "context": "{}"}]
+    plan = [("grpo", "test")]
+    for groups, engines, expected in (([group] * 3, ("http://e1", "http://e2"), "served groups"),
+                                      ([group] * 2, ("http://e1", "http://e2"), "engine http://e1"),
+                                      ([group] * 2, (), "served groups"), ([], (), "generate")):
+        used.clear()
+        candidate.run_plan(settings, None, None, TaskData("sql", prompts=prompts, groups=groups), plan, None, engines)
+        assert used == [expected], (len(groups), engines)
+
+
+def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_registers_nothing(monkeypatch):
+    from common.records import Route
+    from common.rounds import Outcome
+    from common.settings import load_settings
+    from tests.unit.test_round_data import render
+    from trainer import round as round_module
+
+    class Template:
+        pass
+    Template.render = staticmethod(render)
+
+    class Store:
+        def labels(self, task):
+            return []
+
+        def last_trained(self, task):
+            return 0.0
+
+        def eval_set(self, task):
+            return []
+
+        def route(self, task):
+            return Route()
+
+        def adapters(self, task=None):
+            return []
+
+    class Fleet:
+        def urls(self, kind):
+            return ["http://e1"]
+
+    def failing(*args, **kwargs):
+        raise RolloutFailed("the engine at http://e1 returned 3 whole completions of the 4 asked")
+
+    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
+    monkeypatch.setattr(round_module, "train_candidate", failing)
+    monkeypatch.setattr(round_module.gate, "held_out_inputs", lambda *a: frozenset())
+    records = [(f"{i}-0", make(i)) for i in range(40)]
+    entry = round_module._train_task(load_settings(), Store(), Fleet(), "sql", records, "r1", print, lambda *a: None)
+    assert entry.outcome == Outcome.FAILED and "3 whole completions of the 4 asked" in entry.reason and entry.version is None
+
+
+def make(i: int):
+    from tests.unit.test_shapes_and_routing import make_record
+
+    return make_record(id=f"r{i}", input={"question": f"Quantos pedidos no lote {i}?"})

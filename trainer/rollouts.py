@@ -1,0 +1,121 @@
+"""GRPO's rollouts through a vLLM engine, where traffic gave a round too few served groups.
+
+The policy being trained is saved and loaded into the engine under a fresh name every
+`reload_every` optimisation steps (vLLM's runtime LoRA API; a name is never reused, since vLLM
+#42125 serves stale cached blocks for a reused one), and each generation batch's prompts are
+sampled there, `n` completions per prompt in one request, with each token's logprob, as the
+gateway samples a served group. TRL's `GRPOTrainer` receives them through its `rollout_func` and
+weighs each token by its importance ratio to the engine's sampling (the same truncated
+importance sampling as on served groups: `trl_internals.served_groups_grpo_trainer`), which also
+covers the steps taken since the last reload. The previous name is unloaded after each reload,
+and the last one when the run ends.
+
+An engine that fails, or answers with fewer completions than asked, stops the run
+(`RolloutFailed`): a partial group is never trained as if it were whole.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from common.records import Sampling
+
+ROLLOUT_TIMEOUT_S = 600.0
+PARENT_GROUPS_KEPT = 8  # groups sampled from the starting policy, kept to measure how far the run moved from it
+
+
+class RolloutFailed(RuntimeError):
+    """The engine could not give a generation batch its whole groups; the run stops there."""
+
+
+class EngineRollouts:
+    """One run's rollouts on the engine at `url`; `sync_weights()` is TRL's hook before a batch.
+    `directory`: where the policy is saved for the engine to read (the adapters dir, which every
+    engine can read); `step`: the trainer's global step."""
+
+    def __init__(self, url: str, model, name_prefix: str, sampling: Sampling, json_schema: dict | None, reload_every: int,
+                 seed: int, directory: Path, step: Callable[[], int] = lambda: 0):
+        self.url, self.model, self.prefix = url.rstrip("/"), model, name_prefix
+        self.sampling, self.json_schema, self.reload_every, self.seed = sampling, json_schema, max(1, reload_every), seed
+        self.step = step
+        self.loaded: str | None = None
+        self.names: list[str] = []  # every name it loaded, in order (never reused)
+        self.synced_at_step: int | None = None
+        self.tokens, self.seconds = 0, 0.0  # generated completion tokens and the seconds they took
+        self.parent_groups: list[tuple[list[int], list[list[int]]]] = []  # (prompt ids, completions) sampled before the first reload
+        self._dir = directory / f".{name_prefix}"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._client = httpx.Client(timeout=ROLLOUT_TIMEOUT_S)
+
+    def _post(self, path: str, body: dict) -> httpx.Response:
+        try:
+            return self._client.post(f"{self.url}{path}", json=body)
+        except httpx.HTTPError as error:
+            raise RolloutFailed(f"the engine at {self.url} failed: {type(error).__name__}: {error}") from None
+
+    def sync_weights(self) -> None:
+        """Load the policy as it is now under a fresh name, every `reload_every` steps; unload the one before."""
+        step = self.step()
+        if self.synced_at_step is not None and step - self.synced_at_step < self.reload_every:
+            return
+        name = f"{self.prefix}-{len(self.names) + 1}"
+        path = self._dir / name
+        self.model.save_pretrained(path)
+        response = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        if response.status_code != 200:
+            raise RolloutFailed(f"the engine at {self.url} refused the policy as {name}: HTTP {response.status_code} {response.text[:300]}")
+        previous, self.loaded, self.synced_at_step = self.loaded, name, step
+        self.names.append(name)
+        if previous:
+            self._unload(previous)
+
+    def _unload(self, name: str) -> None:
+        try:
+            self._client.post(f"{self.url}/v1/unload_lora_adapter", json={"lora_name": name})
+        except httpx.HTTPError:
+            pass  # an engine that went away holds nothing
+        shutil.rmtree(self._dir / name, ignore_errors=True)
+
+    def generate(self, prompts: list[str], size: int) -> dict:
+        """Each block of `size` repeats of a prompt sampled as one group on the loaded policy."""
+        if self.loaded is None:
+            self.sync_weights()
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        started = time.perf_counter()
+        for start in range(0, len(prompts), size):
+            block = prompts[start:start + size]
+            if len(set(block)) != 1 or len(block) != size:
+                raise RuntimeError(f"TRL's batch does not hold whole groups of {size}")
+            body = {"model": self.loaded, "prompt": block[0], "n": size, "logprobs": 0, "return_token_ids": True,
+                    "temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "max_tokens": self.sampling.max_tokens,
+                    "frequency_penalty": self.sampling.frequency_penalty, "seed": self.seed + self.step() * 1000 + start}
+            if self.json_schema is not None:
+                body["structured_outputs"] = {"json": self.json_schema}
+            response = self._post("/v1/completions", body)
+            if response.status_code != 200:
+                raise RolloutFailed(f"the engine at {self.url} did not sample a group: HTTP {response.status_code} {response.text[:300]}")
+            choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))
+            whole = [c for c in choices if c.get("token_ids") and c.get("prompt_token_ids")
+                     and len((c.get("logprobs") or {}).get("token_logprobs") or []) == len(c["token_ids"])]
+            if len(whole) != size:
+                raise RolloutFailed(f"the engine at {self.url} returned {len(whole)} whole completions of the {size} asked")
+            if len(self.names) == 1 and len(self.parent_groups) < PARENT_GROUPS_KEPT:  # the policy as it started
+                self.parent_groups.append((list(whole[0]["prompt_token_ids"]), [list(c["token_ids"]) for c in whole]))
+            for choice in whole:
+                out["prompt_ids"].append(list(choice["prompt_token_ids"]))
+                out["completion_ids"].append(list(choice["token_ids"]))
+                out["logprobs"].append([float("nan") if x is None else float(x) for x in choice["logprobs"]["token_logprobs"]])
+                self.tokens += len(choice["token_ids"])
+        self.seconds += time.perf_counter() - started
+        return out
+
+    def close(self) -> None:
+        if self.loaded:
+            self._unload(self.loaded)
+            self.loaded = None
+        self._client.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
