@@ -37,7 +37,7 @@ from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.starting import StartingResponder, check_bind
-from deploy.vllm_server import COMPUTE_NICE, Supervisor, VllmServer, local_engine, run_engines
+from deploy.vllm_server import TRAINING_NICE, Supervisor, VllmServer, local_engine, run_engines
 from router.engine_client import ChatTemplate, EnginePool
 from router.route_table import RouteTable
 from server.app import create_app
@@ -127,8 +127,8 @@ def _run_round_process(settings: Settings, redis_url: str, say, trainable: threa
         # leaving it to run on against the Valkey and engines that stop with `serve`
         trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
-        if not has_gpu():  # it trains on the gateway's cores: it yields to it, as the engines do
-            os.setpriority(os.PRIO_PROCESS, trainer.pid, COMPUTE_NICE)
+        if not has_gpu():  # it trains on the gateway's and the engines' cores: it yields to both
+            os.setpriority(os.PRIO_PROCESS, trainer.pid, TRAINING_NICE)
         code = trainer.wait()
     say(f"training round finished with exit code {code}; log {log_path}")
 
@@ -181,8 +181,8 @@ def _finish_bootstrap(settings: Settings, store: Store, redis_url: str, servers:
     with log_path.open("ab") as log_file:
         process = subprocess.Popen(command or [sys.executable, "-m", "deploy.cli", "bootstrap"], env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
-        if not has_gpu():  # it trains on the gateway's cores: it yields to it, as the engines do
-            os.setpriority(os.PRIO_PROCESS, process.pid, COMPUTE_NICE)
+        if not has_gpu():  # it trains on the gateway's and the engines' cores: it yields to both
+            os.setpriority(os.PRIO_PROCESS, process.pid, TRAINING_NICE)
         code = process.wait()
     if supervisor.stopping:
         return

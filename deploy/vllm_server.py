@@ -86,6 +86,12 @@ def vllm_env(device: str, lora: bool, cpus: frozenset[int] | None = None, thread
 # /proc/thread-self/schedstat); at nice 10 its longest wait was under 10 ms, and the engine still
 # gets every cycle the gateway does not use.
 COMPUTE_NICE = 10
+# Training (a round, the bootstrap's fine-tuning) yields to the engines too: serving comes first.
+# At one nice with them, a round took an even share of two cores, and while a fresh serve
+# fine-tuned the demo model two SQL requests waited out the engine timeout (120 s). At nice 19
+# against the engines' 10 the scheduler weighs them 110 to 15: the trainer gets about an eighth
+# of a core the engines want and every cycle they leave idle.
+TRAINING_NICE = 19
 
 
 def _child_setup(cpus: frozenset[int] | None) -> None:
