@@ -207,7 +207,8 @@ class _Sides:
 
     def body(self, side: str, review: str) -> dict:
         if side == "gateway":
-            return {"input": {"review": review}, "options": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.SEED}}
+            return {"input": {"review": review}, "options": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.SEED,
+                                                            "samples": 1}}  # one completion, as the direct request asks
         from router.prompts import build_messages
 
         # exactly what router.engine_client.EnginePool sends for a task request

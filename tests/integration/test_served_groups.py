@@ -5,8 +5,10 @@ GRPO weighs them by starts near 1), and a round's GRPO trains on the recorded gr
 without generating anything."""
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import time
 
 import httpx
 import pytest
@@ -69,8 +71,6 @@ def test_the_trainers_logprobs_of_a_served_group_are_the_engines(built, served):
 
 
 def test_a_rounds_grpo_trains_on_the_served_groups(built, served):
-    import json
-
     from router.engine_client import ChatTemplate
     from trainer import data as round_data
     from trainer import grpo
@@ -89,4 +89,29 @@ def test_a_rounds_grpo_trains_on_the_served_groups(built, served):
     assert report.rollouts == grpo.SERVED_GROUPS and report.generation_tokens_per_s is None and outcome.steps > 0
     assert 0 < report.groups <= len(data.groups) + 1 and report.groups_dropped <= report.groups
     assert report.importance_tokens > 0 and report.kl_to_parent is not None
+    print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))
+
+
+def test_grpo_samples_its_groups_on_the_engine_where_traffic_is_thin(built, engines):
+    """The policy loaded into the real base engine under fresh names, its groups sampled there with
+    their logprobs, trained with TRL; every name it loaded is unloaded by the end."""
+    from router.engine_client import ChatTemplate
+    from router.prompts import build_messages
+    from trainer import grpo
+    from trainer.policy import load_policy
+
+    settings = built.model_copy(update={"grpo_max_epochs": 1.0, "grpo_prompts_per_step": 2, "train_cpu_precision": "fp32",
+                                        "grpo_reload_every": 2})
+    template = ChatTemplate.load(settings.base_model_path)
+    prompts = [{"prompt": template.render(build_messages("extraction", {"review": review})), "task": "extraction", "reference": "",
+                "context": json.dumps(settings.reward_context({"review": review}))} for review in REVIEWS[:4]]
+    model, tokenizer = load_policy(settings.base_model_path, None, 8, 16, None, False, False, 1)
+    url = engines["base"].url
+    outcome = grpo.train_on_engine(settings, model, tokenizer, "extraction", prompts, url, f"extraction-rollout-test-{time.time_ns()}",
+                                   300.0, "test")
+    report = outcome.grpo
+    assert outcome.steps == 4 and report.rollouts.startswith(grpo.ENGINE) and report.generation_tokens_per_s > 0
+    assert outcome.seconds_by_phase["reloads"] == 2 and report.importance_tokens > 0
+    served = httpx.get(f"{url}/v1/models").json()["data"]
+    assert not any("rollout" in card["id"] for card in served)  # every reload unloaded
     print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))

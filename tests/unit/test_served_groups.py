@@ -128,6 +128,8 @@ def test_a_group_is_one_engine_request_and_the_best_completion_answers(gateway):
 
 def test_equal_scores_answer_the_first_and_one_sample_records_no_group(gateway):
     client, store, _ = gateway
+    assert ask(client, temperature=0.0).json()["sample"] is None  # greedy asked for: answered once
+    assert GroupEngine.bodies.pop()["temperature"] == 0.0 and store.records.pop().group is None
     response = ask(client, samples=1)
     assert response.status_code == 200 and response.json()["sample"] is None
     assert store.records[0].group is None and store.records[0].sampling.n == 1
@@ -148,6 +150,8 @@ def test_more_samples_than_the_cap_is_a_422_that_names_it(gateway):
     assert "cap of 8" in response.json()["error"]["message"] and "TUCANO_SERVE_SAMPLES_CAP" in response.json()["error"]["message"]
     for bad in (0, -1, "four"):
         assert ask(client, samples=bad).status_code == 422
+    greedy = ask(client, samples=4, temperature=0.0)
+    assert greedy.status_code == 422 and "temperature above 0" in greedy.json()["error"]["message"]
     assert GroupEngine.bodies == [] and store.records == []
 
 
