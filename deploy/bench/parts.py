@@ -66,13 +66,13 @@ def serve_gateway_without(parts: str, *args: str) -> None:
     async def no_record_write(self, record, label=None) -> str:
         return "0-0"
 
-    async def in_process_completion(self, prompt, adapter, sampling, json_schema) -> Completion:
-        return Completion(COMPLETION, len(prompt) // 4, len(COMPLETION) // 4, "stop", "in-process", adapter or "base")
+    async def in_process_completion(self, prompt, adapter, sampling, json_schema) -> list[Completion]:
+        return [Completion(COMPLETION, len(prompt) // 4, len(COMPLETION) // 4, "stop", "in-process", adapter or "base")]
 
     if "record" in taken:
         Store.add_record = no_record_write
     if "engine" in taken:
-        EnginePool.complete = in_process_completion
+        EnginePool.complete_group = in_process_completion
     if "fastapi" in taken:  # uvicorn imports `deploy.serve:gateway_app` by name: it finds this one
         gateway_app = serve.gateway_app
         serve.gateway_app = lambda: without_fastapi(gateway_app())
@@ -129,7 +129,8 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
         embedded = EmbeddedRedis(scratch / "redis")  # a fresh dir: it starts its own server
         redis_url = stack.enter_context(embedded)
         pin(embedded.process.pid, shared_core)
-        env = dict(os.environ, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false")
+        # one completion a request, as the mock engine gives: the gateway's cost per request, not per group
+        env = dict(os.environ, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false", TUCANO_SERVE_SAMPLES="{}")
         env.pop("TUCANO_USER_API_KEY", None)
         env.pop("TUCANO_ADMIN_API_KEY", None)
         sides: dict[str, Side] = {}

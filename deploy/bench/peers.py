@@ -411,7 +411,9 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
             redis_pid = embedded.process.pid
             pin(redis_pid, shared_core)
             gateway_port = free_port()
-            env = dict(os.environ, TUCANO_USER_API_KEY=KEY, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false")
+            # one completion a request, as each peer asks of the mock engine
+            env = dict(os.environ, TUCANO_USER_API_KEY=KEY, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false",
+                       TUCANO_SERVE_SAMPLES="{}")
             gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(settings.root), redis_url, mock_url,
                             mock_url, str(gateway_port), "1", str(scratch / "metrics"), "off", env=env)
             gateway_url = f"http://127.0.0.1:{gateway_port}"

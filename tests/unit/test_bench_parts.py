@@ -25,17 +25,17 @@ def _replacements(monkeypatch) -> dict:
     served = []
     monkeypatch.setattr(parts, "serve_gateway", lambda *args: served.append(args))
     monkeypatch.setattr(Store, "add_record", Store.add_record)  # restored after the test
-    monkeypatch.setattr(EnginePool, "complete", EnginePool.complete)
+    monkeypatch.setattr(EnginePool, "complete_group", EnginePool.complete_group)
     parts.serve_gateway_without("record,engine", "data", "redis://x")
     assert served == [("data", "redis://x")]
-    return {"add_record": Store.add_record, "complete": EnginePool.complete}
+    return {"add_record": Store.add_record, "complete_group": EnginePool.complete_group}
 
 
 def test_the_parts_taken_away_have_the_signatures_of_the_real_calls(monkeypatch):
     from common.store import Store
     from router.engine_client import EnginePool
 
-    real = {"add_record": Store.add_record, "complete": EnginePool.complete}
+    real = {"add_record": Store.add_record, "complete_group": EnginePool.complete_group}  # what answering calls
     replaced = _replacements(monkeypatch)
     for name, function in real.items():
         assert replaced[name] is not function, name
@@ -51,7 +51,7 @@ def test_the_in_process_completion_is_the_mocks_extraction_answer(monkeypatch):
     from rewards import score
 
     replaced = _replacements(monkeypatch)
-    completion = asyncio.run(replaced["complete"](None, "prompt " * 10, None, Sampling(0.0, 1.0, 64), {}))
+    completion, = asyncio.run(replaced["complete_group"](None, "prompt " * 10, None, Sampling(0.0, 1.0, 64), {}))
     assert completion.text == COMPLETION and completion.finish_reason == "stop" and completion.model == "base"
     assert completion.completion_tokens > 0
     assert score("extraction", completion.text, None, {"review": "O fone de ouvido chegou com a entrega atrasada."}).components["schema"] > 0
