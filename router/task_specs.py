@@ -52,7 +52,7 @@ SAMPLING = {
     "insights": Sampling(0.6, 0.95, 768, frequency_penalty=INSIGHTS_FREQUENCY_PENALTY),
 }
 INPUT_FIELD = {"extraction": "review", "sql": "question", "push": "briefing", "insights": "question"}
-# Extraction and SQL answer greedily alone; a group of them samples (docs/results.md, bench samples).
+# Extraction and SQL answer greedily alone; a group of them (options.samples, or a team's serve_samples) samples.
 GROUP_TEMPERATURE = {"extraction": 0.7, "sql": 0.7, "push": 0.7, "insights": 0.6}
 TASK_SPECS: dict[str, TaskSpec] = {
     task: TaskSpec(task, TASK_ENGINE[task], SAMPLING[task], output_json_schema(task), INPUT_FIELD[task], GROUP_TEMPERATURE[task])

@@ -70,25 +70,38 @@ class _GenerationTimer:
         model.generate = generate
 
 
-def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], budget_s: float, why: str,
-          progress=None, aggregation: str | None = None) -> methods.TrainingRun:
+def _config(settings: Settings, size: int, examples: int, temperature: float, max_completion: int, importance: bool, **extra):
+    """The GRPO recipe every run shares (module docstring): `size` completions a group, a batch of
+    `grpo_prompts_per_step` groups, epochs over `examples` completions; `importance`: weigh each
+    token by its truncated ratio to the logprobs it was sampled with."""
     from trl import GRPOConfig
 
+    if importance:
+        extra.update(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
+                     vllm_importance_sampling_clip_max=settings.grpo_importance_cap)
+    return GRPOConfig(
+        **{**methods.trainer_args(settings, settings.grpo_max_epochs, size * settings.grpo_prompts_per_step, examples),
+           "learning_rate": settings.grpo_learning_rate},
+        num_generations=size, num_iterations=settings.grpo_iterations, max_completion_length=max_completion,
+        temperature=temperature, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
+        multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
+        use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False, **extra)
+
+
+def _batches_logged(outcome: methods.TrainingRun, log: StepLog) -> None:
+    """The reward function's view of each generation batch, beside TRL's per-step logs."""
+    for step, batch_log in enumerate(log.batches):
+        outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
+
+
+def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], budget_s: float, why: str,
+          progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     generations = settings.grpo_num_generations
     aggregation = aggregation or settings.grpo_advantage
     log = StepLog()
     timed_reward, scoring = _timed(reward_function(aggregation, generations, settings.grpo_std_floor, log))
-
-    batch = generations * settings.grpo_prompts_per_step
-    config = GRPOConfig(
-        **{**methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(prompts) * generations),
-           "learning_rate": settings.grpo_learning_rate},
-        max_steps=settings.grpo_max_steps, num_generations=generations, num_iterations=settings.grpo_iterations,
-        max_completion_length=settings.grpo_max_completion_tokens or TASK_SPECS[task].sampling.max_tokens,
-        temperature=1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
-        multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
-        use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,
-    )
+    config = _config(settings, generations, len(prompts) * generations, 1.0,
+                     settings.grpo_max_completion_tokens or TASK_SPECS[task].sampling.max_tokens, False, max_steps=settings.grpo_max_steps)
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
     trainer_class = trl_internals.group_dropping_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[timed_reward], args=config, processing_class=tokenizer,
@@ -98,9 +111,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
     outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
     if outcome.stopped_by == "epochs" and outcome.steps >= settings.grpo_max_steps:
         outcome.stopped_by = "steps"
-    # the reward function's view of each generation batch, beside TRL's per-step logs
-    for step, batch_log in enumerate(log.batches):
-        outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
+    _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": round(timer.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - timer.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups}
@@ -141,8 +152,6 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
                     progress=None, aggregation: str | None = None, policy: str | None = None) -> methods.TrainingRun:
     """GRPO on served groups (module docstring); `policy`: the version the LoRA starts as, whose
     groups are on-policy (the KL to it is measured on those)."""
-    from trl import GRPOConfig
-
     groups, left_out = usable_groups(groups)
     if not groups:
         raise ValueError("no served group to train on")
@@ -165,18 +174,7 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
             out["logprobs"] += group.logprobs
         return out
 
-    batch = size * settings.grpo_prompts_per_step
-    config = GRPOConfig(
-        **{**methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(groups) * size),
-           "learning_rate": settings.grpo_learning_rate},
-        num_generations=size, num_iterations=settings.grpo_iterations,
-        max_completion_length=max(len(c) for g in groups for c in g.completion_ids),
-        temperature=temperature or 1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
-        multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
-        use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,
-        vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
-        vllm_importance_sampling_clip_max=settings.grpo_importance_cap,
-    )
+    config = _config(settings, size, len(groups) * size, temperature or 1.0, max(len(c) for g in groups for c in g.completion_ids), True)
     started_as = policy or groups[0].version
     rows = [{"prompt": g.key, "task": task, "reference": g.reference, "context": g.context} for g in groups]
     parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}  # the LoRA it starts as
@@ -186,8 +184,7 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
                             train_dataset=Dataset.from_list(rows), callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     older = sum(1 for g in groups if g.version != started_as)
     outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(groups)), budget, metrics)
-    for step, batch_log in enumerate(log.batches):
-        outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
+    _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": 0.0, "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
@@ -203,25 +200,13 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                     budget_s: float, why: str, progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     """GRPO on the round's prompts, its groups sampled on a vLLM engine from the policy as it
     trains (module docstring). `name_prefix` makes the engine names of this run's reloads unique."""
-    from trl import GRPOConfig
-
     spec = TASK_SPECS[task]
     size = settings.grpo_num_generations
     sampling = spec.sampling_for(size, {})
     aggregation = aggregation or settings.grpo_advantage
     log = StepLog()
     reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log))
-    batch = size * settings.grpo_prompts_per_step
-    config = GRPOConfig(
-        **{**methods.trainer_args(settings, settings.grpo_max_epochs, batch, len(prompts) * size),
-           "learning_rate": settings.grpo_learning_rate},
-        num_generations=size, num_iterations=settings.grpo_iterations, max_completion_length=sampling.max_tokens,
-        temperature=sampling.temperature or 1.0, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
-        multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
-        use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False,
-        vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
-        vllm_importance_sampling_clip_max=settings.grpo_importance_cap,
-    )
+    config = _config(settings, size, len(prompts) * size, sampling.temperature or 1.0, sampling.max_tokens, True)
     rollouts = EngineRollouts(engine_url, model, name_prefix, sampling, spec.json_schema, settings.grpo_reload_every, settings.seed,
                               settings.adapters_dir)
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
@@ -236,8 +221,7 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
         outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
     finally:
         rollouts.close()
-    for step, batch_log in enumerate(log.batches):
-        outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
+    _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": round(rollouts.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - rollouts.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,

@@ -89,7 +89,8 @@ def gateway():
     server = ThreadingHTTPServer(("127.0.0.1", 0), GroupEngine)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    settings = load_settings(rate_limit_per_minute=0, feedback_rate_limit_per_minute=0, examples_tasks=[])
+    settings = load_settings(rate_limit_per_minute=0, feedback_rate_limit_per_minute=0, examples_tasks=[],
+                             serve_samples={"extraction": 4})  # a group by default: extraction is greedy alone
     store, examples = MemoryStore(), NoExamples()
     pools = {kind: EnginePool(kind, [url], template=FixedPrompt()) for kind in ("base", "think")}
     app = create_app(GatewayState(settings, store, RouteTable(store, poll_s=30), pools, adapter_action=None, examples=examples))
