@@ -75,10 +75,12 @@ def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[t
                                                  policy=data.policy))
         elif engines and data.prompts:
             outcomes.append(grpo.train_on_engine(settings, model, tokenizer, data.task, data.prompts, engines[0], name_prefix, budget,
-                                                 f"{why}; {len(data.groups)} served groups < {settings.grpo_min_groups}: sampled on {engines[0]}",
+                                                 f"{why}; {len(data.groups)} served groups < {settings.grpo_min_groups}: "
+                                                 f"its groups sampled on the engine {engines[0]}",
                                                  progress))
-        else:  # no groups and no engine: the policy generates in the trainer
-            outcomes.append(grpo.train(settings, model, tokenizer, data.task, data.prompts, budget, why, progress))
+        else:  # no groups and no engine: the policy generates in the trainer (its report says so)
+            outcomes.append(grpo.train(settings, model, tokenizer, data.task, data.prompts, budget,
+                                       f"{why}; generated in the trainer: no engine to sample on", progress))
     return outcomes
 
 

@@ -42,6 +42,7 @@ transformers.utils.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 warnings.filterwarnings("ignore", message=".*TRL currently supports vLLM.*")
 warnings.filterwarnings("ignore", message=".*is_vllm_available.*")
+warnings.filterwarnings("ignore", message=".*'rollout_func', which is an experimental feature.*")  # GRPO's rollouts (trainer/grpo.py)
 
 
 # log keys of TRL's trainers kept per step with the round
@@ -95,7 +96,7 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
             labelled = sum(1 for g in data.groups if g.reference)
             steps.append(("grpo", f"{why}: GRPO on {len(data.groups)} served groups ({labelled} scored with a label)"))
         else:
-            steps.append(("grpo", f"{why}: GRPO on the prompts, generated in the trainer: no served groups "
+            steps.append(("grpo", f"{why}: GRPO on the prompts, no served groups "
                                   f"({len(data.prompts)} prompts, {sum(1 for p in data.prompts if p['reference'])} with a reference)"))
     return steps
 
