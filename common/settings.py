@@ -126,6 +126,9 @@ class Settings(BaseSettings):
         "auto", description="auto: a candidate continues the task's active version (each round's steps add to the rounds before), "
                             "fresh on the base model when there is none or it was trained on another base model; base: always fresh.")
     train_time_budget_s: TimeBudget = Field(45.0, description="Training seconds per task per round (all its methods); a task's own in task_training wins.")
+    train_idle_budget_factor: float = Field(4.0, ge=1, le=20, description="While every engine of a task's model has no request "
+                                            "running or waiting (their /metrics), its training runs on past its time budget, a look "
+                                            "every 10 s, up to this many times the budget; 1: never past it.")
     train_learning_rate: LearningRate = Field(3e-3, description="LoRA learning rate (constant, 5% warm-up); a task's own in task_training wins.")
     train_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training on a CPU: bf16 autocast (fp32 master weights) or fp32; auto: bf16 where the CPU computes "

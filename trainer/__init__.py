@@ -1,6 +1,7 @@
 """Everything about learning: a round's data from the labelled set and the new records (`data`),
 which methods a task gets (`methods`), one TRL trainer per method (`sft`, `dpo`, `kto`, `grpo`),
-the policy (`policy`), GRPO's groups sampled on a vLLM engine (`rollouts`), the candidate version (`candidate`), the promotion gate (`gate`), shadow
+the policy (`policy`), GRPO's groups sampled on a vLLM engine (`rollouts`), whether serving is idle
+(`idle`), the candidate version (`candidate`), the promotion gate (`gate`), shadow
 replay (`shadow`), a canary's verdict (`canary`), the examples a promotion retires (`retire`),
 the stop conditions (`diagnostics`), the logprobs a version must be served with (`probe`), a
 batch's shared prompt prefix (`shared_prefix`), every reach

@@ -22,6 +22,7 @@ from common.store import Store, content_sha256
 from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
 from trainer.diagnostics import stop_conditions
+from trainer.idle import engines_idle
 from trainer.policy import load_policy, quantization, trainable_parameters
 from trainer.probe import make_probe
 
@@ -58,11 +59,14 @@ def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[t
     """The plan's methods in order. GRPO's rollouts: the served groups where traffic gave at least
     `grpo_min_groups`; else groups sampled on the first of `engines` (the task's, where a round
     runs beside them; reloads named from `name_prefix`); else the few served groups there are;
-    else transformers' generate in the trainer."""
+    else transformers' generate in the trainer. Each method's share of the time budget runs on
+    while `engines` are idle, up to `train_idle_budget_factor` times it (`trainer.idle`)."""
     total_share = sum(BUDGET_SHARE[m] for m, _ in steps)
     outcomes = []
+    idle = (lambda: engines_idle(list(engines))) if engines and settings.train_idle_budget_factor > 1 else None
     for method, why in steps:
-        budget = settings.train_time_budget_s * BUDGET_SHARE[method] / total_share
+        seconds = settings.train_time_budget_s * BUDGET_SHARE[method] / total_share
+        budget = methods.Budget(seconds, idle, seconds * settings.train_idle_budget_factor)
         if method == "sft":
             outcomes.append(sft.train(settings, model, tokenizer, data.sft, data.validation, budget, why, progress))
         elif method == "dpo":

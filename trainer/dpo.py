@@ -17,7 +17,7 @@ from common.settings import Settings
 from trainer import methods
 
 
-def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: float, why: str, progress=None) -> methods.TrainingRun:
+def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: float | methods.Budget, why: str, progress=None) -> methods.TrainingRun:
     from trl import DPOConfig, DPOTrainer
 
     reference = copy.deepcopy(model).merge_and_unload().eval()

@@ -94,7 +94,7 @@ def _batches_logged(outcome: methods.TrainingRun, log: StepLog) -> None:
         outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
 
 
-def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], budget_s: float, why: str,
+def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], budget_s: float | methods.Budget, why: str,
           progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     generations = settings.grpo_num_generations
     aggregation = aggregation or settings.grpo_advantage
@@ -148,7 +148,7 @@ def usable_groups(groups: list[RolloutGroup]) -> tuple[list[RolloutGroup], Count
     return [g for g in groups if (g.size, g.temperature) == (size, temperature)], left_out
 
 
-def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: list[RolloutGroup], budget_s: float, why: str,
+def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: list[RolloutGroup], budget_s: float | methods.Budget, why: str,
                     progress=None, aggregation: str | None = None, policy: str | None = None) -> methods.TrainingRun:
     """GRPO on served groups (module docstring); `policy`: the version the LoRA starts as, whose
     groups are on-policy (the KL to it is measured on those)."""
@@ -197,7 +197,7 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
 
 
 def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: list[dict], engine_url: str, name_prefix: str,
-                    budget_s: float, why: str, progress=None, aggregation: str | None = None) -> methods.TrainingRun:
+                    budget_s: float | methods.Budget, why: str, progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     """GRPO on the round's prompts, its groups sampled on a vLLM engine from the policy as it
     trains (module docstring). `name_prefix` makes the engine names of this run's reloads unique."""
     spec = TASK_SPECS[task]

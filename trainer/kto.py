@@ -25,7 +25,7 @@ def class_weights(desirable: int, undesirable: int) -> tuple[float, float]:
     return 1.0, 1.0
 
 
-def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: float, why: str, progress=None) -> methods.TrainingRun:
+def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: float | methods.Budget, why: str, progress=None) -> methods.TrainingRun:
     from trl import KTOConfig, KTOTrainer
 
     reference = copy.deepcopy(model).merge_and_unload().eval()

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import datasets
@@ -170,16 +171,43 @@ class StepMetrics(TrainerCallback):
                                                              for k, v in logs.items() if isinstance(v, (int, float))}})
 
 
-class TimeBudget(TrainerCallback):
-    """Stops training at the end of the step that reaches the deadline."""
+@dataclass(frozen=True)
+class Budget:
+    """A method's time: `seconds`, and while `idle()` says serving has nothing to do, more, a
+    look at a time, up to `ceiling_s` in all (`trainer.idle`)."""
+    seconds: float
+    idle: Callable[[], bool] | None = None
+    ceiling_s: float | None = None
 
-    def __init__(self, seconds: float):
-        self.deadline = time.monotonic() + seconds
+
+IDLE_LOOK_S = 10.0  # past the budget, how long training goes on before serving is looked at again
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training at the end of the step that reaches the deadline. A `Budget` with an idle
+    probe moves the deadline on while the probe says the engines are idle, never past its ceiling;
+    `extended_s` says by how much."""
+
+    def __init__(self, budget: float | Budget):
+        budget = budget if isinstance(budget, Budget) else Budget(float(budget))
+        self.started = time.monotonic()
+        self.deadline = self.budgeted = self.started + budget.seconds
+        self.idle, self.ceiling = budget.idle, self.started + max(budget.ceiling_s or 0.0, budget.seconds)
         self.hit = False
 
     def on_step_end(self, args, state, control, **kwargs):
-        if time.monotonic() >= self.deadline:
-            self.hit = control.should_training_stop = True
+        now = time.monotonic()
+        if now < self.deadline:
+            return
+        if self.idle is not None and now < self.ceiling and self.idle():
+            self.deadline = min(now + IDLE_LOOK_S, self.ceiling)
+            return
+        self.hit = control.should_training_stop = True
+
+    @property
+    def extended_s(self) -> float:
+        """How far past its budget the deadline moved while serving was idle."""
+        return round(max(0.0, self.deadline - self.budgeted), 2)
 
 
 class ReturnFreedMemory(TrainerCallback):
@@ -215,4 +243,6 @@ def run(trainer, outcome: TrainingRun, budget: TimeBudget, metrics: StepMetrics)
     outcome.steps_log = metrics.steps
     if budget.hit:
         outcome.stopped_by = "time budget"
+    if budget.extended_s:
+        outcome.stopped_by += f" ({budget.extended_s:g} s past it while serving was idle)"
     return outcome

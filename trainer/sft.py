@@ -83,7 +83,7 @@ def _trainer_class():
     return SharedPrefixSFTTrainer
 
 
-def train(settings: Settings, model, tokenizer, examples: list[dict], validation: list[dict], budget_s: float, why: str,
+def train(settings: Settings, model, tokenizer, examples: list[dict], validation: list[dict], budget_s: float | methods.Budget, why: str,
           progress=None) -> methods.TrainingRun:
     from trl import SFTConfig
 
