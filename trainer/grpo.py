@@ -79,9 +79,11 @@ def _config(settings: Settings, size: int, examples: int, temperature: float, ma
     if importance:
         extra.update(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
                      vllm_importance_sampling_clip_max=settings.grpo_importance_cap)
+    # no warm-up: its first step is at learning rate 0, and on two cores a GRPO run is a handful
+    # of steps (run 27: SQL's one step per round trained at 0.0, push's first two of four below its rate)
     return GRPOConfig(
         **{**methods.trainer_args(settings, settings.grpo_max_epochs, size * settings.grpo_prompts_per_step, examples),
-           "learning_rate": settings.grpo_learning_rate},
+           "learning_rate": settings.grpo_learning_rate, "warmup_steps": 0},
         num_generations=size, num_iterations=settings.grpo_iterations, max_completion_length=max_completion,
         temperature=temperature, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
         multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,

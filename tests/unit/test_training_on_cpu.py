@@ -187,4 +187,5 @@ def test_grpo_learns_at_its_own_rate_not_the_supervised_one(monkeypatch):
     with pytest.raises(Captured) as caught:
         grpo.train(settings, None, None, "push", [{"prompt": "p", "task": "push", "reference": "", "context": "{}"}], 10.0, "test")
     assert caught.value.args[0]["learning_rate"] == 2e-4
+    assert caught.value.args[0]["warmup_steps"] == 0  # a handful of steps: the first is not spent at rate 0
     assert load_settings().grpo_learning_rate < load_settings().train_learning_rate
