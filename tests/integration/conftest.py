@@ -131,7 +131,10 @@ def gateway(built, redis_url, engines):
 
 def loop_settings(built, redis_url, **overrides):
     # task_training={}: every task trains with the general settings a test sets (the defaults' own are the demo model's)
+    # train_idle_budget_factor=1: each test's budget is what it is sized for (the idle engines would stretch it up to 4x;
+    # tests/unit/test_idle_budget.py and test_served_groups.py's probe check cover the stretch)
     values = dict(data_dir=built.data_dir, redis_url=redis_url, min_records_per_task=8, train_time_budget_s=25, task_training={},
+                  train_idle_budget_factor=1.0,
                   drain_seconds=0.5, canary_share=0.0,
                   gate_max_rows=48, gate_min_rows=16, shadow_records=12, min_sft_examples=8, min_dpo_pairs=8, min_kto_examples=8)
     values.update(overrides)

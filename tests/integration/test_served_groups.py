@@ -117,3 +117,12 @@ def test_grpo_samples_its_groups_on_the_engine_where_traffic_is_thin(built, engi
     served = httpx.get(f"{url}/v1/models").json()["data"]
     assert not any("rollout" in card["id"] for card in served)  # every reload unloaded
     print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))
+
+
+def test_the_idle_probe_reads_the_real_engines_metrics(engines):
+    """vLLM's own /metrics page carries the gauges `trainer.idle` reads: an engine between requests is idle."""
+    from trainer.idle import GAUGES, engines_idle, requests_in_engine
+
+    page = httpx.get(f"{engines['base'].url}/metrics", timeout=10).text
+    assert all(any(line.startswith(gauge) for line in page.splitlines()) for gauge in GAUGES)
+    assert requests_in_engine(page) == 0 and engines_idle([engines["base"].url, engines["think"].url])
