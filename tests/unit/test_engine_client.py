@@ -18,8 +18,8 @@ MODELS = b'{"data": [{"id": "base-model", "parent": null}]}'
 COMPLETION = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
 
 
-def send(handler: BaseHTTPRequestHandler, body: bytes, content_type: str = "application/json") -> None:
-    handler.send_response(200)
+def send(handler: BaseHTTPRequestHandler, body: bytes, content_type: str = "application/json", status: int = 200) -> None:
+    handler.send_response(status)
     handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()

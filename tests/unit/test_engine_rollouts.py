@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.records import Sampling
+from tests.unit.test_engine_client import send
 from tests.unit.test_grpo_served_groups import EOS, GOOD, counting_reward, policy, tokenizer
 from trainer.rollouts import EngineRollouts, RolloutFailed
 
@@ -31,12 +32,7 @@ class FakeEngine:
 
         class Handler(BaseHTTPRequestHandler):
             def _send(self, status, body):
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send(self, json.dumps(body).encode(), status=status)
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -151,31 +147,14 @@ def test_a_rounds_grpo_takes_served_groups_then_an_engine_then_the_trainers_gene
 
 
 def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_registers_nothing(monkeypatch):
-    from common.records import Route
     from common.rounds import Outcome
     from common.settings import load_settings
-    from tests.unit.test_round_data import render
+    from tests.unit.test_round_data import NoLabels, render
     from trainer import round as round_module
 
     class Template:
         pass
     Template.render = staticmethod(render)
-
-    class Store:
-        def labels(self, task):
-            return []
-
-        def last_trained(self, task):
-            return 0.0
-
-        def eval_set(self, task):
-            return []
-
-        def route(self, task):
-            return Route()
-
-        def adapters(self, task=None):
-            return []
 
     class Fleet:
         def urls(self, kind):
@@ -188,7 +167,7 @@ def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_regist
     monkeypatch.setattr(round_module, "train_candidate", failing)
     monkeypatch.setattr(round_module.gate, "held_out_inputs", lambda *a: frozenset())
     records = [(f"{i}-0", make(i)) for i in range(40)]
-    entry = round_module._train_task(load_settings(), Store(), Fleet(), "sql", records, "r1", print, lambda *a: None)
+    entry = round_module._train_task(load_settings(), NoLabels(), Fleet(), "sql", records, "r1", print, lambda *a: None)
     assert entry.outcome == Outcome.FAILED and "3 whole completions of the 4 asked" in entry.reason and entry.version is None
 
 

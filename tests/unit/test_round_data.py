@@ -138,6 +138,25 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
 
 
 @pytest.mark.xdist_group("torch")  # trainer.round imports the trainers
+class NoLabels:
+    """A store with nothing in it yet: no labels, no eval rows, no route, no adapters."""
+
+    def labels(self, task):
+        return []
+
+    def last_trained(self, task):
+        return 0.0
+
+    def eval_set(self, task):
+        return []
+
+    def route(self, task):
+        return Route()
+
+    def adapters(self, task=None):
+        return []
+
+
 def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypatch):
     """`task_training`'s sft_from_liked decides, per task, whether liked answers join its SFT; the
     prompts carry the examples serving shows."""
@@ -147,22 +166,6 @@ def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypat
 
     class Template:
         render = staticmethod(render)
-
-    class NoLabels:
-        def labels(self, task):
-            return []
-
-        def last_trained(self, task):
-            return 0.0
-
-        def eval_set(self, task):
-            return []
-
-        def route(self, task):
-            return Route()
-
-        def adapters(self, task=None):
-            return []
 
     class Built(Exception):
         pass

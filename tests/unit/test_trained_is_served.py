@@ -13,6 +13,7 @@ import pytest
 
 from common.records import LogprobProbe, TrainedNotServed
 from deploy.hotswap import load_everywhere
+from tests.unit.test_engine_client import send
 
 PROBE = LogprobProbe(token_ids=[5, 6, 7, 8, 9], scored_from=2, logprobs=[-1.0, -0.5, -2.0])
 
@@ -25,12 +26,7 @@ class Engine:
 
         class Handler(BaseHTTPRequestHandler):
             def _send(self, body):
-                raw = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send(self, json.dumps(body).encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
