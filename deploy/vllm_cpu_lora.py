@@ -36,6 +36,14 @@ def _lora_rows(inputs: torch.Tensor, weights: torch.Tensor, indices: torch.Tenso
     if low == high:  # the whole batch on one slot (decoding alone, or one adapter's requests)
         return x @ weights[low].to(dtype=dtype).T if low >= 0 else x.new_zeros((x.shape[0], weights.shape[1]))
     rows = x.new_zeros((x.shape[0], weights.shape[1]))
+    if x.shape[0] != indices.shape[0]:
+        # vLLM's prompt-logprobs pass: one request's prompt positions through the logits LoRA, with
+        # the batch's per-request sampler indices (a mixed batch crashed the engine core here, 8
+        # indices for 386 rows, when the trained-is-served probe ran beside traffic). No slot adapts
+        # this layer (PEFT's all-linear leaves lm_head alone): the delta of every row is zero.
+        if not bool(weights.any()):
+            return rows
+        raise ValueError(f"{x.shape[0]} rows with {indices.shape[0]} adapter indices, and an adapter changes this layer")
     for slot in torch.unique(indices).tolist():
         if slot < 0:
             continue

@@ -81,3 +81,19 @@ def test_register_replaces_the_ops_everywhere_they_are_bound_and_is_idempotent(o
     lora, output = weights(2, 3, 4), torch.zeros(3, 3)
     ops.vllm.sgmv_shrink(torch.ones(3, 4), lora, output, None, torch.tensor([2, 1]), torch.tensor([0, -1]), 2, 2, 3, 1.0)
     assert output[:2].abs().sum() > 0 and torch.equal(output[2], torch.zeros(3))
+
+
+def test_a_prompt_logprobs_pass_beside_a_mixed_batch_gets_zero_deltas_where_no_adapter_changes_the_layer():
+    """vLLM computes one request's prompt logprobs with all its prompt rows and the batch's
+    sampler indices (386 rows, 8 indices in the engine that crashed): with no adapter on the
+    layer (lm_head under PEFT's all-linear) every delta is zero; with one, a clear error."""
+    import torch
+
+    from deploy.vllm_cpu_lora import bgmv_shrink
+
+    indices = torch.tensor([-1, -1, 0, 0, -1, 0, -1, -1])  # base decodes beside the probe's adapter
+    output = torch.ones(386, 4)
+    bgmv_shrink(torch.randn(386, 6), torch.zeros(2, 1, 4, 6), output, indices, 1.0)
+    assert output.abs().sum() == 0
+    with pytest.raises(ValueError, match="386 rows with 8 adapter indices"):
+        bgmv_shrink(torch.randn(386, 6), torch.ones(2, 1, 4, 6), torch.zeros(386, 4), indices, 1.0)
