@@ -145,7 +145,10 @@ def fleet(built, tmp_path_factory):
         env = {k: v for k, v in os.environ.items() if not k.startswith("TUCANO_") or k == "TUCANO_BOOTSTRAP_MODEL"}
         env.update(TUCANO_DATA_DIR=str(built.data_dir), TUCANO_REDIS_URL=valkey.url, TUCANO_THINK_ENGINE_URL=engines["think"].url,
                    TUCANO_BASE_ENGINE_URLS=json.dumps([engines["base-1"].url, engines["base-2"].url]), TUCANO_TRAIN_ENABLED="false",
-                   TUCANO_DRAIN_SECONDS="2", TUCANO_ACCESS_LOG="false", OMP_NUM_THREADS="1")
+                   TUCANO_DRAIN_SECONDS="2", TUCANO_ACCESS_LOG="false", OMP_NUM_THREADS="1",
+                   # one completion a request, the load these five engines on two cores were sized for: with push's
+                   # default group of 4, killing one base engine cost two requests a 503 (results log, 2026-12-02)
+                   TUCANO_SERVE_SAMPLES="{}")
         fleet = Fleet(root, valkey.url, engines, env)
         for n in (1, 2):
             fleet.gateways.append(_start_gateway(stack, fleet, f"gateway-{n}", fleet.base_urls()))
