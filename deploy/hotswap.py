@@ -96,7 +96,9 @@ async def load_everywhere(urls: list[str], version: str, path: str, probe: Logpr
             for url in loaded:
                 with contextlib.suppress(httpx.HTTPError):
                     await _post(client, url, "/v1/unload_lora_adapter", {"lora_name": version})
-            raise (TrainedNotServed if isinstance(error, TrainedNotServed) else AdapterLoadError)(str(error)) from None
+            if isinstance(error, TrainedNotServed):
+                raise
+            raise AdapterLoadError(str(error)) from None
 
 
 async def served_logprobs(client: httpx.AsyncClient, url: str, version: str, probe: LogprobProbe) -> list[float]:

@@ -44,7 +44,8 @@ from rewards.trl import StepLog, reward_function
 from router.task_specs import TASK_SPECS
 from trainer import methods, trl_internals
 from trainer.data import RolloutGroup
-from trainer.rollouts import EngineRollouts
+from trainer.probe import token_logprobs
+from trainer.rollouts import EngineRollouts, whole_groups
 
 SERVED_GROUPS = "served groups"
 ENGINE = "vLLM engine"
@@ -166,11 +167,8 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
     def replay(prompts: list[str], trainer) -> dict:
         """The served samples of each block of `size` repeats of a group's key, in their order."""
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        for start in range(0, len(prompts), size):
-            block = prompts[start:start + size]
-            if len(set(block)) != 1 or len(block) != size:
-                raise RuntimeError(f"TRL's batch does not hold whole groups of {size}: {block}")
-            group = by_key[block[0]]
+        for key in whole_groups(prompts, size):
+            group = by_key[key]
             out["prompt_ids"] += [group.prompt_token_ids] * size
             out["completion_ids"] += group.completion_ids
             out["logprobs"] += group.logprobs
@@ -191,7 +189,7 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
                                 "optimisation": round(outcome.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
                                 **{f"left out: {k}": v for k, v in left_out.items()}}
-    on_policy = [g for g in groups if g.version == started_as][:KL_GROUPS]
+    on_policy = [(g.prompt_token_ids, g.completion_ids) for g in groups if g.version == started_as][:KL_GROUPS]
     outcome.grpo = report(SERVED_GROUPS, trainer, outcome, settings.grpo_iterations, None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
                           kl=kl_to_parent(model, parent, on_policy, temperature), older=older)
@@ -228,51 +226,44 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                                 "optimisation": round(outcome.seconds - rollouts.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
                                 "reloads": len(rollouts.names)}
-    first = [RolloutGroup(key=f"parent-{i}", source="", version="", temperature=sampling.temperature, prompt_token_ids=prompt_ids,
-                          completion_ids=completions, logprobs=[], reference="", context="")
-             for i, (prompt_ids, completions) in enumerate(rollouts.parent_groups)]
     outcome.grpo = report(f"{ENGINE} ({len(rollouts.names)} reloads under fresh names)", trainer, outcome, settings.grpo_iterations,
                           rollouts.tokens / rollouts.seconds if rollouts.seconds else None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
-                          kl=kl_to_parent(model, parent, first, sampling.temperature))
+                          kl=kl_to_parent(model, parent, rollouts.parent_groups, sampling.temperature))
     return outcome
 
 
 KL_GROUPS = 8  # served groups of the parent that the KL of the trained policy from it is measured on
 
 
-def _logprobs(model, group: RolloutGroup, temperature: float) -> torch.Tensor:
+Sampled = tuple[list[int], list[list[int]]]  # a group as the KL reads it: its prompt's token ids, each sample's
+
+
+def _logprobs(model, groups: list[Sampled], temperature: float) -> torch.Tensor:
     """Every sample's completion-token logprobs under `model`, at `temperature`, concatenated."""
-    out = []
-    for completion in group.completion_ids:
-        ids = torch.tensor([group.prompt_token_ids + completion], device=model.device)
-        logits = model(input_ids=ids).logits[0, len(group.prompt_token_ids) - 1:-1].float() / (temperature or 1.0)
-        out.append(torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(group.prompt_token_ids):].unsqueeze(1)).squeeze(1))
-    return torch.cat(out)
+    return torch.cat([token_logprobs(model, prompt + completion, len(prompt), temperature)
+                      for prompt, completions in groups for completion in completions])
 
 
-def kl_to_parent(model, parent: dict[str, torch.Tensor], groups: list[RolloutGroup], temperature: float) -> float | None:
-    """KL(parent || trained) per token, k3 estimator on the parent's own served samples, both
-    policies computed by the trainer (the engine's logprobs are not comparable: its JSON grammar
-    forces tokens the weights alone would not give). `parent` is the LoRA's trainable weights
-    before the run; they are put back for one pass and the trained ones restored after."""
+def kl_to_parent(model, parent: dict[str, torch.Tensor], groups: list[Sampled], temperature: float) -> float | None:
+    """KL(parent || trained) per token, k3 estimator on the parent's own samples, both policies
+    computed by the trainer (the engine's logprobs are not comparable: its JSON grammar forces
+    tokens the weights alone would not give). `parent` is the LoRA's trainable weights before the
+    run; they are put back for one pass and the trained ones restored after."""
     if not groups:
         return None
     named = dict(model.named_parameters())
     trained = {name: named[name].detach().clone() for name in parent}
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad(), torch.autocast(model.device.type, enabled=False):
-            now = torch.cat([_logprobs(model, g, temperature) for g in groups])
+        now = _logprobs(model, groups, temperature)
+        with torch.no_grad():
             for name, value in parent.items():
                 named[name].copy_(value)
-            before = torch.cat([_logprobs(model, g, temperature) for g in groups])
+        before = _logprobs(model, groups, temperature)
     finally:
         with torch.no_grad():
             for name, value in trained.items():
                 named[name].copy_(value)
-        model.train(was_training)
     log_ratio = now - before  # log(trained / parent) on tokens the parent sampled
     return float((log_ratio.exp() - 1 - log_ratio).mean())
 

@@ -28,17 +28,24 @@ def probe_ids(tokenizer, data: TaskData) -> list[int] | None:
     return None
 
 
+def token_logprobs(model, ids: list[int], start: int, temperature: float = 1.0) -> torch.Tensor:
+    """The logprob under `model`, in fp32 at `temperature`, of each of `ids[start:]` given the
+    tokens before it: eval mode, no gradient, no autocast (the policy's mode is put back)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.autocast(model.device.type, enabled=False):
+            tokens = torch.tensor([ids], device=model.device)
+            logits = model(input_ids=tokens).logits[0, start - 1:-1].float() / (temperature or 1.0)
+    finally:
+        model.train(was_training)
+    return torch.log_softmax(logits, dim=-1).gather(1, tokens[0, start:].unsqueeze(1)).squeeze(1)
+
+
 def make_probe(model, tokenizer, data: TaskData) -> LogprobProbe | None:
     ids = probe_ids(tokenizer, data)
     if not ids or len(ids) < 2:
         return None
     start = max(1, len(ids) - PROBED_TOKENS)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
-            logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0, start - 1:-1].float()
-    finally:
-        model.train(was_training)
-    logprobs = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[start:], device=logits.device).unsqueeze(1)).squeeze(1)
+    logprobs = token_logprobs(model, ids, start)
     return LogprobProbe(token_ids=list(ids), scored_from=start, logprobs=[round(float(x), 5) for x in logprobs])

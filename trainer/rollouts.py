@@ -28,6 +28,16 @@ ROLLOUT_TIMEOUT_S = 600.0
 PARENT_GROUPS_KEPT = 8  # groups sampled from the starting policy, kept to measure how far the run moved from it
 
 
+def whole_groups(prompts: list[str], size: int) -> list[str]:
+    """The prompt of each block of `size` repeats in a generation batch, as TRL's sampler lays a
+    group out; RuntimeError for a batch that does not hold whole groups."""
+    blocks = [prompts[start:start + size] for start in range(0, len(prompts), size)]
+    for block in blocks:
+        if len(set(block)) != 1 or len(block) != size:
+            raise RuntimeError(f"TRL's batch does not hold whole groups of {size}: {block}")
+    return [block[0] for block in blocks]
+
+
 class RolloutFailed(RuntimeError):
     """The engine could not give a generation batch its whole groups; the run stops there."""
 
@@ -86,11 +96,9 @@ class EngineRollouts:
             self.sync_weights()
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
         started = time.perf_counter()
-        for start in range(0, len(prompts), size):
-            block = prompts[start:start + size]
-            if len(set(block)) != 1 or len(block) != size:
-                raise RuntimeError(f"TRL's batch does not hold whole groups of {size}")
-            body = {"model": self.loaded, "prompt": block[0], "n": size, "logprobs": 0, "return_token_ids": True,
+        for number, prompt in enumerate(whole_groups(prompts, size)):
+            start = number * size
+            body = {"model": self.loaded, "prompt": prompt, "n": size, "logprobs": 0, "return_token_ids": True,
                     "temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "max_tokens": self.sampling.max_tokens,
                     "frequency_penalty": self.sampling.frequency_penalty, "seed": self.seed + self.step() * 1000 + start}
             if self.json_schema is not None:

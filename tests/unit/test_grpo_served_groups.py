@@ -91,7 +91,8 @@ def test_served_groups_train_without_generating_and_move_the_policy_toward_what_
     assert 3 * 16 <= report.importance_clipped < report.importance_tokens
     assert report.kl_to_parent > 0  # it moved from what sampled its groups...
     same = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
-    assert grpo.kl_to_parent(model, same, groups[:2], TEMPERATURE) == pytest.approx(0.0, abs=1e-6)  # ...and from itself, not at all
+    sampled = [(g.prompt_token_ids, g.completion_ids) for g in groups[:2]]
+    assert grpo.kl_to_parent(model, same, sampled, TEMPERATURE) == pytest.approx(0.0, abs=1e-6)  # ...and from itself, not at all
     assert report.reward_mean > 0 and report.reward_std > 0 and report.optimisation_tokens_per_s > 0
     assert after > before + 1.0, (before, after)  # the rewarded sample became likelier than the other
 
