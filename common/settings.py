@@ -260,9 +260,11 @@ class Settings(BaseSettings):
             raise ValueError(f"serve_samples {over} exceeds serve_samples_cap {self.serve_samples_cap}")
         return self
 
-    def samples_of(self, task: str) -> int:
-        """Completions a request of `task` is sampled with, unless it asks otherwise (`serve_samples`)."""
-        return self.serve_samples.get(task, 1)
+    def samples_of(self, task: str, temperature: float | None = None) -> int:
+        """Completions a request of `task` is sampled with, unless it asks otherwise (`serve_samples`);
+        one for a request that asks for greedy decoding (`temperature` 0), whose samples would all be
+        the same answer."""
+        return 1 if temperature == 0.0 else self.serve_samples.get(task, 1)
 
     @field_validator("redis_url")
     @classmethod

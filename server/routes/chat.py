@@ -39,8 +39,7 @@ async def chat_completions(body: ChatRequest, caller: User):
     task = chat.task_of(body.model, text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_completion_tokens or body.max_tokens,
                  "seed": body.seed, "frequency_penalty": body.frequency_penalty}
-    # the best of the task's group answers; a stream, or a request for greedy decoding, is sampled once
-    samples = 1 if body.stream or body.temperature == 0.0 else caller.state.settings.samples_of(task)
+    samples = 1 if body.stream else caller.state.settings.samples_of(task, body.temperature)  # the best of the task's group answers
     prepared = await answering.prepare(caller.state, task, TASK_SPECS[task].input_from_text(text), overrides, None, "chat", caller.key_id,
                                        samples=samples)
     if not body.stream:

@@ -39,12 +39,10 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
             raise ApiError(422, "invalid_request", f"reference: {error}") from None
     options = body.options
     settings = caller.state.settings
-    samples = settings.samples_of(task) if options.samples is None else options.samples
-    if options.temperature == 0.0 and samples > 1:  # greedy samples are all the same answer
-        if options.samples is not None:
-            raise ApiError(422, "invalid_request", f"options.samples: {samples} samples need a temperature above 0 (greedy "
-                                                   "samples are all the same answer)")
-        samples = 1  # a request that asks for greedy decoding is answered once
+    samples = settings.samples_of(task, options.temperature) if options.samples is None else options.samples
+    if options.temperature == 0.0 and samples > 1:  # asked for by the request itself
+        raise ApiError(422, "invalid_request", f"options.samples: {samples} samples need a temperature above 0 (greedy "
+                                               "samples are all the same answer)")
     if samples > settings.serve_samples_cap:
         raise ApiError(422, "invalid_request", f"options.samples: {samples} is more than the cap of {settings.serve_samples_cap} "
                                                "completions per request (TUCANO_SERVE_SAMPLES_CAP)")
