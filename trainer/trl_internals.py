@@ -16,7 +16,9 @@ The two reaches, and why neither has a public equivalent:
 - `group_dropping_grpo_trainer()`: a `GRPOTrainer` whose `_generate_and_score_completions` drops
   groups whose rewards did not vary from the loss (their tokens would dilute the others'), and
   counts them per group in `_metrics`; TRL's own `frac_reward_zero_std` is batch-wide and drops
-  nothing.
+  nothing. Its `_get_per_token_logps_and_entropies` runs each distinct prompt of a batch once
+  (`trainer.shared_prefix.with_shared_prompts`): TRL runs every sample's prompt again, and a
+  group's samples share theirs whole.
 - `served_groups_grpo_trainer()`: the same, for rollouts that a `rollout_func` hands back with the
   logprobs they were sampled with (the served groups). TRL applies its truncated importance
   sampling against those logprobs only when `use_vllm` is set, and `use_vllm` at construction
@@ -29,6 +31,8 @@ from __future__ import annotations
 import torch
 import trl
 import trl.trainer.utils
+
+from trainer.shared_prefix import with_shared_prompts
 
 WRITTEN_FOR = "1.16"  # major.minor of TRL whose private API this module reaches
 
@@ -84,6 +88,30 @@ def group_dropping_grpo_trainer() -> type:
                 output["num_items_in_batch"] = self.accelerator.gather(output["completion_mask"].sum()).sum()
             self._metrics["train"]["zero_variance_groups_dropped"].append(float(flat.float().mean()))
             return output
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                               compute_entropy=False, compute_aux_loss=False, **multimodal):
+            """TRL's, with each distinct prompt of a chunk run once; a chunk whose prompts do not
+            repeat, a multimodal batch or an MoE's aux loss take TRL's own forward."""
+            if compute_aux_loss or any(value is not None for value in multimodal.values()):
+                return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                                  compute_entropy, compute_aux_loss, **multimodal)
+            batch_size = batch_size or input_ids.size(0)
+            logps, entropies = [], []
+            for start in range(0, input_ids.size(0), batch_size):
+                ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+                inputs = with_shared_prompts(model, ids, mask, logits_to_keep)
+                if inputs is None:
+                    chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
+                        model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+                else:
+                    with self.accelerator.autocast():
+                        outputs = model(**inputs, fused_lm_head=True)
+                    chunk_logps = outputs.log_probs[:, -logits_to_keep:]
+                    chunk_entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+                logps.append(chunk_logps)
+                entropies.append(chunk_entropies)
+            return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     return GroupDroppingGRPOTrainer
 

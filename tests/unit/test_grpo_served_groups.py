@@ -109,3 +109,41 @@ def test_groups_of_another_size_or_temperature_are_left_out_and_counted():
     assert sum(left_out.values()) == 2 and any("2 samples" in k for k in left_out) and any("temperature 1" in k for k in left_out)
     with pytest.raises(ValueError, match="no served group"):
         grpo.train_on_groups(load_settings(), None, None, "push", [], 10.0, "test")
+
+
+def test_grpo_runs_each_prompt_once_and_trains_the_weights_trls_own_forward_trains(monkeypatch):
+    """The trainer's forward runs a batch's distinct prompts once (`trainer.shared_prefix`); the
+    same groups trained with TRL's forward (every sample's prompt again) end at the same weights."""
+    import torch
+
+    from trainer import grpo, shared_prefix, trl_internals
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    settings = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=1,
+                             train_cpu_precision="fp32")
+
+    def trained(share: bool):
+        calls = []
+
+        def spy(*args):
+            inputs = shared_prefix.with_shared_prompts(*args) if share else None
+            calls.append(inputs is not None)
+            return inputs
+
+        monkeypatch.setattr(trl_internals, "with_shared_prompts", spy)
+        model = policy()
+        good, bad = [GOOD, GOOD, 9, EOS], [10, EOS]
+        groups = [served_group(model, f"g{i}", [good, bad, bad, good][i % 2:] + [good, bad][:i % 2]) for i in range(4)]
+        for i, group in enumerate(groups):  # prompts of their own lengths: left padding in the batch
+            group.prompt_token_ids = [3 + i] * (3 + i) + [4, 5, 6]
+            group.logprobs = [logprobs_of(model, group.prompt_token_ids, c) for c in group.completion_ids]
+        outcome = grpo.train_on_groups(settings, model, tokenizer(), "push", groups, 600.0, "test", policy="base")
+        return outcome, {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, calls
+
+    shared_outcome, shared_weights, shared_calls = trained(True)
+    plain_outcome, plain_weights, plain_calls = trained(False)
+    assert shared_outcome.steps == plain_outcome.steps == 4
+    assert shared_calls and all(shared_calls) and not any(plain_calls)
+    for name, value in plain_weights.items():
+        assert torch.allclose(value, shared_weights[name], atol=1e-5), name
+    assert any(not torch.allclose(value, torch.zeros_like(value)) for name, value in shared_weights.items() if "lora_B" in name)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch a
 VOCAB = 64
 
 
-def lora_model():
+def lora_model(outputs: tuple[str, ...] = ("log_probs",)):
     import torch
     import trl.trainer.utils as trl_utils
     from peft import LoraConfig, get_peft_model
@@ -21,7 +21,7 @@ def lora_model():
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
-    trl_utils.add_fused_lm_head(model)
+    trl_utils.add_fused_lm_head(model, outputs=outputs)
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
     for name, param in model.named_parameters():  # LoRA B starts at zero: give the adapter a non-trivial value
         if "lora_B" in name:
@@ -106,6 +106,62 @@ def test_a_checkpointed_model_takes_the_plain_forward():
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     inputs = batch()
     assert with_shared_prefix(model, inputs) is inputs
+
+
+def grpo_batch() -> tuple:
+    """Six rows as TRL's GRPO builds them, shuffled: two prompts of 22 and 30 tokens, left-padded,
+    each with three completions of their own lengths, right-padded."""
+    import torch
+
+    generator = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(2, VOCAB, (n,), generator=generator) for n in (22, 30)]
+    rows = [(p, torch.randint(2, VOCAB, (c,), generator=generator)) for p in prompts for c in (4, 7, 2)]
+    order = [3, 0, 5, 1, 4, 2]
+    rows = [rows[i] for i in order]
+    left, right = 30, 7
+    ids = torch.stack([torch.cat([torch.zeros(left - len(p), dtype=torch.long), p, c, torch.zeros(right - len(c), dtype=torch.long)])
+                       for p, c in rows])
+    mask = torch.stack([torch.cat([torch.zeros(left - len(p)), torch.ones(len(p) + len(c)), torch.zeros(right - len(c))]).long()
+                        for p, c in rows])
+    return ids, mask, right
+
+
+def test_grpos_prompts_run_once_give_the_plain_forwards_logprobs_entropies_and_gradients():
+    """The plain forward is TRL's: every row whole, the completion's labels only."""
+    import torch
+
+    from trainer.shared_prefix import with_shared_prompts
+
+    ids, mask, keep = grpo_batch()
+    plain_model, shared_model = lora_model(("log_probs", "entropy")), lora_model(("log_probs", "entropy"))
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    plain = plain_model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    inputs = with_shared_prompts(shared_model, ids, mask, keep)
+    assert inputs["input_ids"].shape == (6, keep + 1) and inputs["past_key_values"].get_seq_length() == ids.size(1) - keep - 1
+    shared = shared_model(**inputs, fused_lm_head=True)
+    completion = mask[:, -keep:].bool()
+    assert torch.allclose(plain.log_probs[:, -keep:][completion], shared.log_probs[:, -keep:][completion], atol=1e-5)
+    assert torch.allclose(plain.entropy[:, -keep:][completion], shared.entropy[:, -keep:][completion], atol=1e-5)
+    (plain.log_probs[:, -keep:] * completion).sum().backward()
+    (shared.log_probs[:, -keep:] * completion).sum().backward()
+    grads = 0
+    for (name, p), (_, q) in zip(plain_model.named_parameters(), shared_model.named_parameters(), strict=True):
+        if p.requires_grad:
+            assert torch.allclose(p.grad, q.grad, atol=1e-5), name
+            grads += 1
+    assert grads > 0
+
+
+def test_grpo_rows_whose_prompts_do_not_repeat_or_a_checkpointed_model_take_the_plain_forward():
+    from trainer.shared_prefix import with_shared_prompts
+
+    ids, mask, keep = grpo_batch()
+    model = lora_model()
+    assert with_shared_prompts(model, ids[[0, 1]], mask[[0, 1]], keep) is None  # one row of each prompt
+    assert with_shared_prompts(model, ids, mask, ids.size(1) - 1) is None  # a one-token prompt: nothing before its last token
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert with_shared_prompts(model, ids, mask, keep) is None
 
 
 @pytest.fixture
