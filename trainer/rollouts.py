@@ -3,8 +3,8 @@
 The policy being trained is saved and loaded into the engine under a fresh name every
 `reload_every` optimisation steps (vLLM's runtime LoRA API; a name is never reused, since vLLM
 #42125 serves stale cached blocks for a reused one), and each generation batch's prompts are
-sampled there, `n` completions per prompt in one request, with each token's logprob, as the
-gateway samples a served group. TRL's `GRPOTrainer` receives them through its `rollout_func` and
+sampled there, `n` completions per prompt, the batch's prompts in one request (vLLM decodes
+them together), with each token's logprob, as the gateway samples a served group. TRL's `GRPOTrainer` receives them through its `rollout_func` and
 weighs each token by its importance ratio to the engine's sampling (the same truncated
 importance sampling as on served groups: `trl_internals.served_groups_grpo_trainer`), which also
 covers the steps taken since the last reload. The previous name is unloaded after each reload,
@@ -91,23 +91,26 @@ class EngineRollouts:
         shutil.rmtree(self._dir / name, ignore_errors=True)
 
     def generate(self, prompts: list[str], size: int) -> dict:
-        """Each block of `size` repeats of a prompt sampled as one group on the loaded policy."""
+        """Each block of `size` repeats of a prompt sampled as one group on the loaded policy: the
+        batch's prompts in one request (vLLM decodes them together), `n` = `size` each."""
         if self.loaded is None:
             self.sync_weights()
-        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        distinct = whole_groups(prompts, size)
+        body = {"model": self.loaded, "prompt": distinct, "n": size, "logprobs": 0, "return_token_ids": True,
+                "temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "max_tokens": self.sampling.max_tokens,
+                "frequency_penalty": self.sampling.frequency_penalty, "seed": self.seed + self.step() * 1000}
+        if self.json_schema is not None:
+            body["structured_outputs"] = {"json": self.json_schema}
         started = time.perf_counter()
-        for number, prompt in enumerate(whole_groups(prompts, size)):
-            start = number * size
-            body = {"model": self.loaded, "prompt": prompt, "n": size, "logprobs": 0, "return_token_ids": True,
-                    "temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "max_tokens": self.sampling.max_tokens,
-                    "frequency_penalty": self.sampling.frequency_penalty, "seed": self.seed + self.step() * 1000 + start}
-            if self.json_schema is not None:
-                body["structured_outputs"] = {"json": self.json_schema}
-            response = self._post("/v1/completions", body)
-            if response.status_code != 200:
-                raise RolloutFailed(f"the engine at {self.url} did not sample a group: HTTP {response.status_code} {response.text[:300]}")
-            choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))
-            whole = [c for c in choices if c.get("token_ids") and c.get("prompt_token_ids")
+        response = self._post("/v1/completions", body)
+        self.seconds += time.perf_counter() - started
+        if response.status_code != 200:
+            raise RolloutFailed(f"the engine at {self.url} did not sample a group: HTTP {response.status_code} {response.text[:300]}")
+        choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))  # prompt by prompt, n each
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        for number in range(len(distinct)):
+            group = [c for c in choices if number * size <= c.get("index", -1) < (number + 1) * size]
+            whole = [c for c in group if c.get("token_ids") and c.get("prompt_token_ids")
                      and len((c.get("logprobs") or {}).get("token_logprobs") or []) == len(c["token_ids"])]
             if len(whole) != size:
                 raise RolloutFailed(f"the engine at {self.url} returned {len(whole)} whole completions of the {size} asked")
@@ -118,7 +121,6 @@ class EngineRollouts:
                 out["completion_ids"].append(list(choice["token_ids"]))
                 out["logprobs"].append([float("nan") if x is None else float(x) for x in choice["logprobs"]["token_logprobs"]])
                 self.tokens += len(choice["token_ids"])
-        self.seconds += time.perf_counter() - started
         return out
 
     def close(self) -> None:

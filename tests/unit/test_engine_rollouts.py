@@ -1,7 +1,8 @@
 """GRPO's rollouts on a vLLM engine where traffic is thin, against a real HTTP server that speaks
 vLLM's runtime LoRA and completions API: the policy is loaded under a fresh name every few steps
 (never one used before), the name before is unloaded, each batch's groups are sampled there in
-one request per prompt, and an engine that fails or returns part of a group stops the run."""
+one request (every prompt of the batch, `n` each), and an engine that fails or returns part of a
+group stops the run."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,8 @@ SAMPLING = Sampling(0.7, 1.0, 8, n=4)
 
 
 class FakeEngine:
-    """Loads and unloads names, and samples `n` completions (half with GOOD tokens) per prompt."""
+    """Loads and unloads names, and samples `n` completions (half with GOOD tokens) per prompt of
+    a request, numbered prompt by prompt as vLLM numbers them (`index` = prompt * n + sample)."""
 
     def __init__(self):
         self.loaded: list[str] = []
@@ -46,10 +48,12 @@ class FakeEngine:
                 if engine.fail:
                     return self._send(500, {"error": {"message": "engine core died"}})
                 engine.asked.append(body)
-                choices = [{"index": i, "text": "", "prompt_token_ids": [3, 4, 5, 6],
+                prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+                choices = [{"index": p * body["n"] + i, "text": "", "prompt_token_ids": [3, 4, 5, 6 + p],
                             "token_ids": [GOOD, GOOD, 9, EOS] if i % 2 == 0 else [10, 11, 12, EOS],
-                            "logprobs": {"token_logprobs": [-1.0, -1.0, -1.0, -1.0]}} for i in range(body["n"] - engine.short)]
-                self._send(200, {"choices": choices})
+                            "logprobs": {"token_logprobs": [-1.0, -1.0, -1.0, -1.0]}}
+                           for p in range(len(prompts)) for i in range(body["n"] - (engine.short if p == 0 else 0))]
+                self._send(200, {"choices": choices[::-1]})  # in any order: `index` says whose it is
 
             def log_message(self, *args):
                 pass
@@ -79,10 +83,12 @@ def test_the_policy_is_reloaded_under_fresh_names_and_the_one_before_unloaded(en
     assert engine.loaded == ["sql-rollout-r1-1", "sql-rollout-r1-2", "sql-rollout-r1-3"]  # at steps 0, 2 and 4
     assert engine.unloaded == ["sql-rollout-r1-1", "sql-rollout-r1-2"] and len(set(rollouts.names)) == 3
     out = rollouts.generate(["p"] * 4 + ["q"] * 4, 4)
-    assert [b["model"] for b in engine.asked] == ["sql-rollout-r1-3"] * 2 and [b["prompt"] for b in engine.asked] == ["p", "q"]
+    assert [b["model"] for b in engine.asked] == ["sql-rollout-r1-3"] and engine.asked[0]["prompt"] == ["p", "q"]
     assert all(b["n"] == 4 and b["logprobs"] == 0 and b["return_token_ids"] and b["structured_outputs"] == {"json": {"type": "object"}}
                for b in engine.asked)
-    assert len(out["completion_ids"]) == 8 and out["prompt_ids"][0] == [3, 4, 5, 6] and out["logprobs"][0] == [-1.0] * 4
+    assert len(out["completion_ids"]) == 8 and out["logprobs"][0] == [-1.0] * 4
+    assert out["prompt_ids"] == [[3, 4, 5, 6]] * 4 + [[3, 4, 5, 7]] * 4  # each group's samples under its own prompt, in order
+    assert out["completion_ids"][:4] == [[GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]] * 2
     rollouts.close()
     assert engine.unloaded[-1] == "sql-rollout-r1-3" and not (tmp_path / ".sql-rollout-r1").exists()
 
@@ -91,7 +97,7 @@ def test_an_engine_that_fails_or_returns_part_of_a_group_stops_the_run(engine, t
     rollouts = EngineRollouts(engine.url, policy(), "push-rollout-r2", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
     engine.short = 1
     with pytest.raises(RolloutFailed, match="3 whole completions of the 4 asked"):
-        rollouts.generate(["p"] * 4, 4)
+        rollouts.generate(["p"] * 4 + ["q"] * 4, 4)  # the first prompt's group is short, the second's whole
     engine.short, engine.fail = 0, True
     with pytest.raises(RolloutFailed, match="HTTP 500"):
         rollouts.generate(["p"] * 4, 4)
@@ -117,8 +123,8 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     assert outcome.steps == 8  # 4 prompts x 2 epochs, 2 a batch, each batch optimised twice
     assert report.rollouts.startswith(grpo.ENGINE) and report.generation_tokens_per_s > 0
     # generation batches start at steps 0, 2, 4 and 6; with a reload every 3 steps, at 0 and 4
-    assert len(engine.asked) == 8 and engine.loaded == ["sql-rollout-r4-1", "sql-rollout-r4-2"]
-    assert [b["model"] for b in engine.asked] == ["sql-rollout-r4-1"] * 4 + ["sql-rollout-r4-2"] * 4
+    assert len(engine.asked) == 4 and engine.loaded == ["sql-rollout-r4-1", "sql-rollout-r4-2"]  # one request a batch
+    assert [b["model"] for b in engine.asked] == ["sql-rollout-r4-1"] * 2 + ["sql-rollout-r4-2"] * 2
     assert engine.unloaded == engine.loaded  # each replaced one, and the last at the end
     assert report.groups == 8 and report.groups_dropped == 0 and report.kl_to_parent is not None and report.kl_to_parent > 0
     assert outcome.seconds_by_phase["reloads"] == 2
