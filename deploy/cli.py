@@ -579,6 +579,27 @@ def bench_samples(
     _report(settings, "samples", results, bench.table(results))
 
 
+@bench_app.command("busy")
+def bench_busy(
+    task: Annotated[list[str] | None, typer.Option(help="Served tasks (repeatable; default sql and push).")] = None,
+    load: Annotated[str, typer.Option(help="What trains beside them: round (a round's SFT) or bootstrap (the demo model's fine-tuning).")] = "round",
+    train_task: Annotated[str, typer.Option(help="The task whose round's SFT trains (--load round).")] = "sql",
+    pairs: Annotated[int, typer.Option(min=2, help="Block pairs (quiet and busy) per task.")] = 8,
+    block_rows: Annotated[int, typer.Option(min=1, help="Requests per block.")] = 5,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Requests in flight.")] = 1,
+) -> None:
+    """Served p95 latency while training runs beside the engines, against the same requests without, side by side."""
+    from deploy.bench import busy as bench
+
+    tasks = _known_tasks(task or ("sql", "push"))
+    _known_tasks((train_task,), "--train-task")
+    if load not in bench.LOADS:
+        raise _fail(f"--load {load!r}: one of {', '.join(bench.LOADS)}", 2)
+    settings = _built_settings()
+    results = bench.run(settings, tasks, load, train_task, pairs, block_rows, concurrency, say=lambda text: console.print(text, highlight=False))
+    _report(settings, f"busy-{load}", results, bench.table(results))
+
+
 @bench_app.command("labels")
 def bench_labels(
     task: Annotated[list[str] | None, typer.Option(help="Tasks (repeatable; default sql and push).")] = None,

@@ -1,0 +1,201 @@
+"""`tucano bench busy`: a served request's latency while training runs beside the engines, against
+the same requests while it does not, side by side in one run.
+
+On a machine without a GPU a round (and a first serve's fine-tuning of the demo model) trains on
+the cores the engines and the gateway serve from, at `TRAINING_NICE` against the engines'
+`COMPUTE_NICE` (deploy/vllm_server.py). This measures what that leaves a user. Against the real
+stack (vLLM engines, the gateway, an embedded Valkey, all throwaway, as `bench learn` builds them),
+one trainer process runs for the whole run, started as `serve` starts its training:
+
+- `round`: a round's SFT of `--train-task` on its train rows (trainer/sft.py, the task's own
+  training settings and model, a fresh LoRA), with the threads `serve` gives a round (half the
+  cores, at least one);
+- `bootstrap`: the demo model's fine-tuning (demo/finetune.py on the bootstrap rows), with every
+  core, as `serve` runs it beside the first answers.
+
+It is paused (SIGSTOP) and resumed (SIGCONT) between blocks of requests, so the quiet and busy
+phases share the same engines, gateway, caches and rows; blocks of each held-out test row of the
+served tasks go out one request at a time (`--concurrency` in flight), in pairs whose order
+alternates (quiet then busy, busy then quiet). Reported per phase: p50 and p95 latency, every
+status that was not a 200 (a 503 counts as served when it carries Retry-After; a 504 is a request
+that waited out the engine timeout), and the trainer's steps while it ran; the p95 ratio busy
+over quiet with a 95% interval over resampled block pairs, against the target of
+`LATENCY_TARGET` (issue 64: during a round or the fine-tuning, p95 at most 1.5 times that outside
+one, and no request waits out the engine timeout).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from common.datasets import load_split
+from common.processes import usable_cores
+from common.settings import Settings
+from common.stats import block_interval, percentile
+from deploy.bench.learn import start_stack
+from deploy.bench.stack import start
+from deploy.vllm_server import TRAINING_NICE
+
+LATENCY_TARGET = 1.5  # p95 while training over p95 without
+LOADS = ("round", "bootstrap")
+STEP_MARK = "trainer step"  # each step the trainer takes, as a line of its log
+READY_MARK = "trainer training"
+READY_TIMEOUT_S = 600.0
+
+
+def train_beside(load: str, task: str) -> None:
+    """The trainer's process: `load`'s training, for ever (the bench stops it), a line per step."""
+    from common.settings import load_settings
+
+    settings = load_settings()
+
+    def step(*_args) -> None:
+        print(STEP_MARK, flush=True)
+
+    if load == "bootstrap":
+        from common.processes import bf16_on_cpu
+        from common.tasks import TASK_ENGINE, TASKS
+        from demo import finetune, pretrained
+        from demo.bootstrap import FINETUNE_LR, training_rows
+        from demo.templates import TEMPLATES
+
+        source = pretrained.SOURCES[settings.bootstrap_model]
+        rows, templates = training_rows(settings, TASKS), TEMPLATES[source.chat]
+        print(READY_MARK, flush=True)
+        finetune.finetune(settings.models_dir / f"pretrained-{source.name}", None, rows, templates,
+                          {t for t in TASKS if TASK_ENGINE[t] == "think"}, 10**6, FINETUNE_LR, settings.seed,
+                          bf16_on_cpu(settings.train_cpu_precision), lambda *_: step())
+        return
+    from deploy.bench.learn import reference_examples
+    from trainer import methods, sft
+    from trainer.policy import load_policy
+
+    settings = settings.for_task(task).model_copy(update={"sft_max_epochs": 10**4})
+    examples = reference_examples(settings, task, load_split(settings.datasets_dir, task, "train"))
+    model, tokenizer = load_policy(settings.model_path_of(task), None, settings.lora_rank, settings.lora_alpha, "none",
+                                   methods.bf16(settings), methods.checkpointing(settings), settings.seed)
+    print(READY_MARK, flush=True)
+    sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench busy", step)
+
+
+def _steps(log_path: Path) -> int:
+    return log_path.read_text(errors="replace").count(STEP_MARK)
+
+
+async def block(url: str, task: str, rows: list[dict], concurrency: int, seed: int) -> list[dict]:
+    """Each row sent once, `concurrency` in flight: its seconds, status and whether a 503 said when to come back."""
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=900) as client:
+        async def one(i: int, row: dict) -> dict:
+            async with gate:
+                started = time.perf_counter()
+                response = await client.post(f"{url}/v1/tasks/{task}", json={"input": row["input"], "options": {"seed": seed + i}})
+                return {"seconds": time.perf_counter() - started, "status": response.status_code,
+                        "retry_after": response.headers.get("retry-after") is not None}
+        return list(await asyncio.gather(*(one(i, row) for i, row in enumerate(rows))))
+
+
+def measure(pairs: list[tuple[list[dict], list[dict]]]) -> dict:
+    """Per phase: p50, p95, statuses; the p95 ratio busy/quiet with its interval over block pairs, and the verdict."""
+    def p95(answers: list[dict]) -> float:
+        return percentile([a["seconds"] for a in answers], 0.95)
+
+    out: dict = {}
+    for name, side in (("quiet", 0), ("busy", 1)):
+        answers = [a for pair in pairs for a in pair[side]]
+        statuses: dict[str, int] = {}
+        for a in answers:
+            if a["status"] != 200:
+                key = f"{a['status']}" + (" with Retry-After" if a["status"] == 503 and a["retry_after"] else "")
+                statuses[key] = statuses.get(key, 0) + 1
+        out[name] = {"requests": len(answers), "p50_s": round(statistics.median(a["seconds"] for a in answers), 3),
+                     "p95_s": round(p95(answers), 3), "not_200": statuses}
+    ratio = p95([a for _, busy in pairs for a in busy]) / p95([a for quiet, _ in pairs for a in quiet])
+    low, high = block_interval(pairs, lambda chosen: p95([a for _, b in chosen for a in b]) / p95([a for q, _ in chosen for a in q]))
+    timed_out = sum(1 for pair in pairs for side in pair for a in side
+                    if a["status"] == 504 or (a["status"] == 503 and not a["retry_after"]))
+    out["p95_ratio"] = {"ratio": round(ratio, 3), "ci95": [round(low, 3), round(high, 3)],
+                        "verdict": "met" if high <= LATENCY_TARGET else "missed" if low > LATENCY_TARGET else "undecided"}
+    out["waited_out_or_unanswered"] = timed_out
+    return out
+
+
+def run(settings: Settings, tasks: tuple[str, ...], load: str, train_task: str, pairs: int, block_rows: int, concurrency: int,
+        say=print) -> dict:
+    if load not in LOADS:
+        raise ValueError(f"unknown load {load!r}: one of {', '.join(LOADS)}")
+    results: dict = {"settings": {"load": load, "train_task": train_task if load == "round" else None, "pairs": pairs,
+                                  "block_rows": block_rows, "concurrency": concurrency, "training_nice": TRAINING_NICE},
+                     "tasks": {}}
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-busy-")))
+        _bench, _store, _fleet, url = start_stack(settings, scratch, stack, say)
+        log_path = scratch / "trainer.log"
+        threads = str(max(1, usable_cores() // 2)) if load == "round" else str(usable_cores())
+        env = {**os.environ, "TUCANO_DATA_DIR": str(settings.root), "OMP_NUM_THREADS": threads}
+        env.pop("TUCANO_REDIS_URL", None)
+        trainer = start(stack, "deploy.bench.busy:train_beside", log_path, load, train_task, env=env)
+        stack.callback(lambda: os.kill(trainer.pid, signal.SIGCONT) if trainer.poll() is None else None)  # a stopped process takes no SIGTERM
+        os.setpriority(os.PRIO_PROCESS, trainer.pid, TRAINING_NICE)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while _steps(log_path) < 1:  # its first step done: the model is loaded and training
+            if trainer.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the trainer did not start training; log tail:\n{log_path.read_text(errors='replace')[-2000:]}")
+            time.sleep(1.0)
+        os.kill(trainer.pid, signal.SIGSTOP)
+        results["trainer_threads"] = int(threads)
+        for task in tasks:
+            rows = load_split(settings.datasets_dir, task, "test")
+            blocks: list[tuple[list[dict], list[dict]]] = []
+            busy_steps, busy_s = 0, 0.0
+            for number in range(pairs):
+                chosen = [rows[(number * block_rows + i) % len(rows)] for i in range(block_rows)]
+                sides: dict[str, list[dict]] = {}
+                for phase in (("quiet", "busy") if number % 2 == 0 else ("busy", "quiet")):
+                    if phase == "busy":
+                        before, started = _steps(log_path), time.perf_counter()
+                        os.kill(trainer.pid, signal.SIGCONT)
+                    try:
+                        sides[phase] = asyncio.run(block(url, task, chosen, concurrency, settings.seed + number * block_rows))
+                    finally:
+                        if phase == "busy":
+                            os.kill(trainer.pid, signal.SIGSTOP)
+                            busy_steps += _steps(log_path) - before
+                            busy_s += time.perf_counter() - started
+                    if trainer.poll() is not None:
+                        raise RuntimeError(f"the trainer exited ({trainer.returncode}); log tail:\n"
+                                           f"{log_path.read_text(errors='replace')[-2000:]}")
+                blocks.append((sides["quiet"], sides["busy"]))
+            entry = measure(blocks)
+            entry["trainer_steps_while_busy"] = busy_steps
+            entry["busy_seconds"] = round(busy_s, 1)
+            results["tasks"][task] = entry
+            say(f"{task}: p95 quiet {entry['quiet']['p95_s']} s, busy {entry['busy']['p95_s']} s, ratio {entry['p95_ratio']['ratio']} "
+                f"{entry['p95_ratio']['ci95']} ({entry['p95_ratio']['verdict']}); {busy_steps} trainer steps in {busy_s:.0f} s; "
+                f"not 200: quiet {entry['quiet']['not_200']}, busy {entry['busy']['not_200']}")
+    return results
+
+
+def table(results: dict) -> str:
+    s = results["settings"]
+    what = f"a round's SFT of {s['train_task']}" if s["load"] == "round" else "the demo model's fine-tuning"
+    lines = [f"Beside {what} ({results.get('trainer_threads')} threads, nice {s['training_nice']}); {s['pairs']} block pairs of "
+             f"{s['block_rows']} requests, {s['concurrency']} in flight:", "",
+             f"| task | p50 quiet / busy (s) | p95 quiet / busy (s) | p95 ratio [95%], target <= {LATENCY_TARGET} | not 200, quiet | "
+             "not 200, busy | requests that waited out the engine or got no Retry-After | trainer steps while busy (s) |",
+             "|---|---|---|---|---|---|---:|---|"]
+    for task, e in results["tasks"].items():
+        r = e["p95_ratio"]
+        lines.append(f"| {task} | {e['quiet']['p50_s']} / {e['busy']['p50_s']} | {e['quiet']['p95_s']} / {e['busy']['p95_s']} | "
+                     f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] ({r['verdict']}) | {e['quiet']['not_200'] or '-'} | "
+                     f"{e['busy']['not_200'] or '-'} | {e['waited_out_or_unanswered']} | {e['trainer_steps_while_busy']} "
+                     f"({e['busy_seconds']}) |")
+    return "\n".join(lines)
