@@ -137,10 +137,20 @@ class TaskResponse(BaseModel):
 
 
 class FeedbackRequest(BaseModel):
+    """A rating, a correction, or both. A correction sent alone is a label that says the answer was
+    wrong: its rating is -1."""
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=64)
-    rating: Literal[-1, 0, 1]
+    rating: Literal[-1, 0, 1] | None = Field(None, description="-1, 0 or 1; unset with a correction: -1 (the answer was wrong).")
     correction: dict[str, Any] | str | None = None
+
+    @model_validator(mode="after")
+    def _a_correction_alone_is_a_label(self) -> FeedbackRequest:
+        if self.rating is None:
+            if self.correction is None:
+                raise ValueError("a rating or a correction is required")
+            self.rating = -1
+        return self
 
 
 class FeedbackResponse(BaseModel):

@@ -158,6 +158,13 @@ def test_feedback_attaches_and_a_correction_becomes_the_reference(gateway):
     assert record.feedback.rating == -1 and record.reference == {"sql": fixed}  # a correction is stored checked and normalised
     missing = httpx.post(f"{gateway.url}/v1/feedback", json={"id": "no-such-record", "rating": 1})
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "unknown_record"
+    # a correction sent alone, as the README shows it, is a label that says the answer was wrong
+    alone = httpx.post(f"{gateway.url}/v1/tasks/sql", json={"input": INPUTS["sql"]}, timeout=120).json()
+    response = httpx.post(f"{gateway.url}/v1/feedback", json={"id": alone["id"], "correction": {"sql": fixed}})
+    assert response.status_code == 200 and response.json() == {"id": alone["id"], "rating": -1, "reference_set": True}
+    assert record_of(gateway.state.store, alone["id"]).feedback.rating == -1
+    neither = httpx.post(f"{gateway.url}/v1/feedback", json={"id": alone["id"]})
+    assert neither.status_code == 422 and "a rating or a correction is required" in neither.json()["error"]["message"]
 
 
 # --- bad input -------------------------------------------------------------------------

@@ -167,6 +167,11 @@ def test_api_input_models_refuse_unknown_fields_and_bad_values():
         TaskRequest.model_validate({"input": {"review": "x"}, "surprise": 1})
     with pytest.raises(ValidationError):
         FeedbackRequest.model_validate({"id": "x", "rating": 2})
+    with pytest.raises(ValidationError, match="a rating or a correction is required"):
+        FeedbackRequest.model_validate({"id": "x"})
+    assert FeedbackRequest.model_validate({"id": "x", "correction": {"sql": "SELECT 1"}}).rating == -1  # a correction alone: wrong
+    assert FeedbackRequest.model_validate({"id": "x", "rating": 1, "correction": {"sql": "SELECT 1"}}).rating == 1
+    assert FeedbackRequest.model_validate({"id": "x", "rating": 0}).correction is None
     with pytest.raises(ValidationError):
         INPUT_MODELS["push"].model_validate({"discount_pct": 250})
     with pytest.raises(ValidationError):
