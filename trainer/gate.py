@@ -131,13 +131,14 @@ def demonstrations(settings: Settings, store, task: str, rows: list[EvalRow]) ->
 
 
 async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], seed: int,
-                 store=None, reference_free: list | None = None, shown: dict[str, tuple] | None = None) -> list[Score]:
+                 store=None, reference_free: list | None = None, shown: dict[str, tuple] | None = None,
+                 free_sources: frozenset[str] = frozenset({"team"})) -> list[Score]:
     """Each row answered by `version` (None: the base model) with the task's serving prompt,
     sampling and schema and the row's seed, scored against the row's reference. With a store, an
     answer this model already gave to the same request is read back instead of asked again: the
     incumbent of a gate answers the same rows round after round, and a version never changes.
     `reference_free`, when given, receives each answer's reference-free score where the row is the
-    team's and has a reference (None elsewhere): what `labelled_check` compares. `shown`: each
+    team's (of `free_sources`) and has a reference (None elsewhere): what `labelled_check` compares. `shown`: each
     row's demonstrations (`demonstrations`), as serving would show them."""
     spec, shown = TASK_SPECS[task], shown or {}
     prompts = [pool.template.render(build_messages(task, row.input, shown.get(row.id, ()))) for row in rows]
@@ -161,7 +162,7 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     if store is not None:
         store.cache_answers(scope, {keys[i]: texts[i] for i in missing})
     if reference_free is not None:
-        reference_free += [score(task, text, None, settings.reward_context(row.input)) if row.source == "team" and row.reference
+        reference_free += [score(task, text, None, settings.reward_context(row.input)) if row.source in free_sources and row.reference
                            is not None else None for text, row in zip(texts, rows)]
     return [score(task, text, row.reference, settings.reward_context(row.input)) for text, row in zip(texts, rows)]
 

@@ -45,7 +45,7 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.records import AdapterMeta
 from common.settings import Settings
-from common.stats import mean_interval
+from common.stats import mean_interval, rank_correlation_interval
 from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE, TRAITS
 from deploy.bench.stack import start, wait_ready
@@ -188,17 +188,36 @@ def _retry_after_s(response: httpx.Response) -> float:
 
 
 async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict],
-                        examples_from: Store | None = None) -> list[Score]:
+                        examples_from: Store | None = None, reference_free: list | None = None) -> list[Score]:
     """Each held-out row answered by `version` through the engines, scored with its reference;
-    with `examples_from`, each prompt shows that store's examples as the gateway would."""
+    with `examples_from`, each prompt shows that store's examples as the gateway would; with
+    `reference_free`, it receives each answer's served (reference-free) score too."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
     shown = gate.demonstrations(settings, examples_from, task, eval_rows)
     pool = EnginePool.for_task(settings, task, fleet.urls(kind))
     try:
-        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown)
+        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown, reference_free=reference_free,
+                                 free_sources=frozenset({"bench"}))
     finally:
         await pool.close()
+
+
+def scorer_check(free: list[Score | None], scores: list[Score]) -> dict | None:
+    """How far the served score ranks a version's held-out answers as their references do:
+    Spearman's rho with its 95% interval (issue 64: at least 0.7 on each structured task as the
+    model learns), and the reference-free mean beside the reference-scored one (a policy that
+    learns to please the scorer gains on the first and not on the second). None where the task
+    has no reference."""
+    pairs = [(f.total, s.total) for f, s in zip(free, scores) if f is not None]
+    if len(pairs) < 3:
+        return None
+    served, referenced = zip(*pairs)
+    rho, low, high = rank_correlation_interval(served, referenced)
+    if rho != rho:  # every answer scored alike on one side: no ranking to compare
+        return {"rank_correlation": None, "ci95": None, "n": len(pairs), "served_mean": round(statistics.fmean(served), 4)}
+    return {"rank_correlation": round(rho, 3), "ci95": [round(low, 3), round(high, 3)], "n": len(pairs),
+            "served_mean": round(statistics.fmean(served), 4)}
 
 
 def interval(values: list[float]) -> dict:
@@ -391,9 +410,11 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                                                                                       "task_training", "grpo_advantage", "promote_margin",
                                                                                       "team_eval_share"})},
                        "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
-            baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t])) for t in tasks}
+            free: dict[str, list] = {t: [] for t in tasks}  # the served score of the latest measurement's answers
+            baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t], reference_free=free[t])) for t in tasks}
             for t in tasks:
-                results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t])})
+                results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t]),
+                                                      "scorer": scorer_check(free[t], baseline[t])})
                 say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
             latest = dict(baseline)
             for number in range(1, rounds + 1):
@@ -407,8 +428,12 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 for t in tasks:
                     active = store.route(t).active
                     before = results["tasks"][t]["rounds"][-1]["version"]
-                    scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t])) if (active or "base") != before else latest[t]
-                    measurement = {"round": number, "version": active or "base", **measured(scores)}
+                    if (active or "base") != before:
+                        free[t] = []
+                        scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], reference_free=free[t]))
+                    else:
+                        scores = latest[t]
+                    measurement = {"round": number, "version": active or "base", **measured(scores), "scorer": scorer_check(free[t], scores)}
                     if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
                         measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
                     latest[t] = scores
@@ -544,6 +569,8 @@ def table(results: dict) -> str:
     if any("as_served" in r for entry in results["tasks"].values() for r in entry["rounds"]):
         lines += ["", as_served_table(results)]
     lines += ["", targets_table(results), "", components_table(results)]
+    if any(r.get("scorer") for entry in results["tasks"].values() for r in entry["rounds"]):
+        lines += ["", scorer_table(results)]
     lines += ["", "| round | task | traffic (corrected, rated) | plan | outcome | training s | gate s | shadow s | flip s | peak GB "
               "| gate difference [95%] n |",
               "|---:|---|---|---|---|---:|---:|---:|---:|---:|---|"]
@@ -584,6 +611,21 @@ def table(results: dict) -> str:
     lines.append(f"\n{s['rounds']} rounds of {s['requests']} requests per task, {s['correction_rate']:.0%} corrected, "
                  f"{s['rating_rate']:.0%} rated; served reward on the test split (never sent as traffic, never in the bootstrap) "
                  f"({s['measure_rows']}), fixed seed per row, 95% intervals by bootstrap over rows (gains paired by row).")
+    return "\n".join(lines)
+
+
+def scorer_table(results: dict) -> str:
+    """Per task and round, the served score against the references on the version's held-out answers."""
+    lines = ["The served (reference-free) score against the references, on each version's held-out answers (target: "
+             "rank correlation at least 0.7 on each structured task):", "",
+             "| task | round | version | rank correlation [95%] | served score mean | reference-scored mean |", "|---|---:|---|---|---:|---:|"]
+    for t, entry in results["tasks"].items():
+        for r in entry["rounds"]:
+            check = r.get("scorer")
+            if not check:
+                continue
+            rho = "-" if check["rank_correlation"] is None else f"{check['rank_correlation']:.3f} [{check['ci95'][0]:.3f}, {check['ci95'][1]:.3f}]"
+            lines.append(f"| {t} | {r['round']} | {r['version']} | {rho} | {check['served_mean']:.3f} | {r['mean']:.3f} |")
     return "\n".join(lines)
 
 

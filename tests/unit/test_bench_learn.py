@@ -377,3 +377,23 @@ def test_labels_per_gain_counts_every_rounds_labels_against_the_gain():
     assert labels_per_gain(results) == {"sql": "60 labels chosen by queue, gain +0.200: 3.0 labels per +0.01"}
     results["rounds"] = [{"tasks": {"sql": {"traffic": traffic}, "push": {"traffic": traffic}}}]
     assert labels_per_gain(results)["push"].endswith("no gain")
+
+
+def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says_when_it_cannot():
+    """Issue 64: the served score GRPO trains on must keep ranking a version's held-out answers as
+    their references do; its mean beside the reference-scored one shows a policy that pleases it."""
+    from deploy.bench.learn import scorer_check, scorer_table
+
+    referenced = [_score(x) for x in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)]
+    agreeing = scorer_check([_score(x) for x in (0.2, 0.25, 0.5, 0.55, 0.7, 0.9)], referenced)
+    assert agreeing["rank_correlation"] == pytest.approx(1.0) and agreeing["n"] == 6
+    assert agreeing["served_mean"] == pytest.approx(0.5167, abs=1e-4)
+    reversed_ = scorer_check([_score(x) for x in (0.9, 0.7, 0.55, 0.5, 0.25, 0.2)], referenced)
+    assert reversed_["rank_correlation"] == pytest.approx(-1.0) and reversed_["ci95"][1] <= -0.9
+    assert scorer_check([None] * 6, referenced) is None  # no reference-free score taken: a task without references
+    flat = scorer_check([_score(0.5)] * 6, referenced)
+    assert flat["rank_correlation"] is None and flat["ci95"] is None
+    results = {"tasks": {"sql": {"rounds": [{"round": 0, "version": "base", "mean": 0.35, "scorer": agreeing},
+                                            {"round": 1, "version": "sql-v1", "mean": 0.35, "scorer": flat}]}}}
+    text = scorer_table(results)
+    assert "| sql | 0 | base | 1.000 [1.000, 1.000] | 0.517 | 0.350 |" in text and "| sql | 1 | sql-v1 | - | 0.500 | 0.350 |" in text
