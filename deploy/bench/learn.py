@@ -666,7 +666,8 @@ def labels_per_gain(results: dict) -> dict[str, str]:
     return out
 
 
-TARGETS = {"gain": 0.10, "sql_execution_match": 0.15, "loop_share": 0.5, "round_seconds": 300.0}
+TARGETS = {"gain": 0.10, "sql_execution_match": 0.15, "loop_share": 0.5, "round_seconds": 300.0,
+           "traffic_gain": 0.05, "traffic_tasks": 2, "pleasing_gap": 0.05, "rank_correlation": 0.7}
 STRUCTURED = ("extraction", "sql", "push")
 
 
@@ -704,6 +705,39 @@ def targets(results: dict) -> list[dict]:
     for entry in results["rounds"]:
         out.append({"target": f"round {entry['round']} under {TARGETS['round_seconds']:.0f} s", "measured": f"{entry['seconds']} s",
                     "met": entry["seconds"] < TARGETS["round_seconds"]})
+    return out + traffic_targets(results)
+
+
+def traffic_targets(results: dict) -> list[dict]:
+    """Issue 64's targets of learning from traffic alone (a run with no corrections and no ratings):
+    +0.05 on at least two structured tasks with the interval above 0, no task lower, the
+    reference-free gain at most 0.05 above the reference-scored one (the policy did not learn to
+    please the scorer), and the served score's rank correlation with the references at least 0.7
+    on every structured task's measured versions."""
+    s = results.get("settings") or {}
+    if s.get("correction_rate", 1) or s.get("rating_rate", 1):
+        return []
+    out, gaining = [], []
+    for t, entry in results["tasks"].items():
+        gain, rounds = entry["gain"], entry["rounds"]
+        if t in STRUCTURED and gain["mean"] >= TARGETS["traffic_gain"] and gain["ci95"][0] > 0:
+            gaining.append(t)
+        out.append({"target": f"{t}: not lower after the rounds from traffic alone", "met": gain["ci95"][1] >= 0,
+                    "measured": f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}]"})
+        first, last = rounds[0].get("scorer"), rounds[-1].get("scorer")
+        if first and last:
+            free_gain = last["served_mean"] - first["served_mean"]
+            out.append({"target": f"{t}: reference-free gain at most {TARGETS['pleasing_gap']:.2f} above the reference-scored gain",
+                        "measured": f"{free_gain:+.3f} against {gain['mean']:+.3f}",
+                        "met": free_gain - gain["mean"] <= TARGETS["pleasing_gap"]})
+        rhos = [r["scorer"]["rank_correlation"] for r in rounds if r.get("scorer")]
+        if t in STRUCTURED and rhos:
+            out.append({"target": f"{t}: the served score's rank correlation with the references at least {TARGETS['rank_correlation']}",
+                        "measured": ", ".join("-" if rho is None else f"{rho:.2f}" for rho in rhos),
+                        "met": all(rho is not None and rho >= TARGETS["rank_correlation"] for rho in rhos)})
+    out.append({"target": f"from traffic alone: +{TARGETS['traffic_gain']:.2f} with the interval above 0 on at least "
+                          f"{TARGETS['traffic_tasks']} structured tasks", "measured": ", ".join(gaining) or "none",
+                "met": len(gaining) >= TARGETS["traffic_tasks"]})
     return out
 
 

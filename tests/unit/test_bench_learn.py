@@ -397,3 +397,28 @@ def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says
                                             {"round": 1, "version": "sql-v1", "mean": 0.35, "scorer": flat}]}}}
     text = scorer_table(results)
     assert "| sql | 0 | base | 1.000 [1.000, 1.000] | 0.517 | 0.350 |" in text and "| sql | 1 | sql-v1 | - | 0.500 | 0.350 |" in text
+
+
+def test_learning_from_traffic_alone_is_judged_on_two_structured_tasks_and_the_scorer_it_pleases():
+    from deploy.bench.learn import targets
+
+    def task(gain, low, high, free_first=None, free_last=None, rhos=(0.9, 0.8)):
+        rounds = [{"round": i, "version": "base" if i == 0 else f"v{i}", "mean": 0.3, "ci95": [0.3, 0.3], "n": 40, "components": {}}
+                  for i in range(len(rhos))]
+        if free_first is not None:
+            for r, free, rho in zip(rounds, (free_first, free_last), rhos):
+                r["scorer"] = {"rank_correlation": rho, "ci95": [rho, rho], "n": 40, "served_mean": free}
+        return {"rounds": rounds, "gain": {"mean": gain, "ci95": [low, high]}}
+
+    results = {"settings": {"correction_rate": 0.0, "rating_rate": 0.0}, "rounds": [], "tasks": {
+        "sql": task(0.08, 0.02, 0.14, 0.40, 0.50), "push": task(0.06, 0.01, 0.11, 0.30, 0.45, rhos=(0.8, 0.65)),
+        "extraction": task(-0.03, -0.06, -0.01)}}
+    verdicts = {t["target"]: (t["met"], t["measured"]) for t in targets(results)}
+    assert verdicts["from traffic alone: +0.05 with the interval above 0 on at least 2 structured tasks"] == (True, "sql, push")
+    assert not verdicts["extraction: not lower after the rounds from traffic alone"][0]
+    assert verdicts["sql: reference-free gain at most 0.05 above the reference-scored gain"][0]  # +0.10 against +0.08
+    assert not verdicts["push: reference-free gain at most 0.05 above the reference-scored gain"][0]  # +0.15 against +0.06
+    assert not verdicts["push: the served score's rank correlation with the references at least 0.7"][0]
+    assert verdicts["sql: the served score's rank correlation with the references at least 0.7"] == (True, "0.90, 0.80")
+    labelled = {**results, "settings": {"correction_rate": 0.2, "rating_rate": 0.3}}
+    assert not any("traffic alone" in t["target"] for t in targets(labelled))  # a run with labels is judged by the others
