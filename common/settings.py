@@ -163,6 +163,10 @@ class Settings(BaseSettings):
     min_kto_examples: int = Field(16, ge=1, description="Rated answers (of both kinds) a task needs for `auto` to run KTO.")
     preference_epochs: float = Field(2.0, gt=0, description="Epochs of DPO or KTO over their examples.")
     dpo_beta: float = Field(0.1, gt=0, description="DPO and KTO beta.")
+    preference_learning_rate: LearningRate = Field(1e-4, description="DPO's and KTO's LoRA learning rate, apart from the supervised "
+                                                   "methods' (`train_learning_rate`): TRL's own LoRA recipe for both is 1e-4; at "
+                                                   "insights' supervised 2e-3 its KTO candidate collapsed (0.017 against the base "
+                                                   "model's 0.335, issue 64).")
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")

@@ -23,7 +23,8 @@ def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: flo
     reference = copy.deepcopy(model).merge_and_unload().eval()
     for param in reference.parameters():
         param.requires_grad_(False)
-    config = DPOConfig(**methods.trainer_args(settings, settings.preference_epochs, settings.sft_batch_size, len(pairs)),
+    config = DPOConfig(**{**methods.trainer_args(settings, settings.preference_epochs, settings.sft_batch_size, len(pairs)),
+                          "learning_rate": settings.preference_learning_rate},
                        max_length=settings.train_max_length, beta=settings.dpo_beta, loss_type=["sigmoid", "sft"],
                        loss_weights=[1.0, 1.0])
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()

@@ -33,7 +33,8 @@ def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: 
         param.requires_grad_(False)
     good = sum(1 for e in examples if e["label"])
     desirable, undesirable = class_weights(good, len(examples) - good)
-    config = KTOConfig(**methods.trainer_args(settings, settings.preference_epochs, settings.sft_batch_size, len(examples)),
+    config = KTOConfig(**{**methods.trainer_args(settings, settings.preference_epochs, settings.sft_batch_size, len(examples)),
+                          "learning_rate": settings.preference_learning_rate},
                        max_length=settings.train_max_length, beta=settings.dpo_beta, desirable_weight=desirable,
                        undesirable_weight=undesirable)
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
