@@ -44,7 +44,7 @@ from rewards.trl import StepLog, reward_function
 from router.task_specs import TASK_SPECS
 from trainer import methods, trl_internals
 from trainer.data import RolloutGroup
-from trainer.probe import token_logprobs
+from trainer.probe import group_logprobs
 from trainer.rollouts import EngineRollouts, whole_groups
 
 SERVED_GROUPS = "served groups"
@@ -241,8 +241,7 @@ Sampled = tuple[list[int], list[list[int]]]  # a group as the KL reads it: its p
 
 def _logprobs(model, groups: list[Sampled], temperature: float) -> torch.Tensor:
     """Every sample's completion-token logprobs under `model`, at `temperature`, concatenated."""
-    return torch.cat([token_logprobs(model, prompt + completion, len(prompt), temperature)
-                      for prompt, completions in groups for completion in completions])
+    return torch.cat([logprobs for prompt, completions in groups for logprobs in group_logprobs(model, prompt, completions, temperature)])
 
 
 def kl_to_parent(model, parent: dict[str, torch.Tensor], groups: list[Sampled], temperature: float) -> float | None:

@@ -42,6 +42,27 @@ def token_logprobs(model, ids: list[int], start: int, temperature: float = 1.0) 
     return torch.log_softmax(logits, dim=-1).gather(1, tokens[0, start:].unsqueeze(1)).squeeze(1)
 
 
+def group_logprobs(model, prompt: list[int], completions: list[list[int]], temperature: float = 1.0) -> list[torch.Tensor]:
+    """`token_logprobs` of each completion after `prompt`, the prompt run once for the group (its
+    cache shared by every sample: GRPO's KL reads a group's samples, whose prompt is the same)."""
+    if len(prompt) < 2:
+        return [token_logprobs(model, prompt + completion, len(prompt), temperature) for completion in completions]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.autocast(model.device.type, enabled=False):
+            cache = model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True).past_key_values
+            cache.batch_repeat_interleave(len(completions))
+            width = max(len(c) for c in completions)
+            rest = torch.tensor([[prompt[-1], *c, *[0] * (width - len(c))] for c in completions], device=model.device)
+            mask = torch.tensor([[1] * len(prompt) + [1] * len(c) + [0] * (width - len(c)) for c in completions], device=model.device)
+            logits = model(input_ids=rest, attention_mask=mask, past_key_values=cache).logits[:, :-1].float() / (temperature or 1.0)
+    finally:
+        model.train(was_training)
+    logprobs = torch.log_softmax(logits, dim=-1).gather(2, rest[:, 1:].unsqueeze(2)).squeeze(2)
+    return [row[:len(c)] for row, c in zip(logprobs, completions)]
+
+
 def make_probe(model, tokenizer, data: TaskData) -> LogprobProbe | None:
     ids = probe_ids(tokenizer, data)
     if not ids or len(ids) < 2:

@@ -113,6 +113,23 @@ def test_the_probe_is_what_the_trainers_weights_give_its_tokens():
     assert make_probe(model, tokenizer(), TaskData("push")) is None  # nothing trained on: nothing to probe
 
 
+def test_a_groups_logprobs_with_its_prompt_run_once_are_each_samples_own():
+    """GRPO's KL reads a group's samples through one run of their prompt; each sample's logprobs
+    are what the sample's own forward gives, whatever its length."""
+    import torch
+
+    from tests.unit.test_grpo_served_groups import policy
+    from trainer.probe import group_logprobs, token_logprobs
+
+    model = policy()
+    prompt, completions = [3, 4, 5, 6], [[7, 8, 1], [9, 1], [10, 11, 12, 13, 1]]
+    together = group_logprobs(model, prompt, completions, 0.7)
+    for completion, logprobs in zip(completions, together, strict=True):
+        alone = token_logprobs(model, prompt + completion, len(prompt), 0.7)
+        assert logprobs.shape == alone.shape and torch.allclose(logprobs, alone, atol=1e-5)
+    assert model.training  # its mode is put back
+
+
 def test_a_round_rejects_a_candidate_its_engines_do_not_serve_as_trained():
     from common.records import AdapterMeta
     from common.rounds import Outcome, TaskOutcome
