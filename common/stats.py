@@ -4,14 +4,15 @@ level's tails need it: `resamples_for`) and one percentile rule.
 
 - `mean_interval`: the mean of one sample (a paired difference is one sample of differences).
 - `difference_interval`: mean(a) - mean(b) of two independent samples (a canary's arm against
-  the active arm's).
+  the active arm's); `ratio_interval`: mean(a) / mean(b) of the same (one arm's step times over
+  another's).
 - `rank_correlation_interval`: Spearman's rho of paired samples, pairs resampled (the served
   score against the reference score of the same answers).
 - `block_interval`: any statistic of a list of blocks, whole blocks resampled. Requests of one
   block of a benchmark shared the machine's moment (and an engine's batch steps) and are not
   independent of one another, so the block is the unit that is drawn.
 
-All four are `scipy.stats.bootstrap` with the percentile method; the first three vectorised, the
+All five are `scipy.stats.bootstrap` with the percentile method; the first four vectorised, the
 last over block indices with the statistic called per resample (scipy cannot resample Python
 objects itself). Percentiles of a sample (a latency's p99, say) use `percentile`: numpy's linear
 interpolation, the rule scipy's percentile intervals use too. A sample without spread gives the
@@ -84,6 +85,24 @@ def difference_interval(a: Sequence[float], b: Sequence[float], *, level: float 
         return difference, difference, difference
     low, high = _interval((first, second), _difference_of_means, difference, level, resamples, seed, vectorized=True)
     return difference, low, high
+
+
+def _ratio_of_means(a, b, axis=-1):
+    return np.mean(a, axis=axis) / np.mean(b, axis=axis)
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float], *, level: float = LEVEL, resamples: int = RESAMPLES,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """(mean(a) / mean(b), low, high), each sample resampled on its own (independent samples of
+    positive values: one arm's step times over another's)."""
+    first, second = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not len(first) or not len(second) or second.mean() == 0:
+        raise ValueError("a ratio of means needs values on both sides, and a denominator that is not 0")
+    ratio = float(first.mean() / second.mean())
+    if (len(first) < 2 or np.ptp(first) == 0) and (len(second) < 2 or np.ptp(second) == 0):
+        return ratio, ratio, ratio
+    low, high = _interval((first, second), _ratio_of_means, ratio, level, resamples, seed, vectorized=True)
+    return ratio, low, high
 
 
 def _spearman(a, b, axis=-1):

@@ -600,6 +600,22 @@ def bench_busy(
     _report(settings, f"busy-{load}", results, bench.table(results))
 
 
+@bench_app.command("grpo")
+def bench_grpo(
+    task: Annotated[str, typer.Option(help="The task whose served groups GRPO trains on.")] = "push",
+    groups: Annotated[int, typer.Option(min=2, help="Groups sampled on the engine from the task's train rows.")] = 32,
+    steps: Annotated[int, typer.Option(min=2, help="GRPO steps per arm and repeat.")] = 16,
+    repeats: Annotated[int, typer.Option(min=1, max=6, help="Times each arm trains, the arms taking turns.")] = 2,
+) -> None:
+    """Seconds per GRPO step with each group's prompt run once, beside TRL's own forward, on the same served groups."""
+    from deploy.bench import grpo as bench
+
+    _known_tasks((task,))
+    settings = _built_settings()
+    results = bench.run(settings, task, groups, steps, repeats, say=lambda text: console.print(text, highlight=False))
+    _report(settings, f"grpo-{task}", results, bench.table(results))
+
+
 @bench_app.command("labels")
 def bench_labels(
     task: Annotated[list[str] | None, typer.Option(help="Tasks (repeatable; default sql and push).")] = None,

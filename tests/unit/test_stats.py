@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from common.stats import block_interval, difference_interval, mean_interval, percentile, rank_correlation_interval
+from common.stats import block_interval, difference_interval, mean_interval, percentile, rank_correlation_interval, ratio_interval
 
 
 def test_a_mean_interval_covers_the_true_mean_about_as_often_as_it_says():
@@ -46,6 +46,17 @@ def test_samples_without_spread_and_empty_ones():
     with pytest.raises(ValueError, match="both sides"):
         difference_interval([], [1.0])
     assert block_interval([[1.0, 2.0]], lambda blocks: sum(map(sum, blocks))) == (3.0, 3.0)
+    assert ratio_interval([2.0] * 4, [1.0] * 3) == (2.0, 2.0, 2.0)
+    with pytest.raises(ValueError, match="not 0"):
+        ratio_interval([1.0], [0.0])
+
+
+def test_a_ratio_of_two_samples_means_and_its_interval():
+    rng = np.random.default_rng(4)
+    slow, fast = rng.normal(11.0, 1.5, 40), rng.normal(5.0, 0.8, 40)
+    ratio, low, high = ratio_interval(slow, fast)
+    assert ratio == pytest.approx(slow.mean() / fast.mean()) and low < ratio < high
+    assert low > 1.8 and high < 2.6  # about 2.2, each side's spread carried into it
 
 
 def test_a_difference_of_independent_means_separates_a_real_gap_and_not_noise():
