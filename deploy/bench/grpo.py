@@ -23,6 +23,7 @@ from pathlib import Path
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import mean_interval, ratio_interval
+from common.tasks import TASK_ENGINE
 from trainer.data import RolloutGroup
 
 ARMS = ("shared prompts", "TRL forward")
@@ -81,7 +82,7 @@ def run(settings: Settings, task: str, groups: int, steps: int, repeats: int, sa
     own = own.model_copy(update={"grpo_max_epochs": 1.0})
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-")))
-        server = local_engine("base" if task != "insights" else "think", own.model_path_of(task), "cpu", scratch,
+        server = local_engine(TASK_ENGINE[task], own.model_path_of(task), "cpu", scratch,
                               settings.engine_cpu_precision)
         run_engines(stack, [server], say)
         sampled = asyncio.run(_sample(own, task, server.url, max(groups, needed)))
