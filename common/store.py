@@ -35,6 +35,7 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
+from common import lifecycle
 from common.records import (
     POINT_DECODER,
     AdapterMeta,
@@ -68,6 +69,7 @@ ENGINE_NUMERICS = "tucano:engines:numerics"  # per kind: how the engines compute
 UNKNOWN_NUMERICS = "unknown"  # engines given by URL: the service cannot see how they compute
 PRETRAINED = "tucano:engines:pretrained"  # set while the engines serve the demo model's pretrained weights
 ROUND_LOCK = "tucano:lock:round"
+CANARY_LOCK = "tucano:lock:canary"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
 ROUND_TOTALS = "tucano:rounds:totals"  # counters over every saved round, what /metrics exposes
@@ -469,6 +471,10 @@ class Store:
         crashed trainer never holds it for longer than `seconds`."""
         return self.redis.lock(ROUND_LOCK, timeout=seconds, blocking=False, thread_local=False)
 
+    def canary_lock(self) -> redis.lock.Lock:
+        """One canary watcher acts at a time across every `serve` of the fleet; it expires after a minute."""
+        return self.redis.lock(CANARY_LOCK, timeout=60, blocking=False)
+
     def last_trained(self, task: str) -> float:
         """When a round last trained `task` (0 when none has)."""
         return float(self.redis.get(ROUND_LAST.format(task=task)) or 0)
@@ -507,15 +513,18 @@ class Store:
 
     def update_adapter(self, version: str, status: str | None = None, reason: str | None = None, **changes) -> AdapterMeta:
         """Change a version's status (kept in its history with the time and reason) or what the
-        gate and canary found; atomic against another writer of the same version."""
+        gate and canary found; atomic against another writer of the same version. A status comes
+        from `common.lifecycle`'s transitions, and one they do not allow is refused
+        (`TransitionRefused`) with nothing written."""
         def change(pipe: redis.client.Pipeline) -> AdapterMeta:
             raw = pipe.get(_adapter_key(version))
             if raw is None:
                 raise KeyError(version)
             meta = replace(decode_adapter(raw), **changes)
             if status is not None:
-                meta.status = status
-                meta.history = [*meta.history, StatusChange(status=status, at=time.time(), reason=reason)]
+                lifecycle.check(version, meta.status, status)
+                meta.status = lifecycle.Status(status).value
+                meta.history = [*meta.history, StatusChange(status=meta.status, at=time.time(), reason=reason)]
             if reason is not None:
                 meta.reason = reason
             pipe.multi()

@@ -402,8 +402,9 @@ def canary_abort(task: str) -> None:
 def _hotswap(action: str, target: str, **options) -> None:
     import asyncio
 
+    from common.lifecycle import TransitionRefused
     from common.store import Store
-    from deploy.hotswap import AdapterLoadError, HotSwap, PromotionRefused
+    from deploy.hotswap import AdapterLoadError, HotSwap
 
     settings = _settings()
     with _store_url(settings) as url:
@@ -415,9 +416,9 @@ def _hotswap(action: str, target: str, **options) -> None:
             result = asyncio.run(hotswap.act(action, target, **options))
         except LookupError as error:
             raise _fail(str(error).strip("'\""), 2) from None
-        except (PromotionRefused, AdapterLoadError, ValueError) as error:
+        except (TransitionRefused, AdapterLoadError, ValueError) as error:
             raise _fail(f"{action} refused, nothing changed: {error}") from None
-    console.print(json.dumps(result, ensure_ascii=False), highlight=False)
+    print(json.dumps(result, ensure_ascii=False))  # the result on stdout, unwrapped, for a script to read
 
 
 def _built_settings() -> Settings:

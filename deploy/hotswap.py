@@ -22,16 +22,20 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
 
+from common import lifecycle
+from common.lifecycle import TransitionRefused
 from common.records import AdapterMeta, LogprobProbe, Route, TrainedNotServed
-from common.rounds import CanaryRecord
+from common.rounds import CanaryRecord, Retirement
 from common.settings import SERVED_LOGPROB_TOLERANCE, Settings
 from common.store import Store, content_sha256
 from common.tasks import TASK_ENGINE
+from trainer import retire
 
 
 class AdapterLoadError(ConnectionError):
@@ -39,8 +43,12 @@ class AdapterLoadError(ConnectionError):
     gateway answers 503 without importing deploy/.)"""
 
 
-class PromotionRefused(ValueError):
+class PromotionRefused(TransitionRefused):
     """The version cannot be promoted (files unreadable, another base model, nothing to roll back to)."""
+
+
+RetireExamples = Callable[[AdapterMeta], Awaitable[Retirement]]
+"""What a promotion runs after its flip: retire the examples the version absorbed (`trainer.retire`)."""
 
 
 def check_adapter_files(meta: AdapterMeta, base_model: str) -> None:
@@ -168,10 +176,11 @@ class HotSwap:
     `unload_drained`, which `serve` runs every few seconds."""
 
     def __init__(self, store: Store, models: dict[str, str], urls: dict[str, list[str]] | None, drain_seconds: float,
-                 drain: str = "wait", served_tolerance: float = SERVED_LOGPROB_TOLERANCE):
+                 retire_examples: RetireExamples, drain: str = "wait", served_tolerance: float = SERVED_LOGPROB_TOLERANCE):
         if drain not in DRAINS:
             raise ValueError(f"drain must be one of {DRAINS}")
         self.store, self.models, self.fixed_urls = store, models, {k: v for k, v in (urls or {}).items() if v}
+        self.retire_examples = retire_examples
         self.drain_seconds, self.drain, self.served_tolerance = drain_seconds, drain, served_tolerance
         self._background: set[asyncio.Task] = set()
 
@@ -181,9 +190,11 @@ class HotSwap:
         """The fleet as settings describe it: configured engine URLs, else those `serve` registered."""
         base_urls = base_urls or settings.base_engine_urls
         think_url = think_url or settings.think_engine_url
-        return cls(store, {"base": settings.base_model_path, "think": settings.think_model_path},
-                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds, drain,
-                   settings.served_logprob_tolerance)
+        swap = cls(store, {"base": settings.base_model_path, "think": settings.think_model_path},
+                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds,
+                   lambda meta: retire.retire_after_promotion(settings, store, swap.urls(TASK_ENGINE[meta.task]), meta, settings.seed),
+                   drain, settings.served_logprob_tolerance)
+        return swap
 
     def urls(self, kind: str) -> list[str]:
         return list(self.fixed_urls.get(kind) or self.store.engine_urls(kind))
@@ -211,7 +222,7 @@ class HotSwap:
         check_adapter_files(meta, self.models[TASK_ENGINE[meta.task]])
         return meta
 
-    async def _retire(self, version: str | None, keep: set, kind: str) -> None:
+    async def _unload_after_drain(self, version: str | None, keep: set, kind: str) -> None:
         if version is None or version in keep or self.drain == "later":
             return
         if self.drain == "wait":
@@ -221,8 +232,10 @@ class HotSwap:
             self._background.add(job)
             job.add_done_callback(self._background.discard)
 
-    async def promote(self, version: str) -> dict:
-        """Make a version active. While a canary runs, only the canary itself can be promoted."""
+    async def promote(self, version: str, reason: str = "promoted") -> dict:
+        """Make a version active, then retire the examples it absorbed (every path that promotes
+        comes here: a round, the canary's verdict, the admin API, the CLI). While a canary runs,
+        only the canary itself can be promoted."""
         meta = self._meta(version)
         task, kind = meta.task, TASK_ENGINE[meta.task]
         route = self.store.route(task)
@@ -237,11 +250,12 @@ class HotSwap:
                 raise PromotionRefused(f"a canary of {task} ({current.canary}) started meanwhile")
             return Route(active=version, previous=current.active, earlier=_earlier_actives(current))
         flipped = self.store.change_route(task, flip)
-        self.store.update_adapter(version, status="active", reason="promoted")
+        lifecycle.activate(self.store, version, reason)
         if flipped.previous:
-            self.store.update_adapter(flipped.previous, status="retired", reason=f"{version} was promoted")
-        await self._retire(flipped.previous, {version}, kind)
-        return {"task": task, "active": version, "previous": flipped.previous}
+            lifecycle.retire(self.store, flipped.previous, f"{version} was promoted")
+        await self._unload_after_drain(flipped.previous, {version}, kind)
+        retired = await self.retire_examples(self.store.adapter(version))
+        return {"task": task, "active": version, "previous": flipped.previous, "examples_retired": asdict(retired)}
 
     async def rollback(self, task: str) -> dict:
         route = self.store.route(task)
@@ -260,10 +274,10 @@ class HotSwap:
             earlier = route_now.earlier
             return Route(active=previous, previous=earlier[0] if earlier else None, earlier=earlier[1:])
         flipped = self.store.change_route(task, back)
-        self.store.update_adapter(current, status="retired", reason="rolled back")
+        lifecycle.retire(self.store, current, "rolled back")
         if previous is not None:
-            self.store.update_adapter(previous, status="active", reason=f"{current} was rolled back")
-        await self._retire(current, {previous}, kind)
+            lifecycle.activate(self.store, previous, f"{current} was rolled back")
+        await self._unload_after_drain(current, {previous}, kind)
         return {"task": task, "active": flipped.active, "previous": flipped.previous}
 
     async def start_canary(self, version: str, share: float) -> dict:
@@ -286,7 +300,7 @@ class HotSwap:
         except PromotionRefused:
             await unload_everywhere(self.urls(kind), version)
             raise
-        self.store.update_adapter(version, status="canary", reason=f"canary at {share:.0%} of {task} traffic")
+        lifecycle.start_canary(self.store, version, f"canary at {share:.0%} of {task} traffic")
         return {"task": task, **asdict(route)}
 
     def _canary(self, task: str) -> str:
@@ -297,8 +311,10 @@ class HotSwap:
 
     async def promote_canary(self, task: str, reason: str = "promoted by hand") -> dict:
         version = self._canary(task)
-        result = await self.promote(version)
-        self.store.update_adapter(version, canary=replace(self.store.adapter(version).canary or CanaryRecord(), outcome="promoted", reason=reason))
+        result = await self.promote(version, f"canary promoted: {reason}")
+        canary = replace(self.store.adapter(version).canary or CanaryRecord(), outcome="promoted", reason=reason,
+                         retired=Retirement(**result["examples_retired"]))
+        self.store.update_adapter(version, canary=canary)
         return result
 
     async def abort_canary(self, task: str, reason: str = "aborted by hand") -> dict:
@@ -306,9 +322,9 @@ class HotSwap:
         version = self._canary(task)
 
         route = self.store.change_route(task, Route.without_canary)
-        meta = self.store.update_adapter(version, status="rejected", reason=f"canary rolled back: {reason}")
+        meta = lifecycle.reject(self.store, version, f"canary rolled back: {reason}")
         self.store.update_adapter(version, canary=replace(meta.canary or CanaryRecord(), outcome="rolled back", reason=reason))
-        await self._retire(version, {route.active}, TASK_ENGINE[task])
+        await self._unload_after_drain(version, {route.active}, TASK_ENGINE[task])
         return {"task": task, "active": route.active, "canary": None, "rolled_back": version}
 
     async def unload_drained(self) -> list[str]:
@@ -326,7 +342,7 @@ class HotSwap:
                     for version in (m["id"] for m in listed if m.get("parent")):
                         meta = self.store.adapter(version)
                         changed = meta.history[-1].at if meta and meta.history else 0.0
-                        if meta and version not in routed and meta.status in ("retired", "rejected") \
+                        if meta and version not in routed and meta.status in lifecycle.OFF_ROUTE \
                                 and now - changed >= self.drain_seconds:
                             with contextlib.suppress(httpx.HTTPError):
                                 await _post(client, url, "/v1/unload_lora_adapter", {"lora_name": version})

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
@@ -30,10 +29,8 @@ from fastapi import FastAPI
 from redis.exceptions import LockError
 
 from common.processes import bars_lock_within_the_process, die_with_parent, has_gpu, usable_cores
-from common.rounds import CanaryRecord
 from common.settings import Settings, load_settings
 from common.store import UNKNOWN_NUMERICS, Store
-from common.tasks import TASK_ENGINE
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.starting import StartingResponder, check_bind
@@ -42,7 +39,7 @@ from router.engine_client import ChatTemplate, EnginePool
 from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
-from trainer import canary, retire
+from trainer import canary
 
 CANARY_WATCH_S = 5.0
 
@@ -136,7 +133,7 @@ def _run_round_process(settings: Settings, redis_url: str, say, trainable: threa
 def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> None:
     """Judge every running canary on its live records; promote or roll it back when the verdict is
     in. One watcher acts at a time across every `serve` of the fleet (a Redis lock)."""
-    lock = store.redis.lock("tucano:lock:canary", timeout=60, blocking=False)
+    lock = store.canary_lock()
     if not lock.acquire():
         return
     try:
@@ -148,11 +145,8 @@ def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> Non
                                    settings.canary_max_minutes, labelled=canary.labelled_scorer(settings, store, task, route.canary_started or 0.0))
             store.update_adapter(route.canary, canary=verdict.record)
             if verdict.action == "promote":
-                asyncio.run(fleet.promote_canary(task, reason=verdict.reason))
-                meta = store.adapter(route.canary)
-                retired = asyncio.run(retire.retire_after_promotion(settings, store, fleet.urls(TASK_ENGINE[task]), meta, settings.seed))
-                store.update_adapter(meta.version, canary=replace(meta.canary or CanaryRecord(), retired=retired))
-                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {retired.reason}")
+                promoted = asyncio.run(fleet.promote_canary(task, reason=verdict.reason))
+                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {promoted['examples_retired']['reason']}")
             elif verdict.action == "rollback":
                 asyncio.run(fleet.abort_canary(task, reason=verdict.reason))
                 say(f"{task}: canary {route.canary} rolled back ({verdict.reason})")

@@ -34,15 +34,16 @@ from typing import Protocol
 import msgspec
 from redis.exceptions import LockError
 
+from common import lifecycle
 from common.processes import peak_rss_gb
 from common.records import AdapterMeta, TrainedNotServed
-from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome, TrainingStart, encode_round
+from common.rounds import GateRecord, Outcome, PlanStep, Retirement, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
 from common.tasks import TASK_ENGINE, TASKS
 from router.engine_client import ChatTemplate, EnginePool
 from trainer import data as round_data
-from trainer import gate, methods, retire, shadow
+from trainer import gate, methods, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
 from trainer.policy import QuantizationUnavailable
 from trainer.rollouts import RolloutFailed
@@ -59,7 +60,9 @@ class Fleet(Protocol):
 
     async def unload(self, version: str, kind: str) -> None: ...
 
-    async def promote(self, version: str) -> dict: ...
+    async def promote(self, version: str, reason: str = "promoted") -> dict:
+        """Flip the route, mark the statuses (`common.lifecycle`), and retire the examples the
+        version absorbed; the dict holds `examples_retired` (a `Retirement`'s fields)."""
 
     async def start_canary(self, version: str, share: float) -> dict: ...
 
@@ -104,12 +107,13 @@ def _abandon_stale_candidates(store: Store) -> list[str]:
               if version}
     stale = []
     for meta in store.adapters():
-        if meta.status != "candidate":
+        if meta.status != lifecycle.Status.CANDIDATE:
             continue
         if meta.version in routed:
-            store.update_adapter(meta.version, status=routed[meta.version], reason="its round died after the flip")
+            flip_of = lifecycle.activate if routed[meta.version] == "active" else lifecycle.start_canary
+            flip_of(store, meta.version, "its round died after the flip")
         else:
-            store.update_adapter(meta.version, status="rejected", reason="its round was interrupted before the gate")
+            lifecycle.reject(store, meta.version, "its round was interrupted before the gate")
             stale.append(meta.version)
     return stale
 
@@ -129,7 +133,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         await fleet.load(version, candidate.path, kind)  # under its own name; no route points at it yet
     except TrainedNotServed as error:  # unloaded everywhere already; the version says why
         entry.seconds["load"] = round(time.perf_counter() - started, 2)
-        store.update_adapter(version, status="rejected", reason=f"trained is not served: {error}")
+        lifecycle.reject(store, version, f"trained is not served: {error}")
         entry.outcome, entry.reason = Outcome.REJECTED, f"trained is not served: {error}"
         say(f"{task}: rejected {version} ({entry.reason})")
         return
@@ -163,13 +167,13 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         entry.outcome = Outcome.CANARY
         say(f"{task}: {version} serves {settings.canary_share:.0%} of traffic as a canary ({reason})")
     elif passed:
-        await fleet.promote(version)
+        promoted = await fleet.promote(version, f"promoted by round: {reason}")
         entry.outcome = Outcome.PROMOTED
         say(f"{task}: promoted {version} ({reason})")
-        entry.retired = await retire.retire_after_promotion(settings, store, fleet.urls(kind), store.adapter(version), seed)
+        entry.retired = Retirement(**promoted["examples_retired"])
         say(f"{task}: examples retired: {entry.retired.reason}")
     else:
-        store.update_adapter(version, status="rejected", reason=reason)
+        lifecycle.reject(store, version, reason)
         await fleet.unload(version, kind)
         entry.outcome = Outcome.REJECTED
         say(f"{task}: rejected {version} ({reason})")

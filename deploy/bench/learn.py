@@ -41,6 +41,7 @@ import httpx
 import msgspec
 import redis
 
+from common import lifecycle
 from common.datasets import load_split
 from common.processes import free_port
 from common.records import AdapterMeta
@@ -375,7 +376,7 @@ def set_aside(store: Store, fleet: HotSwap, version: str, task: str, why: str) -
     """A version a benchmark trained only to measure: unloaded (an engine holds a few LoRAs at a
     time) and marked rejected with `why`, never gated or served."""
     asyncio.run(fleet.unload(version, TASK_ENGINE[task]))
-    store.update_adapter(version, status="rejected", reason=why)
+    lifecycle.reject(store, version, why)
 
 
 def start_gateway(bench: Settings, stack: ExitStack, name: str, env: dict[str, str]) -> str:

@@ -1,7 +1,8 @@
 """Adapter versions and routes. Promote, rollback and the canary (start, promote, abort) need the
 admin key and are carried out by the adapter action deploy/ hands to the gateway: a refused
 change (a canary already running, promoting beside a running canary, a version that is no
-candidate) is a 409 and changes nothing."""
+candidate: `common.lifecycle.TransitionRefused`) is a 409 and changes nothing. A promotion answers
+once the examples the version absorbed are retired (`examples_retired`)."""
 from __future__ import annotations
 
 import re
@@ -9,6 +10,7 @@ import re
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
+from common.lifecycle import TransitionRefused
 from common.tasks import TASKS
 from server.deps import Admin, TaskPath, User
 from server.errors import ApiError, unavailable
@@ -35,7 +37,7 @@ async def _act(caller, action: str, target: str, **options) -> dict:
         return await state.adapter_action(action, target, **options)
     except LookupError as error:
         raise ApiError(404, "unknown_adapter", str(error)) from None
-    except ValueError as error:
+    except TransitionRefused as error:
         raise ApiError(409, "conflict", str(error)) from None
     except ConnectionError as error:  # an engine could not load the version: nothing flipped
         raise unavailable("engine_unavailable", f"nothing flipped: {error}") from None

@@ -60,11 +60,11 @@ def engines(built, tmp_path_factory):
 
 
 def fleet(store, settings, base_urls, think_url=None, drain_seconds: float = 0.0, drain: str = "wait"):
-    """The hot-swap over these engines (think_url: the Think model's, for insights adapters)."""
+    """The hot-swap over these engines (think_url: the Think model's, for insights adapters), as
+    `serve` builds it: a promotion retires the examples the version absorbed."""
     from deploy.hotswap import HotSwap
 
-    return HotSwap(store, {"base": settings.base_model_path, "think": settings.think_model_path},
-                   {"base": base_urls, "think": [think_url] if think_url else []}, drain_seconds, drain)
+    return HotSwap.for_settings(store, settings.model_copy(update={"drain_seconds": drain_seconds}), base_urls, think_url, drain)
 
 
 def make_state(settings, store_url, base_urls, think_url):

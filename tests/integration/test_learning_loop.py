@@ -68,7 +68,7 @@ def test_a_round_refuses_without_engines(built, redis_url):
     store = Store(redis_url)
     from deploy.hotswap import HotSwap
 
-    empty = HotSwap(store, {"base": built.base_model_path, "think": built.think_model_path}, {}, 0)
+    empty = HotSwap(store, {"base": built.base_model_path, "think": built.think_model_path}, {}, 0, retire_examples=None)
     saved = {kind: (store.engine_urls(kind), store.engine_numerics(kind)) for kind in ("base", "think")}
     store.redis.hdel("tucano:engines", "base", "think")
     try:

@@ -276,3 +276,38 @@ def test_eval_files_are_checked_row_by_row_and_eval_reports_row_sources(built, r
     result = json.loads(report.stdout)["push"]
     assert result["rows"]["file"] == 3 and result["rows"]["bootstrap"] > 0
     assert result["versions"]["base"]["low"] <= result["versions"]["base"]["mean"] <= result["versions"]["base"]["high"]
+
+
+def test_a_promotion_by_hand_retires_what_the_version_absorbed_through_the_api_and_the_cli(admin_gateway, built, engines, tmp_path):
+    """Every promotion path retires the examples the promoted version trained on and answers right
+    on its own (a round's and the canary's are tested above): here the admin API's and
+    `tucano adapters promote`'s, each checking the labels the version trained on that retrieval
+    still shows."""
+    store, url, admin = admin_gateway.state.store, admin_gateway.url, admin_gateway.admin
+    rows = load_split(built.datasets_dir, "extraction", "train")[300:308]
+    labelled = [httpx.post(f"{url}/v1/tasks/extraction", headers=admin, timeout=120,
+                           json={"input": row["input"], "reference": row["reference"]}).json()["id"] for row in rows]
+    trained_on = TrainingData(sources=DataSources(sft=sorted(labelled)))
+    by_api = register(store, make_lora(built.base_model_path, tmp_path / "api", seed=7), "extraction")
+    store.update_adapter(by_api.version, data=trained_on)
+    promoted = httpx.post(f"{url}/v1/adapters/extraction/promote", params={"version": by_api.version}, headers=admin, timeout=300)
+    assert promoted.status_code == 200, promoted.text
+    retired_by_api = promoted.json()["examples_retired"]
+    assert retired_by_api["checked"] == len(labelled), retired_by_api
+    assert {label.id for label in store.labels("extraction") if label.retired_by == by_api.version} <= set(labelled)
+    assert sum(1 for label in store.labels("extraction") if label.retired_by == by_api.version) == retired_by_api["retired"]
+
+    by_cli = register(store, make_lora(built.base_model_path, tmp_path / "cli", seed=8), "extraction")
+    store.update_adapter(by_cli.version, data=trained_on)
+    env = {"TUCANO_DATA_DIR": str(built.data_dir), "TUCANO_REDIS_URL": store.url, "PATH": "/usr/bin:/bin",
+           "TUCANO_BASE_ENGINE_URLS": json.dumps([engines["base"].url]), "TUCANO_THINK_ENGINE_URL": engines["think"].url,
+           "TUCANO_DRAIN_SECONDS": "0"}
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "adapters", "promote", by_cli.version], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    retired_by_cli = json.loads(done.stdout.strip().splitlines()[-1])["examples_retired"]
+    # the labels the first version retired are no longer shown, so no longer checked
+    assert retired_by_cli["checked"] == len(labelled) - retired_by_api["retired"], retired_by_cli
+    assert sum(1 for label in store.labels("extraction") if label.retired_by == by_cli.version) == retired_by_cli["retired"]
+    assert store.adapter(by_cli.version).status == "active" and store.adapter(by_api.version).status == "retired"
+    assert store.route("extraction").active == by_cli.version

@@ -1,0 +1,163 @@
+"""An adapter's life (`common.lifecycle`): the transitions it allows and refuses, that nothing but
+it gives a version a status, that every promotion path of the hot-swap (by hand, the canary's,
+through the admin API) retires the examples the version absorbed, and that the API answers a
+refused transition with a 409. The store here is a dict with the real transition check; the
+real Valkey and engines are the integration tier's (`test_promotion.py`, `test_hotswap.py`)."""
+from __future__ import annotations
+
+import ast
+import asyncio
+from dataclasses import replace
+
+import pytest
+from fastapi.testclient import TestClient
+
+from common import lifecycle
+from common.lifecycle import Status, TransitionRefused
+from common.records import AdapterMeta, Route, StatusChange
+from common.rounds import Retirement
+from tests.unit.test_house import PACKAGES, REPO
+
+
+@pytest.mark.parametrize(("current", "new"), [("candidate", "rejected"), ("candidate", "canary"), ("candidate", "active"),
+                                               ("canary", "active"), ("canary", "rejected"), ("active", "retired"),
+                                               ("retired", "active"), ("rejected", "active")])
+def test_the_transitions_a_version_may_make(current, new):
+    lifecycle.check("sql-v1", current, new)
+
+
+@pytest.mark.parametrize(("current", "new"), [("active", "canary"), ("retired", "canary"), ("rejected", "canary"),
+                                               ("active", "active"), ("retired", "rejected"), ("canary", "retired"),
+                                               ("active", "candidate"), ("rejected", "retired")])
+def test_a_transition_its_life_does_not_allow_is_refused_naming_both_ends(current, new):
+    with pytest.raises(TransitionRefused, match=f"sql-v1 is {current}: it cannot become {new}"):
+        lifecycle.check("sql-v1", current, new)
+
+
+@pytest.mark.parametrize(("current", "new"), [("candidate", "gated"), ("promoted", "active")])
+def test_an_unknown_status_is_refused_naming_it(current, new):
+    with pytest.raises(TransitionRefused, match="unknown status"):
+        lifecycle.check("sql-v1", current, new)
+
+
+def test_every_status_the_records_name_has_its_transitions():
+    from typing import get_args
+
+    from common.records import AdapterStatus
+
+    assert set(get_args(AdapterStatus)) == set(lifecycle.TRANSITIONS) == {s.value for s in Status}
+
+
+def test_no_module_but_the_lifecycle_gives_a_version_a_status():
+    """`update_adapter(..., status=...)` is called from `common/lifecycle.py` only."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            name = str(path.relative_to(REPO))
+            if name == "common/lifecycle.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "update_adapter" \
+                        and any(k.arg == "status" for k in node.keywords):
+                    found.setdefault(name, []).append(node.lineno)
+    assert found == {}, f"give statuses through common.lifecycle: {found}"
+
+
+class MemoryStore:
+    """The adapter and route half of `common.store.Store` on dicts, with its transition check."""
+
+    def __init__(self, *metas: AdapterMeta):
+        self.metas = {m.version: m for m in metas}
+        self.route_of: dict[str, Route] = {}
+
+    def adapter(self, version):
+        return self.metas.get(version)
+
+    def update_adapter(self, version, status=None, reason=None, **changes):
+        meta = replace(self.metas[version], **changes)
+        if status is not None:
+            lifecycle.check(version, meta.status, status)
+            meta.status = Status(status).value
+            meta.history = [*meta.history, StatusChange(status=meta.status, at=0.0, reason=reason)]
+        if reason is not None:
+            meta.reason = reason
+        self.metas[version] = meta
+        return meta
+
+    def route(self, task):
+        return self.route_of.get(task, Route())
+
+    def change_route(self, task, change):
+        self.route_of[task] = change(self.route(task))
+        return self.route_of[task]
+
+    def last_record_id(self):
+        return "0-0"
+
+
+@pytest.fixture
+def swap(monkeypatch):
+    """A hot-swap whose engines load anything, over a MemoryStore, counting each retirement of examples."""
+    from deploy import hotswap
+
+    async def loaded(*args, **kwargs):
+        return None
+    monkeypatch.setattr(hotswap, "load_everywhere", loaded)
+    monkeypatch.setattr(hotswap, "check_adapter_files", lambda meta, base_model: None)
+    store = MemoryStore(*(AdapterMeta(version=f"sql-v{n}", task="sql", path="/nowhere") for n in (1, 2, 3)))
+    retired: list[str] = []
+
+    async def retire_examples(meta):
+        retired.append(meta.version)
+        return Retirement(checked=4, retired=1, reason=f"1 of 4 for {meta.version}")
+    fleet = hotswap.HotSwap(store, {"base": "m", "think": "t"}, {"base": ["http://engine"]}, 0.0, retire_examples, drain="later")
+    fleet.retired = retired
+    return fleet
+
+
+def test_each_promotion_path_retires_the_examples_of_the_version_it_promotes(swap):
+    promoted = asyncio.run(swap.act("promote", "sql-v1"))  # by hand: the admin API and the CLI call act
+    assert promoted["examples_retired"] == {"checked": 4, "retired": 1, "reason": "1 of 4 for sql-v1"}
+    asyncio.run(swap.act("canary", "sql-v2", share=0.2))
+    asyncio.run(swap.promote_canary("sql", reason="better on live traffic"))  # the canary watcher's path
+    assert swap.retired == ["sql-v1", "sql-v2"]
+    canary = swap.store.adapter("sql-v2").canary
+    assert (canary.outcome, canary.retired) == ("promoted", Retirement(checked=4, retired=1, reason="1 of 4 for sql-v2"))
+    assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2")] == ["retired", "active"]
+    asyncio.run(swap.act("rollback", "sql"))  # a rollback promotes nothing new: it retires no example
+    assert swap.retired == ["sql-v1", "sql-v2"] and swap.store.adapter("sql-v1").status == "active"
+
+
+def test_a_refused_transition_changes_nothing_and_retires_nothing(swap):
+    asyncio.run(swap.act("canary", "sql-v1", share=0.2))
+    asyncio.run(swap.abort_canary("sql", reason="worse"))
+    with pytest.raises(TransitionRefused, match="sql-v1 is rejected, not a candidate"):
+        asyncio.run(swap.act("canary", "sql-v1", share=0.2))
+    asyncio.run(swap.act("promote", "sql-v2"))
+    with pytest.raises(TransitionRefused, match="already the active version"):
+        asyncio.run(swap.act("promote", "sql-v2"))
+    assert swap.retired == ["sql-v2"] and swap.store.route("sql").active == "sql-v2"
+    assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2", "sql-v3")] == ["rejected", "active", "candidate"]
+
+
+def test_the_api_answers_a_refused_transition_with_409_and_an_unknown_version_with_404():
+    from common.settings import load_settings
+    from common.store import Store
+    from router.engine_client import EnginePool
+    from router.route_table import RouteTable
+    from server.app import create_app
+    from server.state import GatewayState
+    from tests.unit.test_access import UNREACHABLE
+
+    async def action(name, target, **options):
+        if target == "sql-v9":
+            raise LookupError(f"unknown adapter version {target!r}")
+        raise TransitionRefused(f"{target} is retired: it cannot become canary")
+    store = Store("redis://127.0.0.1:9/0")
+    pools = {kind: EnginePool(kind, [UNREACHABLE], template=None, probe_timeout_s=0.2) for kind in ("base", "think")}
+    client = TestClient(create_app(GatewayState(load_settings(rate_limit_per_minute=0), store, RouteTable(store, poll_s=30), pools,
+                                                adapter_action=action)))
+    refused = client.post("/v1/adapters/sql/canary", json={"version": "sql-v2", "share": 0.2})
+    assert refused.status_code == 409 and refused.json()["error"] == {"type": "conflict", "message": "sql-v2 is retired: it cannot become canary"}
+    unknown = client.post("/v1/adapters/sql/promote", params={"version": "sql-v9"})
+    assert unknown.status_code == 404 and "sql-v9" in unknown.json()["error"]["message"]
