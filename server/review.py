@@ -10,66 +10,36 @@ An answer ranks higher for each of:
 - a canary's answer (the canary's verdict is what the label decides).
 
 Doubt and a representative input are weighed by how many labels the task has (`doubt_weight`):
-with none, the representative input alone; at `COLD_START_LABELS`, half each. A label teaches
-the next round its input and the inputs like it, and while a task has few labels the model has
-yet to learn what most inputs look like: the lowest scores picked the oddest inputs, whose labels
-taught less than random ones in every side-by-side run (`tucano bench labels`,
-docs/results.md); and at full weight with no labels, disagreement put first the inputs that had
-merely been sent twice (sampled answers always differ): in a push run, the first five were the
-five inputs sent twice, all of the campaign sent most, and none was of the campaign that is 40%
-of the held-out rows, on which the arm trained on them then scored 0.19 (the base model 0.26).
+with none, the representative input alone; at `COLD_START_LABELS`, half each. A label teaches the
+next round its input and the inputs like it; while a task has few labels, the lowest scores pick
+the oddest inputs, which teach less than random ones, and disagreement at full weight puts first
+the inputs that were merely sent twice (sampled answers always differ).
 
 The queue is picked greedily, so that any first n of it stand for the task's recent inputs as a
-whole. How representative an input is depends on what is above it: its coverage gain is how much
-more of the recent inputs a label of it would show than the labels so far do, counting the inputs
-labelled already and those picked above it (facility location, as in representative sampling for
-active learning). The first pick is the most typical input; the next is typical of what the first
-leaves uncovered. Static typicality (each input's mean overlap with the others) listed six
-answers to two of push's three campaigns before any of the third (which is 40% of the held-out
-rows) in replays of two of the three runs' push inputs of `tucano bench labels`; picked by
-coverage, the third was among the first four in all three runs.
+whole (facility location, as in representative sampling for active learning): an input's coverage
+gain is how much more of the recent inputs a label of it would show than the labels so far and
+the picks above it do. The first pick is the most typical input; the next is typical of what the
+first leaves uncovered. (Static typicality listed several answers of one campaign before any of
+another.)
 
-How much of input j a label of input i shows is the share of j's content words that i has too
-and, for SQL, the mean of that and the share of what j's question asks that i's asks too (the
-tables, the aggregate, the shape and the kinds of value: `rewards.sql_question.question_intent`).
-A label teaches a query's shape, whatever its wording: one label of a query lifted the held-out
-rows of that query and few others, in either wording. By words alone, the two wordings of one
-query looked like two inputs: in replays of the bench's SQL traffic from 30 seeds, 15 of the
-queue's first threes held one query twice; with what a question asks, none did.
+How much of input j a label of input i shows is the share of j's content words that i has too;
+for SQL, the mean of that and the share of what j's question asks that i's asks too (tables,
+aggregate, shape, kinds of value: `rewards.sql_question.question_intent`), since a label teaches
+a query's shape whatever its wording; for push, the mean of that and the share of j's shape, its
+campaign and which fields it fills whatever their values (`_push_shape`), since a label shows how
+its campaign's copy says a name, a product, a discount or a deadline whichever they are. It is a
+share of j, not an overlap of the two (Jaccard), because a label teaches what its input shows: an
+input with the customer's name, the product and the discount shows all of one without the name,
+not the other way round, and by overlap a name (a word no other input shares) made an input look
+less like every other.
 
-It is a share of j, not an overlap of the two (Jaccard), because a label teaches what its input
-shows: a push input with the customer's name, the product and the discount shows all of one of
-its campaign without the name, not the other way round. By overlap, a name (a word no other
-input shares) made an input less like every other, so the queue's label of a campaign was the
-input without the name, the discount or the deadline: in 30 replays of the bench's push traffic
-its first three carried 2.1 of the five fields on average and the customer's name in half of
-them, where 35 of the 40 held-out rows have one; by what a label shows, 2.9 and 90%. Over five
-runs of three labels, a black_friday label with the name, the product and the discount lifted
-that campaign's held-out rows by +0.31 (mean of five arms), one without the name by +0.23 (six
-arms). A share of words still never asks for a name (no label shows another input's), and which
-input of a campaign teaches most moved from run to run: its push labels then gained 1.70x, 1.77x,
-1.06x and 1.17x random's per label, SQL's 2.25x and 1.71x (docs/results.md).
+Each answer also loses `REDUNDANCY` times the share of it that an input labelled or listed above
+it shows, so the same question served three times, or ten reviews of one complaint, do not take
+the top of the queue: a team that labels the first answers of a queue of near-repeats teaches the
+next round one thing many times.
 
-For push, the mean is of that share and of the share of the other's shape: its campaign and which
-fields it fills, whatever their values (`_push_shape`). A label shows how its campaign's copy
-says a name, a product, a discount or a deadline whichever they are, and a name's word, shared by
-no other input, never counted as shown: in seed 3 of the runs above, two of the queue's three
-labels had no name (35 of the 40 held-out rows have one), and a draw that labelled one named input
-of each campaign gained +0.412 against its +0.271. In 30 replays of the bench's push traffic,
-every pick of the first three now carries the name (90% before) and the product (as before), and
-86% a deadline (74% before; 37% of the train split has one); every first three still covers the
-three campaigns. Its push labels then gained 2.12x, 1.37x, 1.27x, 2.46x, 1.18x, 1.91x, 1.85x and
-2.18x random's per label in eight runs (1.73x pooled; the previous queue pooled 1.44x over the
-first four, on the same draws). Compared both ways instead (Jaccard: a field only the labelled
-input fills taught wrongly), the shapes put the name in every pick and a deadline in 54%, and the
-queue gained +0.271 on seed 1234, where the previous queue had gained +0.368 and this one +0.458.
-
-Each answer also loses
-`REDUNDANCY` times the share of it that an input labelled or listed above it shows, so the same
-question served three times, or ten reviews of one complaint, do not take the top of the queue
-from the rest, whatever raised their priority: a team that labels the first answers of a queue
-of near-repeats teaches the next round one thing many times (`tucano bench learn --label-choice
-queue` against random labels measured that: docs/results.md).
+What each of these choices gained against random labels, run by run, is in docs/results.md
+(`tucano bench labels`, `tucano bench learn --label-choice queue`).
 
 Answers already labelled (rated, corrected), answered from a correction, or that came from
 another key than the reviewer's (feedback needs the key that made the request, or the admin key)

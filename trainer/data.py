@@ -19,8 +19,8 @@
 With `train_with_examples` (off by default), every prompt is the one serving would send for its
 input: where the task's prompts carry the team's examples, it shows the examples most similar to
 the input, never the input's own. It was built because versions trained on bare prompts did
-worse with the examples than alone (run 24); side by side, versions trained with them did worse
-as served still (bench fix, docs/results.md): on two cores the longer prompts cost steps.
+worse with the examples than alone; side by side, versions trained with them did worse as served
+still (`tucano bench fix`, docs/results.md): on two cores the longer prompts cost steps.
 
 Inputs of any eval set (the team's share of its labels, fixed by input hash; the bootstrap eval
 split; loaded eval files) never reach a training example. A slice of the supervised examples is

@@ -81,7 +81,7 @@ def _config(settings: Settings, size: int, examples: int, temperature: float, ma
         extra.update(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
                      vllm_importance_sampling_clip_max=settings.grpo_importance_cap)
     # no warm-up: its first step is at learning rate 0, and on two cores a GRPO run is a handful
-    # of steps (run 27: SQL's one step per round trained at 0.0, push's first two of four below its rate)
+    # of steps, and a warm-up spent a round's few steps below the rate (docs/results.md, run 27)
     return GRPOConfig(
         **{**methods.trainer_args(settings, settings.grpo_max_epochs, size * settings.grpo_prompts_per_step, examples),
            "learning_rate": settings.grpo_learning_rate, "warmup_steps": 0},

@@ -5,10 +5,9 @@ there are supervised examples (corrections, reference-bearing requests); without
 there are enough preference pairs (a liked and a disliked answer to one input), else KTO when
 there are enough rated answers of both kinds; GRPO when the task has prompts and nothing of the
 above (unlabelled traffic, on the reference-free rewards). DPO after SFT is left to
-`preference_after_supervised` and GRPO after either to `grpo_after_supervised`: measured here
-(the same 48 labels, greedy reward on 40 held-out rows), DPO after SFT did not help extraction
-(-0.010, 95% interval [-0.049, +0.028]) and hurt push (-0.068 [-0.113, -0.031]) and SQL (-0.032
-[-0.035, -0.029]); `tucano bench learn`'s ablation found GRPO after SFT lowering push too.
+`preference_after_supervised` and GRPO after either to `grpo_after_supervised`: on the same
+labels and held-out rows, DPO after SFT helped no task and lowered push and SQL, and `tucano
+bench learn`'s ablation found GRPO after SFT lowering push too (docs/results.md).
 
 Every method runs TRL's own trainer on the round's LoRA, for epochs over its data bounded by
 the task's time budget, with a constant learning rate after a 5% warm-up, and keeps its per-step
@@ -105,18 +104,13 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
 def start(settings: Settings, active: AdapterMeta | None, model: str) -> tuple[str, str]:
     """Where a candidate's LoRA starts, "base" or "active", and why. `auto` continues the task's
     active version, so each round's steps add to what the rounds before trained: on two CPU cores a
-    task's time budget buys the demo model (135M parameters) about one epoch over a team's labels,
-    and SQL needed about 8 steps of 8 of its labels to go from 0.15 to 0.65 on held-out rows, so a
-    fresh LoRA each round would relearn the same few steps over and over. (On the earlier 820K
-    from-scratch demo model, which trained 12 epochs in a budget, starting fresh measured better.)
-    A version trained on another base model cannot be continued: then it starts fresh.
+    task's time budget buys the demo model about one epoch over a team's labels, so a fresh LoRA
+    each round would relearn the same few steps over and over. A version trained on another base
+    model cannot be continued: then it starts fresh.
 
-    A rejected candidate is not continued. Continuing the newest one the gate had not found worse
-    (so that rounds without a promotion add up their steps) was measured with `tucano bench learn
-    --task extraction --task insights` on the SmolLM2 demo model, and it gave no gain. Extraction,
-    continued in round 3, scored +0.014 [-0.025, +0.052] against the base model with
-    delivery_issue significantly worse; fresh, it scored +0.015 in run 3. Insights, continued in
-    round 2, scored -0.121 [-0.235, -0.005], against +0.050 fresh in run 3."""
+    A rejected candidate is not continued: continuing the newest one the gate had not found worse
+    (so that rounds without a promotion add up their steps) gave no gain in `tucano bench learn`
+    on extraction and insights, and left insights worse (docs/results.md)."""
     if settings.train_from == "base":
         return "base", "TUCANO_TRAIN_FROM=base"
     if active is None:
@@ -138,9 +132,9 @@ def bf16(settings: Settings) -> bool:
 def trainer_args(settings: Settings, epochs: float, batch_size: int, examples: int, **extra) -> dict:
     """What every method's TRL config shares: epochs over its data (at least one step), a constant
     learning rate after a 5% warm-up, every step logged, nothing saved but the final adapter.
-    Gradient checkpointing as `checkpointing` says. bf16
-    per `bf16`: on a CPU with bf16 arithmetic, SFT steps of the demo model took 0.62-0.68 of their
-    fp32 time here, at the same losses to two decimals."""
+    Gradient checkpointing as `checkpointing` says. bf16 per `bf16`: on a CPU with bf16
+    arithmetic, SFT steps of the demo model take about two thirds of their fp32 time at the same
+    losses (docs/results.md)."""
     steps = max(1, math.ceil(epochs * examples / batch_size))
     on_cpu = not on_gpu()
     return dict(output_dir=tempfile.mkdtemp(prefix="tucano-round-"), num_train_epochs=epochs, learning_rate=settings.train_learning_rate,

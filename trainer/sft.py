@@ -60,9 +60,8 @@ class KeepBest(TrainerCallback):
 
 def first_useful_evaluation(min_steps: int, batch: int, examples: int) -> int:
     """The first epoch whose end has done `min_steps` steps: `KeepBest` neither stops nor keeps
-    anything before them, so a validation pass there is time taken from training. On two cores a
-    pass over an extraction round's validation slice took 2-3 s against 7.5 s per step, and a
-    45 s budget ends well before 40 steps, so every evaluation of such a round was of this kind."""
+    anything before them, so a validation pass there is time taken from training; on two cores a
+    round's time budget often ends before `min_steps`, and then every evaluation would be of this kind."""
     return math.ceil(min_steps / math.ceil(examples / batch))
 
 
