@@ -493,3 +493,40 @@ def test_a_base_model_request_batched_beside_adapters_gets_no_adapter(engines, b
     finally:
         for name in names:
             httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=120)
+
+
+def readme_requests() -> list[tuple[str, dict]]:
+    """Each `curl … localhost:8000/PATH … -d 'JSON'` of the README, as (path, body)."""
+    import re
+    import shlex
+
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    requests = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        if "curl" not in block:
+            continue
+        words = shlex.split(block.replace("\\\n", " "))
+        url = next(w for w in words if "localhost:8000" in w)
+        requests.append((url.split("localhost:8000", 1)[1], json.loads(words[words.index("-d") + 1])))
+    return requests
+
+
+def test_every_request_the_readme_shows_works_as_written(gateway):
+    """The README's four task requests get a 200 with what it shows of each answer (`output`,
+    `valid`, `scores.total`), and its correction call, `POST /v1/feedback` with only an id and a
+    correction, is taken as a label that says the answer was wrong."""
+    shown = readme_requests()
+    assert sorted(path for path, _ in shown) == sorted(f"/v1/tasks/{task}" for task in INPUTS), shown
+    for path, body in shown:
+        response = httpx.post(f"{gateway.url}{path}", json=body, timeout=180)
+        assert response.status_code == 200, (path, response.text)
+        answer = response.json()
+        assert {"output", "valid", "scores"} <= set(answer) and isinstance(answer["scores"]["total"], float), answer
+    task = next(path for path, _ in shown if path.endswith("/sql"))
+    served = httpx.post(f"{gateway.url}{task}", json=dict(shown)[task], timeout=180).json()
+    fixed = {"sql": "SELECT COUNT(*) FROM olist_orders_dataset o JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
+                    "WHERE o.order_status = 'delivered' AND c.customer_state = 'SP'"}
+    corrected = httpx.post(f"{gateway.url}/v1/feedback", json={"id": served["id"], "correction": fixed})
+    assert corrected.status_code == 200 and corrected.json()["rating"] == -1, corrected.text
