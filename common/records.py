@@ -289,7 +289,7 @@ class RecordPoint(msgspec.Struct):
 
     @property
     def version(self) -> str:
-        return self.adapter or "base"
+        return self.adapter or BASE_VERSION
 
 
 ENCODER = msgspec.json.Encoder()

@@ -340,9 +340,9 @@ class Settings(BaseSettings):
 
     def model_path_of(self, task: str) -> str:
         """The model a task is served by and trained on: the Base model, or the Think model for insights."""
-        from common.tasks import TASK_ENGINE
+        from common.tasks import TASK_ENGINE, EngineKind
 
-        return self.base_model_path if TASK_ENGINE[task] == "base" else self.think_model_path
+        return self.base_model_path if TASK_ENGINE[task] == EngineKind.BASE else self.think_model_path
 
     def for_task(self, task: str) -> Settings:
         """These settings as `task` trains with them: its own `task_training` values in place of the

@@ -5,6 +5,7 @@ prompts' wording of the domains, and of the validation a correction must pass.
 """
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,10 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field
 TASKS = ("extraction", "sql", "push", "insights")
 
 
+class EngineKind(StrEnum):
+    """The kinds of vLLM engine: the Base model, with one LoRA per task, and the Think model."""
+    BASE = "base"
+    THINK = "think"
+
+
 class TaskTraits(NamedTuple):
     """What the rest of the service asks of a task, answered here once instead of `task == "..."`
     tests spread over the code."""
-    engine: str  # the vLLM server that answers it: the Base model with one LoRA per task, or the Think model
+    engine: EngineKind  # the vLLM server that answers it
     scored_with_reference: bool  # its answers are scored against a reference when one is given (insights' never are)
     thinks: bool  # its answers may open with a <think> block, which is returned apart from the answer
     runs_sql: bool  # its answer is a query the service can run against the commerce DB
@@ -24,13 +31,13 @@ class TaskTraits(NamedTuple):
 
 
 TRAITS: dict[str, TaskTraits] = {
-    "extraction": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
-    "sql": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql", chat_input_json=False),
-    "push": TaskTraits("base", scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=True),
-    "insights": TaskTraits("think", scored_with_reference=False, thinks=True, runs_sql=False, answer_field=None, chat_input_json=False),
+    "extraction": TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
+    "sql": TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql", chat_input_json=False),
+    "push": TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=True),
+    "insights": TaskTraits(EngineKind.THINK, scored_with_reference=False, thinks=True, runs_sql=False, answer_field=None, chat_input_json=False),
 }
 assert tuple(TRAITS) == TASKS
-TASK_ENGINE: dict[str, str] = {task: traits.engine for task, traits in TRAITS.items()}
+TASK_ENGINE: dict[str, EngineKind] = {task: traits.engine for task, traits in TRAITS.items()}
 
 SENTIMENTS = ("positive", "neutral", "negative")
 COMPLAINT_CATEGORIES = (

@@ -36,7 +36,7 @@ from pathlib import Path
 from common.datasets import SPLITS, load_split
 from common.processes import bf16_on_cpu
 from common.settings import Settings
-from common.tasks import TASK_ENGINE, TASKS
+from common.tasks import TASK_ENGINE, TASKS, EngineKind
 from demo import commerce_db, datasets, pretrained
 from demo.finetune import finetune
 from demo.templates import END_OF_TURN, TEMPLATES
@@ -218,7 +218,7 @@ def _build_tiny(settings: Settings, manifest: _Manifest, name: str, datasets_fin
     corpus = _corpus(rows)
     think = engine == "think"
     if think:
-        corpus += _corpus([r for t in TASKS if TASK_ENGINE[t] == "base" for r in by_task[t]])
+        corpus += _corpus([r for t in TASKS if TASK_ENGINE[t] == EngineKind.BASE for r in by_task[t]])
     total = settings.bootstrap_lm_steps + steps
     offset = {"lm": 0, "sft": settings.bootstrap_lm_steps}
     partial = settings.root / f"{name}.partial"

@@ -237,6 +237,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     team's, loaded files', the bootstrap's), with each version's mean and 95% interval."""
     import asyncio
 
+    from common.records import BASE_VERSION
     from common.stats import mean_interval
     from common.store import Store
     from common.tasks import TASK_ENGINE, TASKS
@@ -269,7 +270,7 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
                 rows = gate.eval_rows(settings, store, t)
                 pool = EnginePool.for_task(settings, t, fleet.urls(kind))
                 try:
-                    scores = {v or "base": await gate.answer(pool, settings, t, v, rows, settings.seed) for v in dict.fromkeys(versions)}
+                    scores = {v or BASE_VERSION: await gate.answer(pool, settings, t, v, rows, settings.seed) for v in dict.fromkeys(versions)}
                 finally:
                     await pool.close()
                 out[t] = {"rows": {s: sum(1 for r in rows if r.source == s) for s in gate.SOURCES},
@@ -404,13 +405,14 @@ def _hotswap(action: str, target: str, **options) -> None:
 
     from common.lifecycle import TransitionRefused
     from common.store import Store
+    from common.tasks import EngineKind
     from deploy.hotswap import AdapterLoadError, HotSwap
 
     settings = _settings()
     with _store_url(settings) as url:
         store = Store(url)
         hotswap = HotSwap.for_settings(store, settings)
-        if not hotswap.urls("base"):
+        if not hotswap.urls(EngineKind.BASE):
             console.print("[yellow]no base engine is registered: the route flips now and engines load it when they start[/yellow]")
         try:
             result = asyncio.run(hotswap.act(action, target, **options))

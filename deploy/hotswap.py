@@ -34,7 +34,7 @@ from common.records import AdapterMeta, LogprobProbe, Route, TrainedNotServed
 from common.rounds import CanaryRecord, Retirement
 from common.settings import SERVED_LOGPROB_TOLERANCE, Settings
 from common.store import Store, content_sha256
-from common.tasks import TASK_ENGINE
+from common.tasks import TASK_ENGINE, EngineKind
 from trainer import retire
 
 
@@ -190,8 +190,8 @@ class HotSwap:
         """The fleet as settings describe it: configured engine URLs, else those `serve` registered."""
         base_urls = base_urls or settings.base_engine_urls
         think_url = think_url or settings.think_engine_url
-        swap = cls(store, {"base": settings.base_model_path, "think": settings.think_model_path},
-                   {"base": base_urls, "think": [think_url] if think_url else []}, settings.drain_seconds,
+        swap = cls(store, {EngineKind.BASE: settings.base_model_path, EngineKind.THINK: settings.think_model_path},
+                   {EngineKind.BASE: base_urls, EngineKind.THINK: [think_url] if think_url else []}, settings.drain_seconds,
                    lambda meta: retire.retire_after_promotion(settings, store, swap.urls(TASK_ENGINE[meta.task]), meta, settings.seed),
                    drain, settings.served_logprob_tolerance)
         return swap

@@ -31,6 +31,7 @@ from redis.exceptions import LockError
 from common.processes import bars_lock_within_the_process, die_with_parent, has_gpu, usable_cores
 from common.settings import Settings, load_settings
 from common.store import UNKNOWN_NUMERICS, Store
+from common.tasks import EngineKind
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import AdapterLoadError, HotSwap, load_everywhere
 from deploy.starting import StartingResponder, check_bind
@@ -70,10 +71,10 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
     store.ensure_group()
     routes = RouteTable(store)
     pools = {
-        "base": EnginePool("base", base_urls, ChatTemplate.load(settings.base_model_path), timeout_s=settings.engine_timeout_s,
-                           routed_adapters=functools.partial(routes.served, "base")),
-        "think": EnginePool("think", [think_url], ChatTemplate.load(settings.think_model_path), timeout_s=settings.engine_timeout_s,
-                            routed_adapters=functools.partial(routes.served, "think")),
+        EngineKind.BASE: EnginePool(EngineKind.BASE, base_urls, ChatTemplate.load(settings.base_model_path), timeout_s=settings.engine_timeout_s,
+                           routed_adapters=functools.partial(routes.served, EngineKind.BASE)),
+        EngineKind.THINK: EnginePool(EngineKind.THINK, [think_url], ChatTemplate.load(settings.think_model_path), timeout_s=settings.engine_timeout_s,
+                            routed_adapters=functools.partial(routes.served, EngineKind.THINK)),
     }
     hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, drain="background")
     return GatewayState(settings, store, routes, pools, adapter_action=hotswap.act)
@@ -254,21 +255,21 @@ def serve(settings: Settings, say=print, finish_bootstrap: bool = False, startin
         servers: list[VllmServer] = []
         device = engine_device(settings)
         if not settings.base_engine_urls:
-            servers.append(local_engine("base", settings.base_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
+            servers.append(local_engine(EngineKind.BASE, settings.base_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
         if not settings.think_engine_url:
-            servers.append(local_engine("think", settings.think_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
+            servers.append(local_engine(EngineKind.THINK, settings.think_model_path, device, settings.root / "logs", settings.engine_cpu_precision))
         if starting is not None:
             starting.stage = "the engines are loading their models"
         run_engines(stack, servers, say)
-        base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == "base"]
-        think_url = settings.think_engine_url or next(s.url for s in servers if s.name == "think")
+        base_urls = settings.base_engine_urls or [s.url for s in servers if s.name == EngineKind.BASE]
+        think_url = settings.think_engine_url or next(s.url for s in servers if s.name == EngineKind.THINK)
         store = Store(redis_url, maxlen=settings.records_stream_maxlen)
         numerics = {server.name: server.numerics for server in servers}
-        store.register_engines("base", base_urls, numerics.get("base", UNKNOWN_NUMERICS))  # trainers and the CLI load adapters into these
-        store.register_engines("think", [think_url], numerics.get("think", UNKNOWN_NUMERICS))
+        store.register_engines(EngineKind.BASE, base_urls, numerics.get(EngineKind.BASE, UNKNOWN_NUMERICS))  # trainers and the CLI load adapters into these
+        store.register_engines(EngineKind.THINK, [think_url], numerics.get(EngineKind.THINK, UNKNOWN_NUMERICS))
         store.set_serving_pretrained(finish_bootstrap)
-        reload_active_adapters(store, "base", base_urls, say)
-        reload_active_adapters(store, "think", [think_url], say)
+        reload_active_adapters(store, EngineKind.BASE, base_urls, say)
+        reload_active_adapters(store, EngineKind.THINK, [think_url], say)
         supervisor = Supervisor(servers, on_restart=lambda s: reload_active_adapters(store, s.name, [s.url]))
         stack.callback(supervisor.stop)
         supervisor.start()

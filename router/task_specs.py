@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 
 from common.records import Sampling
-from common.tasks import TASK_ENGINE, TASKS, TRAITS, output_json_schema
+from common.tasks import TASK_ENGINE, TASKS, TRAITS, EngineKind, output_json_schema
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
-    engine: str  # "base" or "think"
+    engine: EngineKind
     sampling: Sampling
     json_schema: dict | None
     input_field: str  # where a free-text chat message goes in the task input

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 
-from common.records import Group, Record, Reward, Sample, Sampling, Usage, label_of
+from common.records import BASE_VERSION, Group, Record, Reward, Sample, Sampling, Usage, label_of
 from common.store import StoreUnavailable
 from common.tasks import TRAITS
 from rewards import REWARD_VERSION, score
@@ -76,7 +76,7 @@ def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailab
     kind = TASK_SPECS[prepared.task].engine
     timed_out = isinstance(error, EngineTimeout)
     metrics.ENGINE_ERRORS.labels(kind).inc()
-    metrics.REQUESTS.labels(prepared.task, prepared.adapter or "base", "504" if timed_out else "503").inc()
+    metrics.REQUESTS.labels(prepared.task, prepared.adapter or BASE_VERSION, "504" if timed_out else "503").inc()
     state.store.add_failure({"time": time.time(), "task": prepared.task, "engine_kind": kind, "adapter": prepared.adapter,
                              "error": str(error)[:500], "source": prepared.source})
     if timed_out:

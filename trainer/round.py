@@ -36,7 +36,7 @@ from redis.exceptions import LockError
 
 from common import lifecycle
 from common.processes import peak_rss_gb
-from common.records import AdapterMeta, TrainedNotServed
+from common.records import BASE_VERSION, AdapterMeta, TrainedNotServed
 from common.rounds import GateRecord, Outcome, PlanStep, Retirement, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
@@ -145,7 +145,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         decision = await gate.run_gate(pool, settings, store, task, version, incumbent, seed)
         entry.seconds["gate"] = decision.seconds
         say(gate.table(task, decision, version, incumbent))
-        judged = GateRecord(decision=decision, incumbent=incumbent or "base")
+        judged = GateRecord(decision=decision, incumbent=incumbent or BASE_VERSION)
         passed, reason = decision.promote, decision.reason
         if passed and settings.shadow_records:
             progress(f"{task} shadow", 0, 1)
