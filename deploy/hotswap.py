@@ -161,6 +161,12 @@ def _earlier_actives(route: Route) -> list[str]:
     return [route.previous, *route.earlier][:ROLLBACK_DEPTH]
 
 
+def _change(task: str, route: Route, **decided) -> dict:
+    """What an adapter action did, in the one shape the API answers (`server.schemas.AdapterChange`)."""
+    return {"task": task, "active": route.active, "previous": route.previous, "canary": route.canary,
+            "canary_share": route.canary_share, **decided}
+
+
 DRAINS = ("wait", "background", "later")
 TASK_ENGINE_KINDS = tuple(dict.fromkeys(TASK_ENGINE.values()))
 
@@ -255,7 +261,7 @@ class HotSwap:
             lifecycle.retire(self.store, flipped.previous, f"{version} was promoted")
         await self._unload_after_drain(flipped.previous, {version}, kind)
         retired = await self.retire_examples(self.store.adapter(version))
-        return {"task": task, "active": version, "previous": flipped.previous, "examples_retired": asdict(retired)}
+        return _change(task, flipped, examples_retired=asdict(retired))
 
     async def rollback(self, task: str) -> dict:
         route = self.store.route(task)
@@ -278,7 +284,7 @@ class HotSwap:
         if previous is not None:
             lifecycle.activate(self.store, previous, f"{current} was rolled back")
         await self._unload_after_drain(current, {previous}, kind)
-        return {"task": task, "active": flipped.active, "previous": flipped.previous}
+        return _change(task, flipped)
 
     async def start_canary(self, version: str, share: float) -> dict:
         """Serve a candidate to `share` of its task's traffic beside the active version."""
@@ -301,7 +307,7 @@ class HotSwap:
             await unload_everywhere(self.urls(kind), version)
             raise
         lifecycle.start_canary(self.store, version, f"canary at {share:.0%} of {task} traffic")
-        return {"task": task, **asdict(route)}
+        return _change(task, route)
 
     def _canary(self, task: str) -> str:
         canary = self.store.route(task).canary
@@ -325,7 +331,7 @@ class HotSwap:
         meta = lifecycle.reject(self.store, version, f"canary rolled back: {reason}")
         self.store.update_adapter(version, canary=replace(meta.canary or CanaryRecord(), outcome="rolled back", reason=reason))
         await self._unload_after_drain(version, {route.active}, TASK_ENGINE[task])
-        return {"task": task, "active": route.active, "canary": None, "rolled_back": version}
+        return _change(task, route, rolled_back=version)
 
     async def unload_drained(self) -> list[str]:
         """Unload from every engine the retired and rejected versions whose drain is over (what a

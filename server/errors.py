@@ -30,6 +30,12 @@ def unavailable(type_: str, message: str) -> ApiError:
     return ApiError(503, type_, message, {"Retry-After": str(RETRY_AFTER_S)})
 
 
+def not_ready(readiness: dict) -> JSONResponse:
+    """/readyz's 503: the readiness body itself (which engines are out, which job runs), with
+    Retry-After. Not counted among the error responses: it answers a probe, it refuses no request."""
+    return JSONResponse(readiness, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
 def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
     metrics.ERROR_RESPONSES.labels(str(status), type_).inc()
     return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)

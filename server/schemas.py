@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.records import AdapterMeta, JobProgress, Route
-from common.rounds import RoundSummary
+from common.rounds import Retirement, RoundSummary
 from common.tasks import TASKS
 from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
 
@@ -271,6 +271,40 @@ class CanaryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(min_length=1, max_length=64, description="A candidate version of the task, like sql-v4.")
     share: float = Field(gt=0.0, lt=1.0, description="Share of the task's traffic the canary serves, in (0, 1).")
+
+
+class AdapterChange(BaseModel):
+    """What an admin adapter action did (promote, rollback, canary start, canary promote or abort):
+    the task's route after it, and what the action itself decided."""
+    task: str
+    active: str | None = Field(description="The version the route serves now; null: the base model.")
+    previous: str | None = Field(description="The version a rollback would return to.")
+    canary: str | None = Field(None, description="The canary the route also serves, if one runs.")
+    canary_share: float | None = Field(None, description="Its share of the task's traffic.")
+    rolled_back: str | None = Field(None, description="A canary abort: the version rejected.")
+    examples_retired: Retirement | None = Field(None, description="A promotion: the examples the version absorbed, which "
+                                                                  "retrieval no longer shows.")
+
+
+class Health(BaseModel):
+    status: Literal["alive"]
+
+
+class EngineState(BaseModel):
+    url: str
+    healthy: bool
+    model: str | None = Field(description="The model the engine serves, as its /v1/models names it.")
+    error: str | None = Field(description="Why its last health probe failed.")
+
+
+class Readiness(BaseModel):
+    """The body of /readyz, with 200 when ready and 503 (with Retry-After) when not."""
+    ready: bool = Field(description="Redis answers and every kind of engine has one that serves.")
+    degraded: bool = Field(description="An engine is out, though each kind still has one that serves.")
+    redis: bool
+    engines: dict[str, list[EngineState]]
+    routes_version: int = Field(description="The routing table's version this gateway has seen (-1: none yet).")
+    jobs: list[JobProgress] = Field(description="Long jobs running (a training round, the demo model's fine-tuning).")
 
 
 class RoundList(BaseModel):

@@ -14,7 +14,7 @@ from common.lifecycle import TransitionRefused
 from common.tasks import TASKS
 from server.deps import Admin, TaskPath, User
 from server.errors import ApiError, unavailable
-from server.schemas import AdapterList, CanaryRequest, ErrorResponse
+from server.schemas import AdapterChange, AdapterList, CanaryRequest, ErrorResponse
 
 router = APIRouter(tags=["adapters"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 429, 501, 503)}
@@ -43,7 +43,7 @@ async def _act(caller, action: str, target: str, **options) -> dict:
         raise unavailable("engine_unavailable", f"nothing flipped: {error}") from None
 
 
-@router.post("/v1/adapters/{task}/promote", responses=ERRORS)
+@router.post("/v1/adapters/{task}/promote", response_model=AdapterChange, responses=ERRORS)
 async def promote(task: TaskPath, caller: Admin, version: str) -> dict:
     _version_of(task, version)
     return await _act(caller, "promote", version)
@@ -60,13 +60,13 @@ def _version_of(task: str, version: str) -> None:
         raise ApiError(422, "invalid_request", f"version {version!r} is not a version of {task} (like {task}-v3)")
 
 
-@router.post("/v1/adapters/{task}/rollback", responses=ERRORS)
+@router.post("/v1/adapters/{task}/rollback", response_model=AdapterChange, responses=ERRORS)
 async def rollback(task: TaskPath, caller: Admin) -> dict:
     _known(task)
     return await _act(caller, "rollback", task)
 
 
-@router.post("/v1/adapters/{task}/canary", responses=ERRORS)
+@router.post("/v1/adapters/{task}/canary", response_model=AdapterChange, responses=ERRORS)
 async def start_canary(task: TaskPath, body: CanaryRequest, caller: Admin) -> dict:
     """Serve a candidate version to a share of the task's traffic; it is promoted or rolled back
     automatically on its live reward, or by hand below."""
@@ -74,13 +74,13 @@ async def start_canary(task: TaskPath, body: CanaryRequest, caller: Admin) -> di
     return await _act(caller, "canary", body.version, share=body.share)
 
 
-@router.post("/v1/adapters/{task}/canary/promote", responses=ERRORS)
+@router.post("/v1/adapters/{task}/canary/promote", response_model=AdapterChange, responses=ERRORS)
 async def promote_canary(task: TaskPath, caller: Admin) -> dict:
     _known(task)
     return await _act(caller, "canary-promote", task)
 
 
-@router.post("/v1/adapters/{task}/canary/abort", responses=ERRORS)
+@router.post("/v1/adapters/{task}/canary/abort", response_model=AdapterChange, responses=ERRORS)
 async def abort_canary(task: TaskPath, caller: Admin) -> dict:
     _known(task)
     return await _act(caller, "canary-abort", task)

@@ -7,25 +7,25 @@ from __future__ import annotations
 
 import asyncio
 
-import msgspec
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from server.deps import State
-from server.errors import RETRY_AFTER_S
+from server.errors import not_ready
 from server.metrics import exposed, state_registry
+from server.schemas import Health, Readiness
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-async def healthz() -> dict:
-    return {"status": "alive"}
+@router.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    return Health(status="alive")
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "Not ready: the same body, with Retry-After."}})
 async def readyz(state: State):
     redis_ok = await run_in_threadpool(state.store.ping)
     jobs = await run_in_threadpool(state.store.jobs) if redis_ok else []
@@ -34,9 +34,9 @@ async def readyz(state: State):
                for kind, pool in state.pools.items()}
     ready = redis_ok and all(any(e["healthy"] for e in group) for group in engines.values())
     degraded = not all(e["healthy"] for group in engines.values() for e in group)
-    body = {"ready": ready, "degraded": degraded, "redis": redis_ok, "engines": engines, "routes_version": state.routes.version,
-            "jobs": [msgspec.to_builtins(job) for job in jobs]}
-    return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": str(RETRY_AFTER_S)})
+    body = Readiness(ready=ready, degraded=degraded, redis=redis_ok, engines=engines, routes_version=state.routes.version,
+                     jobs=jobs).model_dump(mode="json")
+    return JSONResponse(body) if ready else not_ready(body)
 
 
 @router.get("/metrics")

@@ -103,3 +103,14 @@ def test_serve_refuses_a_public_address_without_keys():
     refused = subprocess.run([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, capture_output=True, text=True, timeout=120,
                              env={"TUCANO_HOST": "0.0.0.0", "TUCANO_DATA_DIR": "/nonexistent-tucano", "PATH": "/usr/bin:/bin"})
     assert refused.returncode == 2 and "TUCANO_ALLOW_OPEN_BIND" in refused.stderr
+
+
+def test_every_json_route_has_a_response_model():
+    """Each route's answer is a typed model in the OpenAPI schema, never a bare dict; /metrics is
+    Prometheus text, and the HTML pages are out of the schema."""
+    app = app_for(None, None)
+    untyped = sorted(f"{sorted(r.methods)[0]} {r.path}" for r in app.routes
+                     if getattr(r, "include_in_schema", False) and r.path != "/metrics" and getattr(r, "response_model", None) in (None, dict))
+    assert untyped == []
+    schema = app.openapi()["paths"]
+    assert schema["/readyz"]["get"]["responses"]["503"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Readiness"}
