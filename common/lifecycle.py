@@ -19,11 +19,15 @@ every flip, and each path promotes through it.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from common.records import AdapterMeta
-    from common.store import Store
+from common.records import AdapterMeta
+
+
+class Store(Protocol):
+    """What a transition writes through: `common.store.Store.update_adapter`, which checks it here."""
+
+    def update_adapter(self, version: str, status: str | None = None, reason: str | None = None, **changes) -> AdapterMeta: ...
 
 
 class Status(StrEnum):

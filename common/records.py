@@ -18,13 +18,12 @@ from typing import Any, Literal
 import msgspec
 
 from common.datasets import input_hash, split_of
-from common.lifecycle import STATUSES
 from common.rounds import DOCSTRINGS, CanaryRecord, GateRecord, TrainingData, TrainingRecord
 
 Arm = Literal["base", "active", "canary"]
 BASE_VERSION = "base"  # the version name of an answer no adapter served (`Record.version`)
 Split = Literal["train", "eval"]
-AdapterStatus = Literal[STATUSES]  # the statuses `common.lifecycle` owns, with their transitions
+AdapterStatus = Literal["candidate", "canary", "active", "retired", "rejected"]  # as stored; `common.lifecycle` owns what may follow what
 
 
 class Sampling(msgspec.Struct, frozen=True):
