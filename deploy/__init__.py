@@ -1,8 +1,10 @@
 """The fleet: vLLM engine processes and their supervision (`vllm_server`, with the CPU LoRA plugin
 `vllm_cpu_lora`), the embedded Valkey (`embedded_redis`), adapter hot-swap, rollback and canaries
 across every engine (`hotswap`), the whole stack in one process tree (`serve`) and what answers
-while it starts (`starting`), the command line (`cli`) with what it reads and prints
-(`eval_set`, `history`, `progress`), and the benchmarks (`bench/`).
+while it starts (`starting`), and what the command line reads and prints of it (`eval_set`,
+`history`, `progress`).
 
-The top of the import graph: it may import every other package of ours; none imports it.
+It imports the service's packages (`server`, `trainer` and those below them), never the demo
+bootstrap: `serve` runs the bootstrap as a `tucano bootstrap` process. Only the benchmarks (`bench`)
+and the command line (`cli`) import it.
 """

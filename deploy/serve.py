@@ -123,7 +123,7 @@ def _run_round_process(settings: Settings, redis_url: str, say, trainable: threa
     with log_path.open("ab") as log_file:
         # a stopping `serve` stops its round too (SIGTERM: an interrupted round loses nothing), rather than
         # leaving it to run on against the Valkey and engines that stop with `serve`
-        trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], env=env, stdout=log_file,
+        trainer = subprocess.Popen([sys.executable, "-m", "cli", "train", "--once"], env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         if not has_gpu():  # it trains on the gateway's and the engines' cores: it yields to both
             os.setpriority(os.PRIO_PROCESS, trainer.pid, TRAINING_NICE)
@@ -174,7 +174,7 @@ def _finish_bootstrap(settings: Settings, store: Store, redis_url: str, servers:
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     say(f"fine-tuning the demo model beside the service (log {log_path}); the pretrained model answers meanwhile")
     with log_path.open("ab") as log_file:
-        process = subprocess.Popen(command or [sys.executable, "-m", "deploy.cli", "bootstrap"], env=env, stdout=log_file,
+        process = subprocess.Popen(command or [sys.executable, "-m", "cli", "bootstrap"], env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         if not has_gpu():  # it trains on the gateway's and the engines' cores: it yields to both
             os.setpriority(os.PRIO_PROCESS, process.pid, TRAINING_NICE)

@@ -18,7 +18,7 @@ def test_bench_labels_trains_each_arm_on_its_own_labels_and_leaves_the_engines_a
            "TUCANO_THINK_ENGINE_URL": engines["think"].url, "TUCANO_TRAIN_TIME_BUDGET_S": "6", "TUCANO_TASK_TRAINING": "{}",
            "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "labels", "--task", "push", "--requests", "10",
+    result = subprocess.run([sys.executable, "-m", "cli", "bench", "labels", "--task", "push", "--requests", "10",
                              "--labels", "8", "--draws", "2", "--measure-rows", "8", "--epochs", "2", "--trainings", "2",
                              "--name", "labels-it"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

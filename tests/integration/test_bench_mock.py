@@ -14,14 +14,14 @@ from tests.conftest import REPO
 
 def _bench(built, *args: str) -> subprocess.CompletedProcess:
     env = {"TUCANO_DATA_DIR": str(built.data_dir), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", *args], cwd=REPO, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "cli", "bench", *args], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
 
 def test_bench_parts_takes_each_part_away_and_counts_every_record(built):
-    from deploy.bench.parts import PARTS, VARIANTS
+    from bench.parts import PARTS, VARIANTS
 
     _bench(built, "parts", "--concurrency", "1", "--concurrency", "4", "--rounds", "4", "--block", "50")
     results = json.loads((built.bench_dir / "parts.json").read_text())["results"]

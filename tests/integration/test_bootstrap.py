@@ -203,7 +203,7 @@ def test_the_bootstrap_reports_in_plain_lines_where_stdout_is_a_log(built):
     on stderr with the CLI's other reports."""
     import os
 
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bootstrap"], cwd=REPO, capture_output=True, text=True, timeout=600,
+    result = subprocess.run([sys.executable, "-m", "cli", "bootstrap"], cwd=REPO, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TUCANO_DATA_DIR": str(built.data_dir)})
     assert result.returncode == 0, result.stderr
     started = [line.split(" started")[0] for line in result.stderr.splitlines() if " started, " in line]
@@ -217,7 +217,7 @@ def test_unwritable_data_dir_is_a_clear_error(tmp_path):
     settings = load_settings(data_dir=blocker / "data")
     with pytest.raises(bootstrap.BootstrapError, match="not writable"):
         bootstrap.run(settings)
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bootstrap"], cwd=REPO, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "cli", "bootstrap"], cwd=REPO, capture_output=True, text=True,
                             env={"TUCANO_DATA_DIR": str(blocker / "data"), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 1 and "not writable" in result.stderr
     assert "Traceback" not in result.stderr

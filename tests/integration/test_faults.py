@@ -70,7 +70,7 @@ class Serve:
 
     def start(self) -> None:
         self.log = (self.root / "serve.log").open("ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=self.env,
+        self.process = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=self.env,
                                         stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 400
         while not self.ready():
@@ -100,7 +100,7 @@ class Serve:
 
     def train(self, method: str = "sft", extra: dict | None = None, preexec=None) -> subprocess.Popen:
         env = {**self.env, "TUCANO_TRAIN_METHOD": method, **(extra or {})}
-        return subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        return subprocess.Popen([sys.executable, "-m", "cli", "train", "--once"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, preexec_fn=preexec)
 
     def stop(self) -> None:

@@ -72,7 +72,7 @@ class Service:
 
     def __init__(self, name: str, args: list[str], env: dict, logs: Path):
         self.name, self.log_path = name, logs / f"{name}.log"
-        self.process = subprocess.Popen([sys.executable, "-m", "deploy.cli", *args], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+        self.process = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                         stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT)
 
     def log(self) -> str:
@@ -107,7 +107,7 @@ class Fleet:
         return Service(name, args, {**self.env, **env}, self.root / "logs")
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "deploy.cli", *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 

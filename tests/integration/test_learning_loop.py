@@ -14,11 +14,11 @@ import time
 import httpx
 import pytest
 
+from bench.learn import served_scores
 from common.datasets import input_key, load_split
 from common.rounds import Outcome
 from common.stats import mean_interval
 from common.store import FAILURES, RECORDS, Store
-from deploy.bench.learn import served_scores
 from tests.integration.conftest import fleet_for, loop_settings
 from trainer import gate
 from trainer.round import RoundError, run_round
@@ -145,7 +145,7 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert meta.status == "active" and meta.gate.decision.interval[0] > 0
     assert entry.retired.checked > 0, entry.retired  # the examples it trained on, asked of it without demonstrations
     assert meta.training.methods[0].method == "sft" and meta.training.steps["sft"]  # per-step metrics kept
-    from deploy.bench import train as bench_train  # `tucano bench train` reads this round's phases back
+    from bench import train as bench_train  # `tucano bench train` reads this round's phases back
     costs = bench_train.results(bench_train.find_round(settings.rounds_dir, summary.round), None)["tasks"]["extraction"]
     assert costs["seconds"]["training"] > 0 and costs["seconds"]["gate"] > 0 and costs["methods"]["sft"]["steps"] > 0
     # no round trained on the held-out rows, nor on any eval input
@@ -214,7 +214,7 @@ def test_trainer_killed_mid_training_leaves_everything_as_it_was(built, redis_ur
     routes_before, versions_before, labels_before = store.routes()[1], {m.version for m in store.adapters("sql")}, store.labels("sql")
     env = dict(os.environ, TUCANO_DATA_DIR=str(built.data_dir), TUCANO_REDIS_URL=redis_url, TUCANO_MIN_RECORDS_PER_TASK="8",
                TUCANO_TRAIN_TIME_BUDGET_S="600", TUCANO_TASK_TRAINING="{}", TUCANO_SFT_MIN_STEPS="100000", TUCANO_ROUND_LOCK_SECONDS="6", OMP_NUM_THREADS="1")
-    trainer = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--once", "--task", "sql"], env=env,
+    trainer = subprocess.Popen([sys.executable, "-m", "cli", "train", "--once", "--task", "sql"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in trainer.stdout:

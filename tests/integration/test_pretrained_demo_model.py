@@ -105,7 +105,7 @@ def test_a_bootstrap_killed_half_way_resumes(tmp_path):
     the next run finishes from there."""
     env = {**os.environ, "TUCANO_DATA_DIR": str(tmp_path / "data"), "TUCANO_BOOTSTRAP_MODEL": "smollm2",
            "TUCANO_BOOTSTRAP_ORDERS": "600", "TUCANO_BOOTSTRAP_SFT_STEPS": "400"}
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "bootstrap"], cwd=REPO, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "cli", "bootstrap"], cwd=REPO, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     settings = load_settings(data_dir=tmp_path / "data", bootstrap_model="smollm2", bootstrap_orders=600, bootstrap_sft_steps=2)
     deadline = time.monotonic() + 300
@@ -141,7 +141,7 @@ def test_the_first_serve_answers_before_the_fine_tuning_and_then_with_it(tmp_pat
     early = finetuned = None
     stages: set[str] = set()
     with log_path.open("wb") as log:
-        serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        serve = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         # the fine-tuning shares two cores with both engines: once the pretrained weights have
         # answered, the test asks again only when the fine-tuned ones serve, as a user would, and

@@ -191,8 +191,8 @@ def _train_better(built, store, tmp_path, sources: dict[str, str]) -> AdapterMet
 def test_two_gateway_processes_see_a_flip_within_a_second(built, redis_url, engines, tmp_path):
     from contextlib import ExitStack
 
+    from bench.stack import start, wait_ready
     from common.store import Store
-    from deploy.bench.stack import start, wait_ready
 
     store = Store(redis_url)
     with ExitStack() as stack:
@@ -200,7 +200,7 @@ def test_two_gateway_processes_see_a_flip_within_a_second(built, redis_url, engi
         for n in range(2):
             port = free_port()
             log = tmp_path / f"gateway-{n}.log"
-            process = start(stack, "deploy.bench.stack:serve_gateway", log, str(built.data_dir), redis_url, engines["base"].url,
+            process = start(stack, "bench.stack:serve_gateway", log, str(built.data_dir), redis_url, engines["base"].url,
                             engines["think"].url, str(port), "1", str(tmp_path / f"metrics-{n}"), "off")
             urls.append(f"http://127.0.0.1:{port}")
             wait_ready(process, f"gateway {n}", f"{urls[-1]}/healthz", log)
@@ -254,7 +254,7 @@ def test_eval_files_are_checked_row_by_row_and_eval_reports_row_sources(built, r
     bad_file.write_text("\n".join([json.dumps(good[0]), json.dumps(good[1]), '{"task": "push", "input": {"discount_pct": 900},'
                                    ' "reference": {"title": "a", "body": "b"}}']) + "\n")
     before = store.eval_set("push")
-    refused = subprocess.run([sys.executable, "-m", "deploy.cli", "eval-set", "add", str(bad_file)], cwd=REPO, env=env,
+    refused = subprocess.run([sys.executable, "-m", "cli", "eval-set", "add", str(bad_file)], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "line 3" in refused.stderr and "discount_pct" in refused.stderr
     assert store.eval_set("push") == before  # one bad row: nothing added
@@ -262,15 +262,15 @@ def test_eval_files_are_checked_row_by_row_and_eval_reports_row_sources(built, r
                             (json.dumps({"task": "push", "input": rows[0]["input"]}) + "\n", "needs a reference"),
                             (json.dumps({**good[0], "reference": {"title": "x" * 50, "body": "b"}}) + "\n", "title")]:
         bad_file.write_text(content)
-        result = subprocess.run([sys.executable, "-m", "deploy.cli", "eval-set", "add", str(bad_file)], cwd=REPO, env=env,
+        result = subprocess.run([sys.executable, "-m", "cli", "eval-set", "add", str(bad_file)], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and needle in result.stderr, result.stderr
     good_file = tmp_path / "good.jsonl"
     good_file.write_text("".join(json.dumps(row) + "\n" for row in good))
-    added = subprocess.run([sys.executable, "-m", "deploy.cli", "eval-set", "add", str(good_file)], cwd=REPO, env=env,
+    added = subprocess.run([sys.executable, "-m", "cli", "eval-set", "add", str(good_file)], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=120)
     assert added.returncode == 0 and "push: 3 new eval rows" in added.stderr, added.stderr
-    report = subprocess.run([sys.executable, "-m", "deploy.cli", "eval", "--task", "push", "--json"], cwd=REPO,
+    report = subprocess.run([sys.executable, "-m", "cli", "eval", "--task", "push", "--json"], cwd=REPO,
                             env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-2000:]
     result = json.loads(report.stdout)["push"]
@@ -302,7 +302,7 @@ def test_a_promotion_by_hand_retires_what_the_version_absorbed_through_the_api_a
     env = {"TUCANO_DATA_DIR": str(built.data_dir), "TUCANO_REDIS_URL": store.url, "PATH": "/usr/bin:/bin",
            "TUCANO_BASE_ENGINE_URLS": json.dumps([engines["base"].url]), "TUCANO_THINK_ENGINE_URL": engines["think"].url,
            "TUCANO_DRAIN_SECONDS": "0"}
-    done = subprocess.run([sys.executable, "-m", "deploy.cli", "adapters", "promote", by_cli.version], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "cli", "adapters", "promote", by_cli.version], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     retired_by_cli = json.loads(done.stdout.strip().splitlines()[-1])["examples_retired"]

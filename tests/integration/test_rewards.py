@@ -58,7 +58,7 @@ def test_bench_rewards_cli_writes_results(built):
     from tests.conftest import REPO
 
     env = {"TUCANO_DATA_DIR": str(built.data_dir), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "rewards", "--seconds", "0.2"],
+    result = subprocess.run([sys.executable, "-m", "cli", "bench", "rewards", "--seconds", "0.2"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     written = json.loads((built.bench_dir / "rewards.json").read_text())

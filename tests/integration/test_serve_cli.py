@@ -43,7 +43,7 @@ def test_serve_runs_the_stack_restarts_a_dead_engine_and_stops_cleanly(built, tm
                TUCANO_GATEWAY_WORKERS="2")
     env.pop("TUCANO_REDIS_URL", None)
     log = (tmp_path / "serve.log").open("wb")
-    serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    serve = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: _ready(url) or serve.poll() is not None, 500, "serve to be ready")
@@ -134,10 +134,10 @@ def test_a_cpu_engine_yields_to_the_gateway_in_the_same_session(tmp_path):
 def test_a_bench_server_that_fails_to_start_says_why(tmp_path):
     from contextlib import ExitStack
 
-    from deploy.bench.stack import start, wait_ready
+    from bench.stack import start, wait_ready
 
     log = tmp_path / "proxy.log"
     with ExitStack() as stack:
-        proxy = start(stack, "deploy.bench.gateway:_serve_proxy", log, "http://127.0.0.1:9", "not-a-port")
+        proxy = start(stack, "bench.gateway:_serve_proxy", log, "http://127.0.0.1:9", "not-a-port")
         with pytest.raises(RuntimeError, match=r"(?s)proxy exited with code 1; log tail:.*ValueError.*not-a-port"):
             wait_ready(proxy, "proxy", "http://127.0.0.1:9", log, timeout_s=60)

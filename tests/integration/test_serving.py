@@ -420,7 +420,7 @@ def test_bench_gateway_cli_compares_both_paths(built, engines):
 
     env = {"TUCANO_DATA_DIR": str(built.data_dir), "TUCANO_BASE_ENGINE_URLS": json.dumps([engines["base"].url]),
            "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "gateway", "--concurrency", "1",
+    result = subprocess.run([sys.executable, "-m", "cli", "bench", "gateway", "--concurrency", "1",
                              "--concurrency", "4", "--requests", "8", "--max-tokens", "8"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -100,7 +100,7 @@ def test_serve_refuses_a_public_address_without_keys():
     assert check_bind(load_settings(host="0.0.0.0", allow_open_bind=True)) is not None  # allowed, warned about admin routes
     assert check_bind(load_settings(host="0.0.0.0", user_api_key=SecretStr("u"), admin_api_key=SecretStr("a"))) is None
     assert check_bind(load_settings()) is None  # loopback, no keys: the default
-    refused = subprocess.run([sys.executable, "-m", "deploy.cli", "serve"], cwd=REPO, capture_output=True, text=True, timeout=120,
+    refused = subprocess.run([sys.executable, "-m", "cli", "serve"], cwd=REPO, capture_output=True, text=True, timeout=120,
                              env={"TUCANO_HOST": "0.0.0.0", "TUCANO_DATA_DIR": "/nonexistent-tucano", "PATH": "/usr/bin:/bin"})
     assert refused.returncode == 2 and "TUCANO_ALLOW_OPEN_BIND" in refused.stderr
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from deploy.bench.busy import LATENCY_TARGET, measure, table
+from bench.busy import LATENCY_TARGET, measure, table
 
 
 def side(rng, seconds: float, statuses: list[int] | None = None, retry_after: bool = True) -> list[dict]:

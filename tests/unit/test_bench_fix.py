@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from deploy.bench.fix import LATENCY_TARGET, latency, table
+from bench.fix import LATENCY_TARGET, latency, table
 
 
 def blocks(rng: random.Random, count: int, seconds: float, tokens: int, examples: int) -> list[list[dict]]:

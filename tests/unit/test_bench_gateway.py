@@ -9,7 +9,7 @@ import sys
 
 
 def test_bench_reads_the_gateway_overhead_median_between_two_histogram_readings():
-    from deploy.bench.gateway import _overhead
+    from bench.gateway import _overhead
 
     name = "tucano_gateway_overhead_seconds"
     before = {f"{name}_count": 10, f"{name}_sum": 0.01, f"{name}_bucket0.001": 10, f"{name}_bucket0.003": 10,
@@ -31,7 +31,7 @@ def _block_runs(rng, blocks: int, shift_ms: float, wall_s: float) -> list[dict]:
 def test_bench_intervals_hold_the_true_difference_and_narrow_with_more_blocks():
     import random
 
-    from deploy.bench.gateway import _intervals
+    from bench.gateway import _intervals
 
     rng = random.Random(3)
     few = _intervals(_block_runs(rng, 6, 0, 1.0), _block_runs(rng, 6, 2.0, 1.05))
@@ -47,7 +47,7 @@ def test_bench_intervals_hold_the_true_difference_and_narrow_with_more_blocks():
 
 
 def test_bench_verdict_needs_both_intervals_inside_the_target():
-    from deploy.bench.gateway import verdict
+    from bench.gateway import verdict
 
     def side(p50, ratio):
         return {"added_p50_ci95_ms": p50, "throughput_ratio_ci95": ratio}
@@ -60,7 +60,7 @@ def test_bench_verdict_needs_both_intervals_inside_the_target():
 
 
 def test_split_cores_keeps_a_quarter_for_the_gateway_side():
-    from deploy.bench.gateway import split_cores
+    from bench.gateway import split_cores
 
     assert split_cores({3}) is None  # one core cannot be split
     assert split_cores({0, 1}) == (frozenset({0}), frozenset({1}))
@@ -77,7 +77,7 @@ def test_the_bench_client_thread_runs_idle_and_leaves_the_process_as_it_was():
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from deploy.bench.gateway import _idle_priority
+    from bench.gateway import _idle_priority
 
     before = os.sched_getscheduler(0)
     with ThreadPoolExecutor(max_workers=1, initializer=_idle_priority) as client:

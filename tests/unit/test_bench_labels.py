@@ -3,7 +3,7 @@ import pytest
 
 
 def test_the_queue_arm_takes_the_queues_first_answers_and_each_random_draw_its_own_sample():
-    from deploy.bench.labels import choose
+    from bench.labels import choose
 
     queue_order = [7, 3, 9, 0, 1, 2, 4, 5, 6, 8]
     chosen = choose(queue_order, answers=10, labels=4, draws=3, seed=11)
@@ -18,7 +18,7 @@ def test_the_queue_arm_takes_the_queues_first_answers_and_each_random_draw_its_o
 
 
 def test_answers_follow_the_queues_ranks_and_those_it_does_not_list_come_last_in_their_order():
-    from deploy.bench.learn import in_queue_order
+    from bench.learn import in_queue_order
 
     answers = [{"id": f"r{i}"} for i in range(5)]
     ranks = {"r3": 0, "r1": 1}  # the queue lists two of the five
@@ -40,14 +40,14 @@ def _results(queue: float, *randoms: float) -> dict:
 
 
 def test_the_ratio_is_the_queues_gain_per_label_over_the_random_draws_mean():
-    from deploy.bench.labels import ratio
+    from bench.labels import ratio
 
     assert ratio(_results(0.30, 0.10, 0.30), "sql") == pytest.approx(1.5)
     assert ratio(_results(0.30, 0.0, -0.02), "sql") is None  # random gained nothing: no ratio to give
 
 
 def test_the_table_gives_each_arm_its_gain_its_cost_per_label_and_the_queue_against_it():
-    from deploy.bench.labels import table
+    from bench.labels import table
 
     lines = table(_results(0.30, 0.10, -0.01)).splitlines()
     queue = next(line for line in lines if "| queue |" in line)
@@ -62,7 +62,7 @@ def test_the_table_gives_each_arm_its_gain_its_cost_per_label_and_the_queue_agai
 def test_more_labels_than_answers_is_refused_before_anything_runs(tmp_path):
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
 
     result = CliRunner().invoke(cli.app, ["bench", "labels", "--requests", "20", "--labels", "30"], env={"TUCANO_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 2, result.output
@@ -74,7 +74,7 @@ def test_more_labels_than_answers_is_refused_before_anything_runs(tmp_path):
 def test_epochs_out_of_range_are_refused_before_anything_runs(tmp_path, epochs):
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
 
     result = CliRunner().invoke(cli.app, ["bench", "labels", "--epochs", epochs], env={"TUCANO_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 2, result.output
@@ -84,8 +84,8 @@ def test_epochs_out_of_range_are_refused_before_anything_runs(tmp_path, epochs):
 
 @pytest.mark.xdist_group("torch")
 def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_own_settings():
+    from bench.labels import UNBOUNDED_S, arm_training
     from common.settings import Settings
-    from deploy.bench.labels import UNBOUNDED_S, arm_training
     from trainer.data import TaskData, split_validation
     from trainer.sft import planned_epochs
 
@@ -105,7 +105,7 @@ def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_o
 
 
 def test_with_epochs_every_label_trains_and_without_a_rounds_validation_slice_is_held_out():
-    from deploy.bench.learn import sft_data
+    from bench.learn import sft_data
     from trainer.data import MIN_VALIDATION
 
     examples = [{"prompt": f"q{i}", "completion": f"a{i}", "source": f"r{i}"} for i in range(15)]
@@ -117,7 +117,7 @@ def test_with_epochs_every_label_trains_and_without_a_rounds_validation_slice_is
 
 
 def test_the_report_says_how_the_arms_trained():
-    from deploy.bench.labels import table
+    from bench.labels import table
 
     results = _results(0.30, 0.10)
     assert "within one round's budget ({'sql': 45.0} s)" in table(results)
@@ -126,7 +126,7 @@ def test_the_report_says_how_the_arms_trained():
 
 
 def test_an_arm_trained_several_times_is_read_row_by_row_as_the_mean_over_its_trainings():
-    from deploy.bench.labels import mean_totals, table
+    from bench.labels import mean_totals, table
 
     assert mean_totals([[0.0, 1.0, 0.5], [1.0, 1.0, 0.0], [0.5, 0.25, 0.0]]) == [0.5, 0.75, round(0.5 / 3, 4)]
     assert mean_totals([[0.2, 0.4]]) == [0.2, 0.4]  # one training: its own rewards
@@ -142,7 +142,7 @@ def test_an_arm_trained_several_times_is_read_row_by_row_as_the_mean_over_its_tr
 def test_trainings_out_of_range_are_refused_before_anything_runs(tmp_path, trainings):
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
 
     result = CliRunner().invoke(cli.app, ["bench", "labels", "--trainings", trainings], env={"TUCANO_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 2, result.output

@@ -16,7 +16,7 @@ def _score(total: float, **components: float) -> Score:
 
 
 def test_measured_gives_the_mean_its_interval_and_each_components_mean():
-    from deploy.bench.learn import measured
+    from bench.learn import measured
 
     scores = [_score(0.2, parse=1.0, executes=0.0), _score(0.4, parse=1.0, executes=1.0), _score(0.0, parse=0.0)]
     out = measured(scores)
@@ -32,7 +32,7 @@ def test_measured_shows_each_extraction_field_as_the_gate_compares_them():
     gate's per-field veto sees them, so a field that a round made worse shows in the results."""
     import json
 
-    from deploy.bench.learn import measured
+    from bench.learn import measured
     from rewards import score
 
     reference = {"sentiment": "negative", "sentiment_score": 1.0, "complaint_category": "delivery_delay",
@@ -48,7 +48,7 @@ def test_measured_shows_each_extraction_field_as_the_gate_compares_them():
 
 
 def test_a_gain_is_paired_by_held_out_row():
-    from deploy.bench.learn import paired_gain
+    from bench.learn import paired_gain
 
     before = [_score(0.1), _score(0.5), _score(0.9)]
     after = [_score(0.2), _score(0.6), _score(1.0)]
@@ -59,7 +59,7 @@ def test_a_gain_is_paired_by_held_out_row():
 
 
 def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
-    from deploy.bench.learn import components_table, table
+    from bench.learn import components_table, table
 
     results = {
         "settings": {"rounds": 1, "requests": 10, "correction_rate": 0.2, "rating_rate": 0.3, "measure_rows": {"sql": 2, "push": 2}},
@@ -87,7 +87,7 @@ def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
 
 
 def test_the_as_served_table_gives_each_rounds_version_with_the_teams_examples_and_its_gain():
-    from deploy.bench.learn import as_served_table, table
+    from bench.learn import as_served_table, table
 
     def measurement(number: int, version: str, alone: float, served: float | None) -> dict:
         out = {"round": number, "version": version, "mean": alone, "ci95": [alone, alone], "n": 2, "components": {}}
@@ -111,7 +111,7 @@ def test_the_as_served_table_gives_each_rounds_version_with_the_teams_examples_a
 
 
 def test_the_ablation_sets_grpos_learning_rate_beside_the_supervised_one():
-    from deploy.bench.learn import ABLATION_ARMS, table
+    from bench.learn import ABLATION_ARMS, table
 
     def arm(mean: float, rate: float, gain: float) -> dict:
         return {"mean": mean, "ci95": [mean, mean], "n": 2, "learning_rate": rate, "steps": 5,
@@ -131,7 +131,7 @@ def test_the_ablation_sets_grpos_learning_rate_beside_the_supervised_one():
 
 
 def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
-    from deploy.bench.learn import table
+    from bench.learn import table
 
     traffic = {"requests": 10, "corrected": 2, "rated": 3}
     early = {"difference": 0.3, "interval": [0.2, 0.4], "n": 32, "planned": 64}
@@ -152,7 +152,7 @@ def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
 
 
 def test_the_rounds_table_says_how_many_steps_each_method_ran_and_where_it_started():
-    from deploy.bench.learn import trained
+    from bench.learn import trained
 
     entry = {"plan": [{"method": "sft", "why": "23 supervised examples"}], "start": {"weights": "base", "why": "no active version"},
              "training": [{"method": "sft", "steps": 26, "epochs": 6.5, "stopped_by": "time budget"}]}
@@ -166,7 +166,7 @@ def test_the_rounds_table_says_how_many_steps_each_method_ran_and_where_it_start
 
 
 def test_the_label_curve_takes_each_input_once_in_the_order_it_was_first_sent():
-    from deploy.bench.learn import distinct
+    from bench.learn import distinct
 
     sent = [{"id": "b", "n": 1}, {"id": "a", "n": 2}, {"id": "b", "n": 3}, {"id": "c", "n": 4}]
     assert [(r["id"], r["n"]) for r in distinct(sent)] == [("b", 1), ("a", 2), ("c", 4)]
@@ -174,7 +174,7 @@ def test_the_label_curve_takes_each_input_once_in_the_order_it_was_first_sent():
 
 
 def test_the_label_curve_is_reported_per_task_and_point():
-    from deploy.bench.learn import label_curve_table
+    from bench.learn import label_curve_table
 
     results = {"tasks": {"sql": {"label_curve": [
         {"labels": 24, "mean": 0.2, "ci95": [0.18, 0.22], "gain": {"mean": 0.15, "ci95": [0.13, 0.17]}, "components": {"parse": 0.9}},
@@ -187,7 +187,7 @@ def test_the_label_curve_is_reported_per_task_and_point():
 
 
 def test_a_label_curve_point_below_two_references_is_refused(tmp_path):
-    refused = subprocess.run([sys.executable, "-m", "deploy.cli", "bench", "learn", "--label-curve", "1"], cwd=REPO,
+    refused = subprocess.run([sys.executable, "-m", "cli", "bench", "learn", "--label-curve", "1"], cwd=REPO,
                              capture_output=True, text=True, timeout=120, env={**os.environ, "TUCANO_DATA_DIR": str(tmp_path), "COLUMNS": "300"})
     assert refused.returncode == 2
     assert "--label-curve" in refused.stderr and "greater than or equal to 2" in refused.stderr
@@ -195,7 +195,7 @@ def test_a_label_curve_point_below_two_references_is_refused(tmp_path):
 
 
 def test_each_target_is_judged_from_the_measurements():
-    from deploy.bench.learn import targets, targets_table
+    from bench.learn import targets, targets_table
 
     def rounds(*means, components=None, against=None):
         out = [{"round": i, "version": "base" if i == 0 else f"v{i}", "mean": m, "ci95": [m, m], "n": 2,
@@ -248,7 +248,7 @@ def _gateway(*responses):
 def test_the_team_sends_a_503_again_after_its_retry_after_and_a_504_at_once_and_reports_them():
     import asyncio
 
-    from deploy.bench.learn import post_as_a_client
+    from bench.learn import post_as_a_client
 
     unavailable: list[str] = []
     busy = {"error": {"message": "think engine failed: TimeoutError"}}
@@ -268,7 +268,7 @@ def test_the_team_sends_a_503_again_after_its_retry_after_and_a_504_at_once_and_
 def test_the_team_stops_on_a_503_or_504_every_time_or_on_any_other_error_with_the_gateways_message():
     import asyncio
 
-    from deploy.bench.learn import TRIES, TrafficFailed, post_as_a_client
+    from bench.learn import TRIES, TrafficFailed, post_as_a_client
 
     down = {"error": {"message": "no healthy think engine"}}
     client, seen = _gateway(*[(503, down)] * TRIES)
@@ -290,7 +290,7 @@ def test_the_team_stops_on_a_503_or_504_every_time_or_on_any_other_error_with_th
 
 
 def test_the_traffic_says_how_long_answers_ran_and_how_many_hit_the_token_limit():
-    from deploy.bench.learn import answer_shape
+    from bench.learn import answer_shape
     from router.task_specs import TASK_SPECS
 
     limit = TASK_SPECS["insights"].sampling.max_tokens
@@ -305,7 +305,7 @@ def test_the_traffic_says_how_long_answers_ran_and_how_many_hit_the_token_limit(
 def test_a_run_keeps_its_rounds_after_each_and_its_logs_when_it_fails(tmp_path):
     import json
 
-    from deploy.bench.learn import keep_what_ran
+    from bench.learn import keep_what_ran
 
     keep, scratch = tmp_path / "bench" / "learn-run9", tmp_path / "scratch"
     scratch.mkdir()
@@ -336,7 +336,7 @@ def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
     read says so instead of passing for a run without failures."""
     import redis
 
-    from deploy.bench.learn import FAILURES_KEPT, engine_failures
+    from bench.learn import FAILURES_KEPT, engine_failures
 
     class Recorded:
         def recent_failures(self, count):
@@ -354,7 +354,7 @@ def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
 
 
 def test_bench_fix_tables_each_state_and_the_time_to_fix():
-    from deploy.bench import fix
+    from bench import fix
 
     state = {"mean": 0.5, "ci95": [0.4, 0.6], "n": 40}
     gained = {**state, "gain": {"mean": 0.2, "ci95": [0.1, 0.3], "n": 40}}
@@ -369,7 +369,7 @@ def test_bench_fix_tables_each_state_and_the_time_to_fix():
 
 
 def test_labels_per_gain_counts_every_rounds_labels_against_the_gain():
-    from deploy.bench.learn import labels_per_gain
+    from bench.learn import labels_per_gain
 
     traffic = {"corrected": 12, "rated": 18}
     results = {"settings": {"label_choice": "queue"}, "rounds": [{"tasks": {"sql": {"traffic": traffic}}}] * 2,
@@ -382,7 +382,7 @@ def test_labels_per_gain_counts_every_rounds_labels_against_the_gain():
 def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says_when_it_cannot():
     """Issue 64: the served score GRPO trains on must keep ranking a version's held-out answers as
     their references do; its mean beside the reference-scored one shows a policy that pleases it."""
-    from deploy.bench.learn import scorer_check, scorer_table
+    from bench.learn import scorer_check, scorer_table
 
     referenced = [_score(x) for x in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)]
     agreeing = scorer_check([_score(x) for x in (0.2, 0.25, 0.5, 0.55, 0.7, 0.9)], referenced)
@@ -400,7 +400,7 @@ def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says
 
 
 def test_learning_from_traffic_alone_is_judged_on_two_structured_tasks_and_the_scorer_it_pleases():
-    from deploy.bench.learn import targets
+    from bench.learn import targets
 
     def task(gain, low, high, free_first=None, free_last=None, rhos=(0.9, 0.8)):
         rounds = [{"round": i, "version": "base" if i == 0 else f"v{i}", "mean": 0.3, "ci95": [0.3, 0.3], "n": 40, "components": {}}

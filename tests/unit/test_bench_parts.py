@@ -18,8 +18,8 @@ from tests.conftest import REPO
 
 def _replacements(monkeypatch) -> dict:
     """What `serve_gateway_without` puts in place, captured instead of serving."""
+    from bench import parts
     from common.store import Store
-    from deploy.bench import parts
     from router.engine_client import EnginePool
 
     served = []
@@ -46,8 +46,8 @@ def test_the_parts_taken_away_have_the_signatures_of_the_real_calls(monkeypatch)
 def test_the_in_process_completion_is_the_mocks_extraction_answer(monkeypatch):
     import asyncio
 
+    from bench.mock_engine import COMPLETION
     from common.records import Sampling
-    from deploy.bench.mock_engine import COMPLETION
     from rewards import score
 
     replaced = _replacements(monkeypatch)
@@ -58,7 +58,7 @@ def test_the_in_process_completion_is_the_mocks_extraction_answer(monkeypatch):
 
 
 def test_unknown_parts_are_refused_before_anything_serves(monkeypatch):
-    from deploy.bench import parts
+    from bench import parts
 
     monkeypatch.setattr(parts, "serve_gateway", lambda *args: pytest.fail("served"))
     with pytest.raises(SystemExit, match="unknown parts"):
@@ -69,7 +69,7 @@ def test_unknown_parts_are_refused_before_anything_serves(monkeypatch):
 
 def test_the_uvicorn_floor_reads_the_body_and_answers_json():
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", "import sys; from deploy.bench.floor import serve; serve(sys.argv[1])",
+    process = subprocess.Popen([sys.executable, "-c", "import sys; from bench.floor import serve; serve(sys.argv[1])",
                                 str(port)], cwd=REPO)
     try:
         deadline = time.monotonic() + 20
@@ -87,7 +87,7 @@ def test_the_uvicorn_floor_reads_the_body_and_answers_json():
 
 
 def test_differences_are_paired_by_round_and_their_interval_holds_a_constant_shift():
-    from deploy.bench.parts import differences
+    from bench.parts import differences
 
     with_part = [1.0, 1.4, 0.9, 1.2, 1.1, 1.3]
     shifted = [v - 0.25 for v in with_part]
@@ -99,7 +99,7 @@ def test_differences_are_paired_by_round_and_their_interval_holds_a_constant_shi
 
 
 def test_the_table_names_every_variant_and_part_at_every_level():
-    from deploy.bench.parts import PARTS, VARIANTS, table
+    from bench.parts import PARTS, VARIANTS, table
 
     level = {"variants": {name: {"ms": 0.5, "ci95": [0.4, 0.6], "failed": 0} for name in VARIANTS},
              "parts": {part: {"ms": 0.1, "ci95": [0.05, 0.15]} for part, _, _ in PARTS}}
@@ -117,7 +117,7 @@ def test_the_fastapi_free_shim_hands_task_posts_to_the_route_function_and_the_re
     import json
     from types import SimpleNamespace
 
-    from deploy.bench import parts
+    from bench import parts
     from server.routes import tasks
     from server.schemas import Scores, ServedBy, TaskResponse, Usage
 

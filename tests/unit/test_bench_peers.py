@@ -20,7 +20,7 @@ from tests.conftest import REPO
 def mock_engine():
     def start(delay_ms: float) -> tuple[subprocess.Popen, str]:
         port = free_port()
-        process = subprocess.Popen([sys.executable, "-c", "import sys; from deploy.bench.mock_engine import serve; serve(*sys.argv[1:])",
+        process = subprocess.Popen([sys.executable, "-c", "import sys; from bench.mock_engine import serve; serve(*sys.argv[1:])",
                                     str(port), str(delay_ms)], cwd=REPO)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 20
@@ -40,7 +40,7 @@ def mock_engine():
 
 
 def test_the_mock_answers_chat_and_completions_with_a_valid_extraction_answer(mock_engine):
-    from deploy.bench.mock_engine import COMPLETION
+    from bench.mock_engine import COMPLETION
     from rewards import score
 
     url = mock_engine[0]
@@ -58,7 +58,7 @@ def test_the_mock_answers_chat_and_completions_with_a_valid_extraction_answer(mo
 
 @pytest.mark.parametrize("path,field", [("/v1/chat/completions", "delta"), ("/v1/completions", "text")])
 def test_the_mock_streams_server_sent_events_that_add_up_to_the_completion(mock_engine, path, field):
-    from deploy.bench.mock_engine import COMPLETION
+    from bench.mock_engine import COMPLETION
 
     with httpx.stream("POST", f"{mock_engine[0]}{path}", json={"model": "mock", "prompt": "oi", "stream": True}) as response:
         assert response.headers["content-type"] == "text/event-stream"
@@ -83,7 +83,7 @@ def test_the_mock_waits_its_delay_before_a_completion_but_not_before_a_probe(moc
 
 
 def test_histogram_quantiles_interpolate_inside_the_bucket_and_read_nothing_past_the_last():
-    from deploy.bench.peers import _histogram_quantile
+    from bench.peers import _histogram_quantile
 
     name = "tucano_gateway_overhead_seconds"
     before = {f"{name}_count": 0, f"{name}_bucket0.0005": 0, f"{name}_bucket0.001": 0, f"{name}_bucket0.002": 0, f"{name}_bucket+Inf": 0}
@@ -98,7 +98,7 @@ def test_histogram_quantiles_interpolate_inside_the_bucket_and_read_nothing_past
 def test_added_latency_intervals_hold_a_constant_shift():
     import random
 
-    from deploy.bench.peers import _added_intervals
+    from bench.peers import _added_intervals
 
     rng = random.Random(5)
     direct = [[1.0 + rng.random() for _ in range(64)] for _ in range(8)]
@@ -109,7 +109,7 @@ def test_added_latency_intervals_hold_a_constant_shift():
 
 
 def test_the_profile_summary_counts_each_frame_once_per_stack_and_self_time_by_package():
-    from deploy.bench.peers import by_package, hottest_frames
+    from bench.peers import by_package, hottest_frames
 
     collapsed = "\n".join(["main (a.py:1);handle (server/b.py:2);score (rewards/c.py:3) 6", "main (a.py:1);handle (server/b.py:2) 2",
                            "main (a.py:1);write (redis/d.py:4);write (redis/d.py:4) 2", "garbage line"])
@@ -122,7 +122,7 @@ def test_the_profile_summary_counts_each_frame_once_per_stack_and_self_time_by_p
 
 
 def test_every_side_gets_the_same_review_and_ours_does_the_task():
-    from deploy.bench.peers import SIDES, Requests
+    from bench.peers import SIDES, Requests
 
     made = Requests(["O produto chegou quebrado.", "Adorei a entrega rápida."])
     for workload in ("extraction", "chat"):
@@ -139,7 +139,7 @@ def test_every_side_gets_the_same_review_and_ours_does_the_task():
 
 
 def test_verdicts_compare_with_litellm_at_every_level_and_read_our_own_time_at_the_target_rate():
-    from deploy.bench.peers import verdicts
+    from bench.peers import verdicts
 
     def side(added: float) -> dict:
         return {"added_p50": added}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from deploy.bench.samples import LATENCY_TARGET, measure, table
+from bench.samples import LATENCY_TARGET, measure, table
 from tests.unit.conftest import _db
 
 GOOD = "SELECT COUNT(*) FROM olist_orders_dataset"

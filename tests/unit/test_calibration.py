@@ -66,7 +66,7 @@ def test_the_served_score_ranks_the_demo_models_answers_as_their_references_do(t
 
 
 def test_bench_calibration_tables_each_source_with_an_interval():
-    from deploy.bench import calibration as bench
+    from bench import calibration as bench
 
     pairs = [Pair(i / 30, (i + (3 if i % 2 else 0)) / 33, "liked" if i > 15 else "corrected") for i in range(30)]
     s = bench.summary(pairs)

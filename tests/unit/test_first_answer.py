@@ -89,7 +89,8 @@ def test_serve_builds_only_what_serving_needs_before_it_starts(tmp_path, monkeyp
     import httpx
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
+    from cli import serve as serve_command
 
     calls: list[tuple] = []
     built = {"built": False, "serveable": False}
@@ -103,7 +104,7 @@ def test_serve_builds_only_what_serving_needs_before_it_starts(tmp_path, monkeyp
 
     monkeypatch.setattr("demo.bootstrap.is_built", lambda settings: built["built"])
     monkeypatch.setattr("demo.bootstrap.is_serveable", lambda settings: built["serveable"])
-    monkeypatch.setattr(cli, "_run_bootstrap", lambda settings, force=False, serveable_only=False:
+    monkeypatch.setattr(serve_command, "run_bootstrap", lambda settings, force=False, serveable_only=False:
                         calls.append(("bootstrap", serveable_only)) or calls.append(port_answers()))
     monkeypatch.setattr("deploy.serve.serve", lambda settings, say, finish_bootstrap, starting:
                         calls.append(("serve", finish_bootstrap)) or calls.append(port_answers()))
@@ -135,9 +136,10 @@ def test_serve_on_a_taken_port_says_so_before_building_anything(tmp_path, monkey
 
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
+    from cli import serve as serve_command
 
-    monkeypatch.setattr(cli, "_run_bootstrap", lambda *args, **kwargs: pytest.fail("built before checking the port"))
+    monkeypatch.setattr(serve_command, "run_bootstrap", lambda *args, **kwargs: pytest.fail("built before checking the port"))
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
@@ -196,7 +198,7 @@ def test_freed_heap_pages_go_back_to_the_system():
 
 
 def test_bench_early_names_what_is_missing_without_the_pretrained_weights(tmp_path):
-    from deploy.bench import early
+    from bench import early
 
     with pytest.raises(FileNotFoundError, match=r"no pretrained demo model at .*pretrained-smollm2: run `tucano bootstrap`"):
         early.run(load_settings(data_dir=tmp_path, bootstrap_model="smollm2"), 8)

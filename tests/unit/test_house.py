@@ -10,13 +10,26 @@ from pathlib import Path
 from common.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "server", "router", "rewards", "trainer", "deploy", "demo")
+PACKAGES = ("common", "server", "router", "rewards", "trainer", "deploy", "demo", "bench", "cli")
+# ARCHITECTURE.md's layering: what each top-level package may import of ours (the running
+# service, `deploy` and below, never imports the demo bootstrap; only the CLI and the benchmarks do)
+MAY_IMPORT = {
+    "common": set(),
+    "rewards": {"common"},
+    "router": {"common", "rewards"},
+    "server": {"common", "rewards", "router"},
+    "trainer": {"common", "rewards", "router"},
+    "demo": {"common", "rewards", "router", "trainer"},
+    "deploy": {"common", "rewards", "router", "server", "trainer"},
+    "bench": {"common", "rewards", "router", "server", "trainer", "demo", "deploy"},
+    "cli": {"common", "rewards", "router", "server", "trainer", "demo", "deploy", "bench"},
+}
 # where naming a task is the point: the registry, a task's own module, the dispatch that picks it
 ALLOWED = {
     "common/tasks.py": "the task registry",
     "router/classify.py": "the classifier answers with a task's name",
     "rewards/scoring.py": "picks the task's own reward module",
-    "deploy/bench/peers.py": "compares its workloads (chat, extraction), not tasks",
+    "bench/peers.py": "compares its workloads (chat, extraction), not tasks",
 }
 
 
@@ -56,7 +69,7 @@ def test_each_package_docstring_names_every_module_it_holds_and_no_other():
     """A newcomer reads a package's docstring first: it names each of its modules, and only ones
     that exist (a rename leaves no stale name behind)."""
     stale, unnamed = {}, {}
-    for package in (*PACKAGES, "deploy/bench", "server/routes"):
+    for package in (*PACKAGES, "server/routes"):
         doc = ast.get_docstring(ast.parse((REPO / package / "__init__.py").read_text())) or ""
         modules = {p.stem for p in (REPO / package).glob("*.py") if p.stem != "__init__"}
         modules |= {p.name for p in (REPO / package).iterdir() if (p / "__init__.py").is_file()}
@@ -75,3 +88,29 @@ def test_collecting_the_unit_tier_imports_no_training_library():
 
     assert not heavy_at_collection, "imported while collecting: " + ", ".join(
         f"{library} (first there after {node})" for library, node in heavy_at_collection.items())
+
+
+def layering_breaches(package: str, source: str) -> list[str]:
+    """The imports of ours in `source` (a module of `package`) that `MAY_IMPORT` does not allow."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        out += [f"{name} (line {node.lineno})" for name in names
+                if name.split(".")[0] in MAY_IMPORT and name.split(".")[0] != package and name.split(".")[0] not in MAY_IMPORT[package]]
+    return out
+
+
+def test_the_layering_finder_sees_an_import_upward_at_the_top_and_inside_a_function():
+    source = "import common.store\nfrom deploy.serve import serve\ndef f():\n    import bench.learn\n    from router import prompts\n"
+    assert layering_breaches("server", source) == ["deploy.serve (line 2)", "bench.learn (line 4)"]
+    assert layering_breaches("cli", source) == []
+
+
+def test_imports_flow_one_way_as_the_architecture_page_draws_them():
+    """Each package imports only the packages below it (`MAY_IMPORT`, drawn in ARCHITECTURE.md),
+    at the top of a module or inside a function alike."""
+    assert set(MAY_IMPORT) == set(PACKAGES)
+    found = {str(path.relative_to(REPO)): breaches for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
+             if (breaches := layering_breaches(package, path.read_text()))}
+    assert found == {}, f"imports against the layering: {found}"

@@ -94,7 +94,7 @@ def test_without_bitsandbytes_nf4_names_the_setting(policy, checkpoint, monkeypa
 
 
 def test_bench_qlora_measures_both_quantizations_side_by_side(checkpoint):
-    from deploy.bench import qlora
+    from bench import qlora
 
     results = qlora.run(checkpoint, None, batch=1, length=16, steps=2, warmup=1)
     none, nf4 = results["rows"]

@@ -7,7 +7,7 @@ import pytest
 from common.settings import ConfigError, load_settings
 from tests.conftest import REPO
 
-TUCANO = [sys.executable, "-m", "deploy.cli"]
+TUCANO = [sys.executable, "-m", "cli"]
 
 
 def test_defaults_and_derived_paths(tmp_path, monkeypatch):

@@ -143,7 +143,7 @@ def test_a_candidate_trains_with_its_tasks_own_settings(monkeypatch):
 def test_bench_finetune_refuses_an_unknown_task_before_anything_runs(tmp_path):
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
 
     result = CliRunner().invoke(cli.app, ["bench", "finetune", "--task", "poems"], env={"TUCANO_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 2
@@ -162,7 +162,7 @@ def test_bench_finetune_refuses_an_unknown_task_before_anything_runs(tmp_path):
 def test_every_command_refuses_an_unknown_task_alike_before_anything_runs(tmp_path, args, option):
     from typer.testing import CliRunner
 
-    from deploy import cli
+    from cli import main as cli
 
     result = CliRunner().invoke(cli.app, args, env={"TUCANO_DATA_DIR": str(tmp_path), "TUCANO_REDIS_URL": "redis://127.0.0.1:1"})
     assert result.exit_code == 2, result.output

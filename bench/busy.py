@@ -36,12 +36,12 @@ from pathlib import Path
 
 import httpx
 
+from bench.learn import start_stack
+from bench.stack import start
 from common.datasets import load_split
 from common.processes import usable_cores
 from common.settings import Settings
 from common.stats import block_interval, percentile
-from deploy.bench.learn import start_stack
-from deploy.bench.stack import start
 from deploy.vllm_server import TRAINING_NICE
 
 LATENCY_TARGET = 1.5  # p95 while training over p95 without
@@ -74,7 +74,7 @@ def train_beside(load: str, task: str) -> None:
                           {t for t in TASKS if TASK_ENGINE[t] == "think"}, 10**6, FINETUNE_LR, settings.seed,
                           bf16_on_cpu(settings.train_cpu_precision), lambda *_: step())
         return
-    from deploy.bench.learn import reference_examples
+    from bench.learn import reference_examples
     from trainer import methods, sft
     from trainer.policy import load_policy
 
@@ -142,7 +142,7 @@ def run(settings: Settings, tasks: tuple[str, ...], load: str, train_task: str, 
         threads = str(max(1, usable_cores() // 2)) if load == "round" else str(usable_cores())
         env = {**os.environ, "TUCANO_DATA_DIR": str(settings.root), "OMP_NUM_THREADS": threads}
         env.pop("TUCANO_REDIS_URL", None)
-        trainer = start(stack, "deploy.bench.busy:train_beside", log_path, load, train_task, env=env)
+        trainer = start(stack, "bench.busy:train_beside", log_path, load, train_task, env=env)
         stack.callback(lambda: os.kill(trainer.pid, signal.SIGCONT) if trainer.poll() is None else None)  # a stopped process takes no SIGTERM
         os.setpriority(os.PRIO_PROCESS, trainer.pid, TRAINING_NICE)
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -35,12 +35,12 @@ from pathlib import Path
 
 import httpx
 
+from bench.stack import Side, drive, start, wait_ready
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.stats import RESAMPLES, block_interval, percentile
 from common.store import Store
-from deploy.bench.stack import Side, drive, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 TASK = "extraction"
@@ -330,10 +330,10 @@ def run(settings: Settings, concurrencies: list[int], requests_per_level: int, m
             base_url = engine.url
         gateway_port, proxy_port = free_port(), free_port()
         gateway_log, proxy_log = scratch / "gateway.log", scratch / "proxy.log"
-        gateway = start(stack, "deploy.bench.stack:serve_gateway", gateway_log, str(settings.root), redis_url, base_url, base_url,
+        gateway = start(stack, "bench.stack:serve_gateway", gateway_log, str(settings.root), redis_url, base_url, base_url,
                         str(gateway_port),
                          str(settings.gateway_workers), str(scratch / "gateway-metrics"), "on" if settings.access_log else "off")
-        proxy = start(stack, "deploy.bench.gateway:_serve_proxy", proxy_log, base_url, str(proxy_port))
+        proxy = start(stack, "bench.gateway:_serve_proxy", proxy_log, base_url, str(proxy_port))
         gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
         wait_ready(gateway, "gateway", f"{gateway_url}/readyz", gateway_log)
         wait_ready(proxy, "proxy", proxy_url, proxy_log)

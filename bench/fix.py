@@ -34,12 +34,12 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from bench.learn import bench_env, interval, measured, paired_gain, post_as_a_client, served_scores, set_aside, start_gateway, start_stack
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import block_interval, percentile
 from common.store import Store
 from common.tasks import TASK_ENGINE
-from deploy.bench.learn import bench_env, interval, measured, paired_gain, post_as_a_client, served_scores, set_aside, start_gateway, start_stack
 from deploy.hotswap import HotSwap
 from rewards import Score, score
 from router.engine_client import ChatTemplate

@@ -31,14 +31,14 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+from bench.mock_engine import COMPLETION
+from bench.peers import Requests, sender
+from bench.stack import Side, drive, pin, serve_gateway, start, wait_ready
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.stats import mean_interval
 from common.store import RECORDS, Store
-from deploy.bench.mock_engine import COMPLETION
-from deploy.bench.peers import Requests, sender
-from deploy.bench.stack import Side, drive, pin, serve_gateway, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 GATEWAY_VARIANTS = {"served": "", "no record write": "record", "no engine call": "engine", "neither": "record,engine",
@@ -122,7 +122,7 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-parts-")))
         mock_port = free_port()
-        mock = start(stack, "deploy.bench.mock_engine:serve", scratch / "mock.log", str(mock_port), "0",
+        mock = start(stack, "bench.mock_engine:serve", scratch / "mock.log", str(mock_port), "0",
                      str(cores[0]) if shared_core else "")
         mock_url = f"http://127.0.0.1:{mock_port}"
         wait_ready(mock, "mock engine", f"{mock_url}/health", scratch / "mock.log")
@@ -138,14 +138,14 @@ def run(settings: Settings, levels: list[int], rounds: int, block: int, say=prin
             port, log = free_port(), scratch / f"{name.replace(' ', '-')}.log"
             url = f"http://127.0.0.1:{port}"
             if name in GATEWAY_VARIANTS:
-                process = start(stack, "deploy.bench.parts:serve_gateway_without", log, GATEWAY_VARIANTS[name], str(settings.root),
+                process = start(stack, "bench.parts:serve_gateway_without", log, GATEWAY_VARIANTS[name], str(settings.root),
                                 redis_url, mock_url, mock_url, str(port), "1", str(scratch / f"metrics-{port}"), "off", env=env)
                 wait_ready(process, name, f"{url}/readyz", log)
             elif name == "uvicorn floor":
-                process = start(stack, "deploy.bench.floor:serve", log, str(port))
+                process = start(stack, "bench.floor:serve", log, str(port))
                 wait_ready(process, name, f"{url}/", log)
             else:
-                process = start(stack, "deploy.bench.gateway:_serve_proxy", log, mock_url, str(port))
+                process = start(stack, "bench.gateway:_serve_proxy", log, mock_url, str(port))
                 wait_ready(process, name, url, log)
             pin(process.pid, proxy_core)
             sides[name] = Side("tucano" if name in GATEWAY_VARIANTS else name, url, name, [process.pid])

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import httpx
 
+from bench.learn import interval, post_as_a_client, start_stack
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import block_interval, percentile
-from deploy.bench.learn import interval, post_as_a_client, start_stack
 from rewards import score
 from router.task_specs import TASK_SPECS
 

@@ -107,7 +107,7 @@ def run(settings, timeout_s: float = 3600.0, say: Callable[[str], None] = print,
     started = time.monotonic()
     say(f"tucano serve on a fresh data dir {data_dir}, port {port}; log {log_path}")
     with log_path.open("wb") as log:
-        serve = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
+        serve = subprocess.Popen([sys.executable, "-m", "cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL)
     try:
         # a newcomer waits for the answer: one request at a time, each given as long as the gateway

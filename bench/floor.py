@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from deploy.bench.mock_engine import COMPLETION
+from bench.mock_engine import COMPLETION
 
 
 def serve(port: str) -> None:

@@ -82,9 +82,9 @@ def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
     """One arm of a round's SFT of `task`, in this interpreter: its figures as JSON in `out_path`."""
     import torch
 
+    from bench.learn import reference_examples
     from common.datasets import load_split
     from common.settings import load_settings
-    from deploy.bench.learn import reference_examples
     from trainer import methods, sft
     from trainer.policy import load_policy
 
@@ -110,7 +110,7 @@ def run(settings, steps: int, arms: tuple[str, ...] = ARMS, say=print, task: str
     for arm in arms:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             say(f"{arm}: {steps} steps")
-            done = subprocess.run([sys.executable, "-c", f"import sys; from deploy.bench.finetune import measure, measure_round; {measured}",
+            done = subprocess.run([sys.executable, "-c", f"import sys; from bench.finetune import measure, measure_round; {measured}",
                                    arm, str(steps), out.name], capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"the {arm} arm failed (exit code {done.returncode}):\n{done.stderr[-2000:]}")

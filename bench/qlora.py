@@ -7,7 +7,7 @@ the LoRA) on random token ids of a fixed length: memory and time depend on shape
 the weights or tokens are, so the model may be a real checkpoint or a shape built with random
 weights (`--shape`), which lets a GPU machine with no copy of the weights measure it. It imports
 only torch, transformers, peft and `trainer.policy`, so it also runs as
-`python -m deploy.bench.qlora` where the rest of the project is not installed.
+`python -m bench.qlora` where the rest of the project is not installed.
 """
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ import httpx
 import msgspec
 import redis
 
+from bench.stack import start, wait_ready
 from common import lifecycle
 from common.datasets import load_split
 from common.processes import free_port
@@ -49,7 +50,6 @@ from common.settings import Settings
 from common.stats import mean_interval, rank_correlation_interval
 from common.store import UNKNOWN_NUMERICS, Store
 from common.tasks import TASK_ENGINE, TRAITS
-from deploy.bench.stack import start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import Score, score
@@ -383,7 +383,7 @@ def start_gateway(bench: Settings, stack: ExitStack, name: str, env: dict[str, s
     """One gateway worker on the bench's store and engines, logging to `<scratch>/<name>.log`; its URL once ready."""
     port = free_port()
     scratch = bench.data_dir
-    gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / f"{name}.log", str(scratch), bench.redis_url,
+    gateway = start(stack, "bench.stack:serve_gateway", scratch / f"{name}.log", str(scratch), bench.redis_url,
                     bench.base_engine_urls[0], bench.think_engine_url, str(port), "1", str(scratch / f"metrics-{name}"), "off",
                     env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"

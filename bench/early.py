@@ -22,10 +22,10 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
+from bench.learn import interval
 from common.datasets import load_split
 from common.settings import Settings
 from common.tasks import TASK_ENGINE
-from deploy.bench.learn import interval
 from router.engine_client import EnginePool
 from router.examples import ExampleBook, bootstrap_examples
 from router.prompts import build_messages

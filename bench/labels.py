@@ -40,8 +40,8 @@ from pathlib import Path
 
 import httpx
 
+from bench import learn
 from common.settings import Settings
-from deploy.bench import learn
 from rewards import Score
 
 QUEUE = "queue"

@@ -1,5 +1,5 @@
 """`tucano bench peers`: what our gateway adds to a request, side by side with what a team would
-otherwise put in front of vLLM, all against one mock engine (`deploy/bench/mock_engine.py`), as
+otherwise put in front of vLLM, all against one mock engine (`bench/mock_engine.py`), as
 TensorZero and LiteLLM measure their own overhead.
 
 Sides: `direct` (the client straight to the mock), `tucano` (our gateway, one worker, doing all
@@ -43,13 +43,13 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+from bench.gateway import _overhead_counts
+from bench.stack import Side, drive, pin, start, wait_ready
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
 from common.stats import RESAMPLES, block_interval, percentile
 from common.store import RECORDS, Store
-from deploy.bench.gateway import _overhead_counts
-from deploy.bench.stack import Side, drive, pin, start, wait_ready
 from deploy.embedded_redis import EmbeddedRedis
 
 PEER_PACKAGES = {"litellm": "litellm[proxy]==1.108.7", "vllm-router": "vllm-router==0.1.17"}
@@ -402,7 +402,7 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
         with ExitStack() as stack:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-peers-")))
             mock_port = free_port()
-            mock = start(stack, "deploy.bench.mock_engine:serve", scratch / "mock.log", str(mock_port), str(delay),
+            mock = start(stack, "bench.mock_engine:serve", scratch / "mock.log", str(mock_port), str(delay),
                          str(cores[0]) if shared_core else "")
             mock_url = f"http://127.0.0.1:{mock_port}"
             wait_ready(mock, "mock engine", f"{mock_url}/health", scratch / "mock.log")
@@ -414,13 +414,13 @@ def run(settings: Settings, levels: list[int], rates: list[float], requests_per_
             # one completion a request, as each peer asks of the mock engine
             env = dict(os.environ, TUCANO_USER_API_KEY=KEY, TUCANO_RATE_LIMIT_PER_MINUTE="0", TUCANO_ACCESS_LOG="false",
                        TUCANO_SERVE_SAMPLES="{}")
-            gateway = start(stack, "deploy.bench.stack:serve_gateway", scratch / "gateway.log", str(settings.root), redis_url, mock_url,
+            gateway = start(stack, "bench.stack:serve_gateway", scratch / "gateway.log", str(settings.root), redis_url, mock_url,
                             mock_url, str(gateway_port), "1", str(scratch / "metrics"), "off", env=env)
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             wait_ready(gateway, "gateway", f"{gateway_url}/readyz", scratch / "gateway.log")
             pin(gateway.pid, proxy_core)
             hop_port = free_port()
-            hop = start(stack, "deploy.bench.gateway:_serve_proxy", scratch / "python-hop.log", mock_url, str(hop_port))
+            hop = start(stack, "bench.gateway:_serve_proxy", scratch / "python-hop.log", mock_url, str(hop_port))
             wait_ready(hop, "python hop", f"http://127.0.0.1:{hop_port}", scratch / "python-hop.log")
             pin(hop.pid, proxy_core)
             sides = {"direct": Side("direct", mock_url, "mock", [mock.pid]),
