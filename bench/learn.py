@@ -45,7 +45,6 @@ from bench.stack import start, wait_ready
 from common import lifecycle
 from common.datasets import load_split
 from common.processes import free_port
-from common.records import AdapterMeta
 from common.settings import Settings
 from common.stats import mean_interval, rank_correlation_interval
 from common.store import UNKNOWN_NUMERICS, Store
@@ -312,6 +311,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     at GRPO's learning rate, and `sum` at the supervised methods' rate (the task's
     `train_learning_rate`, which GRPO used until it had its own)."""
     from trainer import grpo
+    from trainer.candidate import register
     from trainer.policy import load_policy
 
     render = ChatTemplate.load(settings.model_path_of(task)).render
@@ -332,11 +332,9 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
         if rate == "supervised":
             own = own.model_copy(update={"grpo_learning_rate": own.train_learning_rate})
         outcome = grpo.train(own, model, tokenizer, task, prompts, own.train_time_budget_s, "ablation", aggregation=aggregation)
-        version = store.next_adapter_version(task)
-        path = settings.adapters_dir / version
-        model.save_pretrained(path)
-        store.put_adapter(AdapterMeta(version=version, task=task, path=str(path), method=f"grpo-{aggregation}", base_model=settings.model_path_of(task)))
-        asyncio.run(fleet.load(version, str(path), TASK_ENGINE[task]))
+        meta = register(settings, store, model, task, parent, f"bench-ablation-{arm}", [outcome], {})
+        version = meta.version
+        asyncio.run(fleet.load(version, meta.path, TASK_ENGINE[task]))
         scores = asyncio.run(served_scores(settings, fleet, task, version, team.held_out[task]))
         out[arm] = {**measured(scores), "learning_rate": own.grpo_learning_rate, "steps": outcome.steps, "seconds": round(outcome.seconds, 1),
                     "zero_variance_groups_dropped": outcome.seconds_by_phase.get("zero_variance_groups_dropped")}

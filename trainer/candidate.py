@@ -15,8 +15,8 @@ import uuid
 
 from safetensors import SafetensorError
 
-from common.records import AdapterMeta
-from common.rounds import TrainingRecord
+from common.records import AdapterMeta, LogprobProbe
+from common.rounds import TrainingData, TrainingRecord
 from common.settings import Settings
 from common.store import Store, content_sha256
 from trainer import dpo, grpo, kto, methods, sft
@@ -104,7 +104,17 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     load_seconds = time.perf_counter() - started
     outcomes = run_plan(settings, model, tokenizer, data, steps, progress, engines, f"{task}-rollout-{round_id}-{uuid.uuid4().hex[:6]}")
-    probe = make_probe(model, tokenizer, data)
+    return register(settings, store, model, task, parent, round_id, outcomes, {"load": round(load_seconds, 2)}, quantize,
+                    data.summary(), make_probe(model, tokenizer, data))
+
+
+def register(settings: Settings, store: Store, model, task: str, parent: AdapterMeta | None, round_id: str,
+             outcomes: list[methods.TrainingRun], seconds: dict[str, float], quantize: str = "none",
+             data: TrainingData | None = None, probe: LogprobProbe | None = None) -> AdapterMeta:
+    """Save a trained LoRA under a new version (written whole or not at all) and register it as a
+    candidate with its hash, lineage (parent, round, base model), methods and steps: what a round
+    and a benchmark that trains a version both register."""
+    path = settings.model_path_of(task)
     version = _new_version(settings, store, task)
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"
@@ -119,9 +129,9 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     meta = AdapterMeta(
         version=version, task=task, path=str(final), parent=parent.version if parent else None, round=round_id,
         method="+".join(o.method for o in outcomes), base_model=path, sha256=content_sha256(final),
-        trainable_parameters=trainable_parameters(model), data=data.summary(),
+        trainable_parameters=trainable_parameters(model), data=data,
         training=TrainingRecord(quantization=quantize, methods=[o.summary() for o in outcomes], steps=steps_by_method,
-                                seconds={"load": round(load_seconds, 2), **{o.method: round(o.seconds, 2) for o in outcomes},
+                                seconds={**seconds, **{o.method: round(o.seconds, 2) for o in outcomes},
                                          "save": round(time.perf_counter() - started, 2)},
                                 stop_conditions=stop_conditions(steps_by_method)),
         probe=probe,
