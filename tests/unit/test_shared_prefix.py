@@ -49,6 +49,18 @@ def batch() -> dict:
             "position_ids": torch.stack([torch.arange(width)] * 3)}
 
 
+
+def assert_same_gradients(plain_model, shared_model) -> None:
+    """Every trainable parameter got the same gradient through both forwards (and there was one)."""
+    import torch
+
+    grads = 0
+    for (name, p), (_, q) in zip(plain_model.named_parameters(), shared_model.named_parameters(), strict=True):
+        if p.requires_grad:
+            assert torch.allclose(p.grad, q.grad, atol=1e-5), name
+            grads += 1
+    assert grads > 0
+
 def test_the_split_point_is_the_common_prefix_before_any_label():
     import torch
 
@@ -82,12 +94,7 @@ def test_loss_and_gradients_are_the_plain_forwards():
     shared.loss.backward()
     assert torch.allclose(plain.loss, shared.loss, atol=1e-5)
     assert int(plain.label_mask.sum()) == int(shared.label_mask.sum()) == 6 + 9 + 2
-    grads = 0
-    for (name, p), (_, q) in zip(plain_model.named_parameters(), shared_model.named_parameters(), strict=True):
-        if p.requires_grad:
-            assert torch.allclose(p.grad, q.grad, atol=1e-5), name
-            grads += 1
-    assert grads > 0
+    assert_same_gradients(plain_model, shared_model)
 
 
 def test_a_batch_that_shares_nothing_is_left_as_it_is():
@@ -145,12 +152,7 @@ def test_grpos_prompts_run_once_give_the_plain_forwards_logprobs_entropies_and_g
     assert torch.allclose(plain.entropy[:, -keep:][completion], shared.entropy[:, -keep:][completion], atol=1e-5)
     (plain.log_probs[:, -keep:] * completion).sum().backward()
     (shared.log_probs[:, -keep:] * completion).sum().backward()
-    grads = 0
-    for (name, p), (_, q) in zip(plain_model.named_parameters(), shared_model.named_parameters(), strict=True):
-        if p.requires_grad:
-            assert torch.allclose(p.grad, q.grad, atol=1e-5), name
-            grads += 1
-    assert grads > 0
+    assert_same_gradients(plain_model, shared_model)
 
 
 def test_grpo_rows_whose_prompts_do_not_repeat_or_a_checkpointed_model_take_the_plain_forward():
