@@ -71,10 +71,10 @@ def build_state(settings: Settings, redis_url: str, base_urls: list[str], think_
     store.ensure_group()
     routes = RouteTable(store)
     pools = {
-        EngineKind.BASE: EnginePool(EngineKind.BASE, base_urls, ChatTemplate.load(settings.base_model_path), timeout_s=settings.engine_timeout_s,
-                           routed_adapters=functools.partial(routes.served, EngineKind.BASE)),
-        EngineKind.THINK: EnginePool(EngineKind.THINK, [think_url], ChatTemplate.load(settings.think_model_path), timeout_s=settings.engine_timeout_s,
-                            routed_adapters=functools.partial(routes.served, EngineKind.THINK)),
+        EngineKind.BASE: EnginePool(EngineKind.BASE, base_urls, ChatTemplate.load(settings.base_model_path),
+                                    timeout_s=settings.engine_timeout_s, routed_adapters=functools.partial(routes.served, EngineKind.BASE)),
+        EngineKind.THINK: EnginePool(EngineKind.THINK, [think_url], ChatTemplate.load(settings.think_model_path),
+                                     timeout_s=settings.engine_timeout_s, routed_adapters=functools.partial(routes.served, EngineKind.THINK)),
     }
     hotswap = HotSwap.for_settings(store, settings, base_urls, think_url, drain="background")
     return GatewayState(settings, store, routes, pools, adapter_action=hotswap.act)

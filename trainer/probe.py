@@ -6,6 +6,8 @@ what was trained (vLLM #47724, OpenPipe ART #661, TRL #5312: a stale or wrong Lo
 applied differently) is caught before any route points at it."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from common.records import LogprobProbe
@@ -28,17 +30,24 @@ def probe_ids(tokenizer, data: TaskData) -> list[int] | None:
     return None
 
 
-def token_logprobs(model, ids: list[int], start: int, temperature: float = 1.0) -> torch.Tensor:
-    """The logprob under `model`, in fp32 at `temperature`, of each of `ids[start:]` given the
-    tokens before it: eval mode, no gradient, no autocast (the policy's mode is put back)."""
+@contextmanager
+def _measuring(model):
+    """Eval mode, no gradient, no autocast, for logprobs read in fp32; the policy's mode is put back."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), torch.autocast(model.device.type, enabled=False):
-            tokens = torch.tensor([ids], device=model.device)
-            logits = model(input_ids=tokens).logits[0, start - 1:-1].float() / (temperature or 1.0)
+            yield
     finally:
         model.train(was_training)
+
+
+def token_logprobs(model, ids: list[int], start: int, temperature: float = 1.0) -> torch.Tensor:
+    """The logprob under `model`, in fp32 at `temperature`, of each of `ids[start:]` given the
+    tokens before it (`_measuring`)."""
+    with _measuring(model):
+        tokens = torch.tensor([ids], device=model.device)
+        logits = model(input_ids=tokens).logits[0, start - 1:-1].float() / (temperature or 1.0)
     return torch.log_softmax(logits, dim=-1).gather(1, tokens[0, start:].unsqueeze(1)).squeeze(1)
 
 
@@ -47,18 +56,13 @@ def group_logprobs(model, prompt: list[int], completions: list[list[int]], tempe
     cache shared by every sample: GRPO's KL reads a group's samples, whose prompt is the same)."""
     if len(prompt) < 2:
         return [token_logprobs(model, prompt + completion, len(prompt), temperature) for completion in completions]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), torch.autocast(model.device.type, enabled=False):
-            cache = model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True).past_key_values
-            cache.batch_repeat_interleave(len(completions))
-            width = max(len(c) for c in completions)
-            rest = torch.tensor([[prompt[-1], *c, *[0] * (width - len(c))] for c in completions], device=model.device)
-            mask = torch.tensor([[1] * len(prompt) + [1] * len(c) + [0] * (width - len(c)) for c in completions], device=model.device)
-            logits = model(input_ids=rest, attention_mask=mask, past_key_values=cache).logits[:, :-1].float() / (temperature or 1.0)
-    finally:
-        model.train(was_training)
+    with _measuring(model):
+        cache = model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(completions))
+        width = max(len(c) for c in completions)
+        rest = torch.tensor([[prompt[-1], *c, *[0] * (width - len(c))] for c in completions], device=model.device)
+        mask = torch.tensor([[1] * len(prompt) + [1] * len(c) + [0] * (width - len(c)) for c in completions], device=model.device)
+        logits = model(input_ids=rest, attention_mask=mask, past_key_values=cache).logits[:, :-1].float() / (temperature or 1.0)
     logprobs = torch.log_softmax(logits, dim=-1).gather(2, rest[:, 1:].unsqueeze(2)).squeeze(2)
     return [row[:len(c)] for row, c in zip(logprobs, completions)]
 
