@@ -43,6 +43,7 @@ from common.processes import usable_cores
 from common.settings import Settings
 from common.stats import block_interval, percentile
 from deploy.vllm_server import TRAINING_NICE
+from tasks import model_path_of, training_settings
 
 LATENCY_TARGET = 1.5  # p95 while training over p95 without
 LOADS = ("round", "bootstrap")
@@ -62,10 +63,10 @@ def train_beside(load: str, task: str) -> None:
 
     if load == "bootstrap":
         from common.processes import bf16_on_cpu
-        from common.tasks import TASK_ENGINE, TASKS
         from demo import finetune, pretrained
         from demo.bootstrap import FINETUNE_LR, training_rows
         from demo.templates import TEMPLATES
+        from tasks import TASK_ENGINE, TASKS
 
         source = pretrained.SOURCES[settings.bootstrap_model]
         rows, templates = training_rows(settings, TASKS), TEMPLATES[source.chat]
@@ -78,9 +79,9 @@ def train_beside(load: str, task: str) -> None:
     from trainer import methods, sft
     from trainer.policy import load_policy
 
-    settings = settings.for_task(task).model_copy(update={"sft_max_epochs": 10**4})
+    settings = training_settings(settings, task).model_copy(update={"sft_max_epochs": 10**4})
     examples = reference_examples(settings, task, load_split(settings.datasets_dir, task, "train"))
-    model, tokenizer = load_policy(settings.model_path_of(task), None, settings.lora_rank, settings.lora_alpha, "none",
+    model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     print(READY_MARK, flush=True)
     sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench busy", step)

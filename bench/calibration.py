@@ -17,9 +17,8 @@ from pathlib import Path
 
 from common.settings import Settings
 from common.stats import rank_correlation_interval
-from common.tasks import TASKS
-from rewards import score
 from rewards.calibration import Pair, calibrate, pairs_of
+from tasks import TASKS, score
 
 
 def _interval(pairs: list[Pair]) -> list[float] | None:

@@ -25,10 +25,11 @@ from pathlib import Path
 from bench.learn import interval
 from common.datasets import load_split
 from common.settings import Settings
-from common.tasks import TASK_ENGINE
+from common.tasks import EngineKind
 from router.engine_client import EnginePool
 from router.examples import ExampleBook, bootstrap_examples
 from router.prompts import build_messages
+from tasks import TASK_ENGINE, examples_tasks
 from trainer import gate
 
 
@@ -52,7 +53,7 @@ def run(settings: Settings, rows_per_task: int, say=print) -> dict:
     from demo.templates import TEMPLATES
     from deploy.vllm_server import local_engine, run_engines
 
-    tasks = [t for t in settings.examples_tasks if TASK_ENGINE[t] == "base"]
+    tasks = [t for t in examples_tasks(settings) if TASK_ENGINE[t] == EngineKind.BASE]
     source = pretrained.SOURCES[settings.bootstrap_model]
     weights = settings.models_dir / f"pretrained-{source.name}"
     if not weights.is_dir():

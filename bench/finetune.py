@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tasks import model_path_of, training_settings
+
 ARMS = ("plain", "checkpointing")
 
 
@@ -57,10 +59,10 @@ def measure(arm: str, steps: str, out_path: str) -> None:
 
     from common.processes import bf16_on_cpu
     from common.settings import load_settings
-    from common.tasks import TASK_ENGINE, TASKS
     from demo import finetune, pretrained
     from demo.bootstrap import FINETUNE_LR, training_rows
     from demo.templates import TEMPLATES
+    from tasks import TASK_ENGINE, TASKS
 
     settings = load_settings()
     source = pretrained.SOURCES[settings.bootstrap_model]
@@ -89,12 +91,12 @@ def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
     from trainer.policy import load_policy
 
     n = int(steps)
-    settings = load_settings().for_task(task).model_copy(update={
+    settings = training_settings(load_settings(), task).model_copy(update={
         "train_gradient_checkpointing": arm == "checkpointing", "sft_min_steps": n, "sft_max_epochs": 1e-6})
     rows = load_split(settings.datasets_dir, task, "train")[:n * settings.sft_batch_size]  # one epoch of n steps
     examples = reference_examples(settings, task, rows)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    model, tokenizer = load_policy(settings.model_path_of(task), None, settings.lora_rank, settings.lora_alpha, "none",
+    model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
                                    methods.bf16(settings), seed=settings.seed)
     clock = StepClock()
     outcome = sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench finetune", clock.tick)

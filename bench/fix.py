@@ -39,10 +39,10 @@ from common.datasets import load_split
 from common.settings import Settings
 from common.stats import block_interval, percentile
 from common.store import Store
-from common.tasks import TASK_ENGINE
 from deploy.hotswap import HotSwap
-from rewards import Score, score
+from rewards import Score
 from router.engine_client import ChatTemplate
+from tasks import TASK_ENGINE, model_path_of, score, training_settings
 from trainer import data as round_data
 from trainer import gate
 
@@ -124,11 +124,11 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
     from trainer import methods  # the trainers are imported where a bench trains: torch and TRL take seconds
     from trainer.candidate import train_candidate
 
-    settings = settings.for_task(task)
+    settings = training_settings(settings, task)
     labels = store.labels(task)
-    render = ChatTemplate.load(settings.model_path_of(task)).render
+    render = ChatTemplate.load(model_path_of(settings, task)).render
     active = store.route(task).active
-    start_from, _ = methods.start(settings, store.adapter(active) if active else None, settings.model_path_of(task))
+    start_from, _ = methods.start(settings, store.adapter(active) if active else None, model_path_of(settings, task))
     out: dict = {"start": start_from}
     as_served: dict[str, list[Score]] = {}
     for arm, shown in (("with examples", round_data.served_demonstrations(settings.model_copy(update={"train_with_examples": True}),

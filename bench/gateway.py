@@ -195,14 +195,14 @@ class _Sides:
 
     def __init__(self, client, base_url: str, proxy_url: str, gateway_url: str, base_model: str, max_tokens: int):
         from router.engine_client import ChatTemplate
-        from router.task_specs import TASK_SPECS
+        from tasks import definition
 
         self.client, self.max_tokens = client, max_tokens
         self.urls = {"vllm": f"{base_url}/v1/completions", "proxy": f"{proxy_url}/v1/completions",
                      "gateway": f"{gateway_url}/v1/tasks/{TASK}"}
         self.metrics_url = f"{gateway_url}/metrics"
         self.template = ChatTemplate.load(base_model)
-        self.schema = TASK_SPECS[TASK].json_schema
+        self.schema = definition(TASK).json_schema
         self.served_name = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]["id"]
 
     def body(self, side: str, review: str) -> dict:

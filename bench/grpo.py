@@ -23,7 +23,7 @@ from pathlib import Path
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import mean_interval, ratio_interval
-from common.tasks import TASK_ENGINE
+from tasks import TASK_ENGINE, model_path_of, training_settings
 from trainer.data import RolloutGroup
 
 ARMS = ("shared prompts", "TRL forward")
@@ -32,9 +32,9 @@ ARMS = ("shared prompts", "TRL forward")
 async def _sample(settings: Settings, task: str, url: str, count: int) -> list[RolloutGroup]:
     from router.engine_client import EnginePool
     from router.prompts import build_messages
-    from router.task_specs import TASK_SPECS
+    from tasks import definition
 
-    spec = TASK_SPECS[task]
+    spec = definition(task)
     sampling = spec.sampling_for(settings.grpo_num_generations, {})
     pool = EnginePool.for_task(settings, task, [url])
     try:
@@ -64,7 +64,7 @@ def _arm(settings: Settings, task: str, groups: list[RolloutGroup], share: bool)
 
     trl_internals.with_shared_prompts = with_shared_prompts if share else (lambda *args: None)
     try:
-        model, tokenizer = load_policy(settings.model_path_of(task), None, settings.lora_rank, settings.lora_alpha, "none",
+        model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
                                        methods.bf16(settings), methods.checkpointing(settings), settings.seed)
         outcome = grpo.train_on_groups(settings, model, tokenizer, task, groups, float("inf"), "bench grpo", policy="base")
     finally:
@@ -76,13 +76,13 @@ def _arm(settings: Settings, task: str, groups: list[RolloutGroup], share: bool)
 def run(settings: Settings, task: str, groups: int, steps: int, repeats: int, say=print) -> dict:
     from deploy.vllm_server import local_engine, run_engines
 
-    own = settings.for_task(task)
+    own = training_settings(settings, task)
     # a generation batch is `grpo_prompts_per_step` groups, optimised `grpo_iterations` times: `steps` steps need this many groups
     needed = -(-steps // own.grpo_iterations) * own.grpo_prompts_per_step
     own = own.model_copy(update={"grpo_max_epochs": 1.0})
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-")))
-        server = local_engine(TASK_ENGINE[task], own.model_path_of(task), "cpu", scratch,
+        server = local_engine(TASK_ENGINE[task], model_path_of(own, task), "cpu", scratch,
                               settings.engine_cpu_precision)
         run_engines(stack, [server], say)
         sampled = asyncio.run(_sample(own, task, server.url, max(groups, needed)))

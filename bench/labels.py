@@ -43,6 +43,7 @@ import httpx
 from bench import learn
 from common.settings import Settings
 from rewards import Score
+from tasks import training_settings
 
 QUEUE = "queue"
 UNBOUNDED_S = 86_400.0  # `--epochs`: the arms' steps are set by their epochs, not by a clock
@@ -66,7 +67,7 @@ def arm_training(settings: Settings, task: str, epochs: float | None) -> Setting
     `epochs`, that many epochs over the arm's labels and no time budget, so that every arm takes
     the same steps whatever its references' lengths (a time budget buys fewer steps on longer ones);
     `run` then holds out no validation slice either (`learn.sft_data`)."""
-    own = settings.for_task(task)
+    own = training_settings(settings, task)
     if epochs is None:
         return own
     return own.model_copy(update={"sft_max_epochs": epochs, "sft_min_steps": 1, "train_time_budget_s": UNBOUNDED_S})

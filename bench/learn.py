@@ -48,12 +48,11 @@ from common.processes import free_port
 from common.settings import Settings
 from common.stats import mean_interval, rank_correlation_interval
 from common.store import UNKNOWN_NUMERICS, Store
-from common.tasks import TASK_ENGINE, TRAITS
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
-from rewards import Score, score
+from rewards import Score
 from router.engine_client import ChatTemplate, EnginePool
-from router.task_specs import TASK_SPECS
+from tasks import TASK_ENGINE, TRAITS, definition, model_path_of, score, training_settings
 from trainer import gate
 from trainer.data import TaskData, split_validation
 
@@ -152,7 +151,7 @@ def answer_shape(task: str, answers: list[dict]) -> dict:
     the gateway's latency. A version that writes long answers shows here before it times out."""
     tokens = sorted(a["usage"]["completion_tokens"] for a in answers)
     seconds = sorted(a["latency_ms"] / 1000 for a in answers)
-    limit = TASK_SPECS[task].sampling.max_tokens
+    limit = definition(task).sampling.max_tokens
 
     def at(values: list, share: float):
         return values[min(len(values) - 1, int(share * len(values)))]
@@ -250,7 +249,7 @@ def distinct(rows: list[dict]) -> list[dict]:
 
 def reference_examples(settings: Settings, task: str, rows: list[dict]) -> list[dict]:
     """SFT examples of `rows` (every one of them labelled): the serving prompt, its reference."""
-    render = ChatTemplate.load(settings.model_path_of(task)).render
+    render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import answer_text, build_messages
 
     return [{"prompt": render(build_messages(task, row["input"])),
@@ -314,7 +313,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     from trainer.candidate import register
     from trainer.policy import load_policy
 
-    render = ChatTemplate.load(settings.model_path_of(task)).render
+    render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import build_messages
 
     prompts = [{"prompt": render(build_messages(task, row["input"])), "task": task, "reference": "", "source": row["id"],
@@ -326,9 +325,9 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     held_out_scores: dict[str, list[Score]] = {}
     for arm, rate in ABLATION_ARMS:
         aggregation = arm.split()[0]
-        model, tokenizer = load_policy(settings.model_path_of(task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha,
+        model, tokenizer = load_policy(model_path_of(settings, task), parent.path if parent else None, settings.lora_rank, settings.lora_alpha,
                                        seed=settings.seed)
-        own = settings.for_task(task)
+        own = training_settings(settings, task)
         if rate == "supervised":
             own = own.model_copy(update={"grpo_learning_rate": own.train_learning_rate})
         outcome = grpo.train(own, model, tokenizer, task, prompts, own.train_time_budget_s, "ablation", aggregation=aggregation)
@@ -452,7 +451,7 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     keep_what_ran(keep, results)
             # the oracle and the label curve train SFT from the base model with the whole run's time budget
             for t in tasks:
-                own = bench.for_task(t)  # the task's own training settings, its budget times the rounds
+                own = training_settings(bench, t)  # the task's own training settings, its budget times the rounds
                 sft_settings = own.model_copy(update={"train_time_budget_s": own.train_time_budget_s * rounds})
                 sent = distinct(team.sent[t])
                 if oracle:

@@ -119,9 +119,9 @@ class Requests:
 
     def __init__(self, reviews: list[str]):
         from router.prompts import build_messages
-        from router.task_specs import TASK_SPECS
+        from tasks import definition
 
-        schema = TASK_SPECS["extraction"].json_schema
+        schema = definition("extraction").json_schema
         self.bodies: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
         for workload in WORKLOADS:
             for side in SIDES:

@@ -15,9 +15,8 @@ import time
 
 from common.datasets import load_split
 from common.settings import Settings
-from common.tasks import OUTPUT_MODELS, TASKS
-from rewards.scoring import score
 from rewards.text import clear_caches
+from tasks import OUTPUT_MODELS, TASKS, score
 
 TARGETS = {"extraction": 20_000, "push": 20_000, "sql": None, "sql_simple": 1_000, "insights": None}
 

@@ -30,8 +30,7 @@ from bench.learn import interval, post_as_a_client, start_stack
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import block_interval, percentile
-from rewards import score
-from router.task_specs import TASK_SPECS
+from tasks import definition, score
 
 LATENCY_TARGET = 1.5  # p95 at n over p95 at n=1
 BLOCK = 5  # requests per block
@@ -89,7 +88,7 @@ def measure(settings: Settings, task: str, rows: list[dict], blocks: dict[int, l
 def run(settings: Settings, tasks: tuple[str, ...], arms: list[int], measure_rows: int, temperature: float | None, say=print) -> dict:
     arms = sorted(set([1, *arms]))
     results: dict = {"settings": {"arms": arms, "measure_rows": measure_rows, "temperature": temperature,
-                                  "group_temperatures": {t: TASK_SPECS[t].group_temperature for t in tasks}}, "tasks": {}}
+                                  "group_temperatures": {t: definition(t).group_temperature for t in tasks}}, "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-samples-")))
         bench, _store, _fleet, url = start_stack(settings, scratch, stack, say,

@@ -20,12 +20,9 @@ from pathlib import Path
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import mean_interval
-from common.tasks import TASK_ENGINE, TASKS, TRAITS
-from rewards import score
-from rewards.trivial import makers
 from router.engine_client import EnginePool
 from router.prompts import build_messages
-from router.task_specs import TASK_SPECS
+from tasks import TASK_ENGINE, TASKS, TRAITS, definition, score
 from trainer.gate import CONCURRENCY, row_seed
 
 MODEL = "the demo model (served)"
@@ -36,7 +33,7 @@ async def served_answers(settings: Settings, urls: dict[str, list[str]], task: s
     """The base model's answer to each row, as the gateway would get it (no adapter)."""
     kind = TASK_ENGINE[task]
     pool = EnginePool.for_task(settings, task, urls[kind])
-    spec, gate = TASK_SPECS[task], asyncio.Semaphore(CONCURRENCY)
+    spec, gate = definition(task), asyncio.Semaphore(CONCURRENCY)
 
     async def one(row: dict) -> str:
         async with gate:
@@ -61,7 +58,7 @@ def compare(settings: Settings, task: str, rows: list[dict], answers: list[str] 
     candidates = {REFERENCE: [r["target"] for r in rows]}
     if answers is not None:
         candidates[MODEL] = answers
-    for name, make in makers(task, [r.get("reference") for r in rows]).items():
+    for name, make in definition(task).makers([r.get("reference") for r in rows]).items():
         candidates[name] = [make(r["input"]) for r in rows]
     modes = ("with_reference", "without_reference") if TRAITS[task].scored_with_reference else ("without_reference",)
     out = {}

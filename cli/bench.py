@@ -340,7 +340,7 @@ def bench_learn(
 ) -> None:
     """Play a team (traffic, corrections, ratings) for R rounds against the real stack; served reward per round on held-out rows."""
     from bench import learn as bench
-    from common.tasks import TASKS
+    from tasks import TASKS
 
     tasks = known_tasks(task or TASKS)
     known_tasks(ablation or (), "--ablation")

@@ -20,9 +20,9 @@ def evaluate(task: Annotated[str | None, typer.Option(help="Only this task.")] =
     from common.records import BASE_VERSION
     from common.stats import mean_interval
     from common.store import Store
-    from common.tasks import TASK_ENGINE, TASKS
     from deploy.hotswap import HotSwap
     from router.engine_client import EnginePool, EngineUnavailable
+    from tasks import TASK_ENGINE, TASKS
     from trainer import gate
 
     settings = read_settings()

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from common.settings import ConfigError, Settings, load_settings
-from common.tasks import TASKS
+from tasks import TASKS, check_settings
 
 console = Console(stderr=True)
 
@@ -26,7 +26,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 def read_settings() -> Settings:
     try:
-        return load_settings()
+        return check_settings(load_settings())
     except ConfigError as error:
         raise fail(str(error), 2) from None
 

@@ -14,8 +14,8 @@ def train(once: Annotated[bool, typer.Option("--once", help="Run one round now a
           task: Annotated[str | None, typer.Option(help="Only this task.")] = None) -> None:
     """Run one training round now (--once), or rounds every TUCANO_TRAIN_INTERVAL_MINUTES."""
     from common.store import Store
-    from common.tasks import TASKS
     from deploy.hotswap import HotSwap
+    from tasks import TASKS
     from trainer.round import RoundError, run_round, stage_seconds
 
     settings = read_settings()

@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from common.tasks import EngineKind
+
 ENV_PREFIX = "TUCANO_"
 ENGINE_TIMEOUT_S = 120.0
 SERVED_LOGPROB_TOLERANCE = 0.1
@@ -94,19 +96,19 @@ class Settings(BaseSettings):
                                    "time series) reads per call; older ones in its window are left out and it says so.")
 
     # Served answers as rollouts
-    serve_samples: dict[str, int] = Field(
-        default_factory=lambda: {"extraction": 1, "sql": 1, "push": 4, "insights": 1},
+    serve_samples: dict[str, int] | None = Field(
+        None,
         description="Completions the gateway asks vLLM for per request, per task (JSON object; one engine request with `n`, "
                     "its prompt's prefill shared): every one is scored, the best by the served score is answered, and the "
-                    "whole group is recorded as a rollout for the round's GRPO. 1 turns it off for that task; a task not "
-                    "named gets 1. Streaming requests are always sampled once. Measured on two cores (bench samples, "
-                    "docs/results.md): push's 4 raised its reward with references at 1.27x the p95 latency; SQL's 2 and 4 "
-                    "gained nothing certain at 1.74x; extraction's long answers were not measured.")
+                    "whole group is recorded as a rollout for the round's GRPO. 1 turns it off for that task; once set, a task "
+                    "not named gets 1. Unset: each task's own (tasks/: push 4, the others 1; push's 4 was measured in "
+                    "bench samples, docs/results.md). Streaming requests are always sampled once.")
     serve_samples_cap: int = Field(8, ge=1, le=32, description="Most completions one request may ask for (`options.samples`).")
 
     # Corrections that act at once
-    examples_tasks: list[str] = Field(["extraction", "sql", "push"], description="Tasks whose prompts carry the team's most "
-                                      "similar corrected or liked answers as demonstrations (JSON list; [] turns retrieval off).")
+    examples_tasks: list[str] | None = Field(None, description="Tasks whose prompts carry the team's most similar corrected or "
+                                             "liked answers as demonstrations (JSON list; [] turns retrieval off). Unset: each "
+                                             "task's own (tasks/: extraction, sql and push).")
     examples_k: int = Field(3, ge=1, le=8, description="Demonstrations per prompt, the most similar first (BM25 over the inputs).")
     train_with_examples: bool = Field(False, description="A round's prompts show each input the team's examples most similar "
                                       "to it, as serving does for the tasks in `examples_tasks` (never the input's own label). "
@@ -142,18 +144,13 @@ class Settings(BaseSettings):
     train_gradient_checkpointing: bool | None = Field(
         None, description="Recompute each layer's activations in the backward pass instead of keeping them (less memory, "
                           "slower steps); unset: on a GPU only; a task's own in task_training wins.")
-    task_training: dict[str, TaskTraining] = Field(
-        default_factory=lambda: {"extraction": {"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0,
-                                                "sft_from_liked": False},
-                                 "insights": {"train_learning_rate": 0.002, "sft_batch_size": 4, "train_time_budget_s": 90.0,
-                                              "sft_from_liked": False, "train_gradient_checkpointing": True}},
-        validate_default=True,
+    task_training: dict[str, TaskTraining] | None = Field(
+        None,
         description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
                     "settings train_learning_rate, sft_batch_size, train_time_budget_s, sft_from_liked and "
-                    "train_gradient_checkpointing; setting it replaces "
-                    "the whole default); a task not named trains with the general ones. Extraction's and insights' own are the "
-                    "ones their learning was measured with (docs/results.md: extraction at a lower learning rate; insights: a penalty "
-                    "against loops).")
+                    "train_gradient_checkpointing); once set, a task not named trains with the general ones. Unset: each "
+                    "task's own (tasks/: extraction's and insights' are the ones their learning was measured with, "
+                    "docs/results.md).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
@@ -240,36 +237,20 @@ class Settings(BaseSettings):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return [u.rstrip("/") for u in urls]
 
-    @field_validator("task_training", "examples_tasks", "serve_samples")
-    @classmethod
-    def _known_tasks(cls, value):
-        from common.tasks import TASKS
-
-        unknown = sorted(set(value) - set(TASKS))
-        if unknown:
-            raise ValueError(f"no task named {', '.join(map(repr, unknown))} (the tasks: {', '.join(TASKS)})")
-        return value
-
     @field_validator("serve_samples")
     @classmethod
-    def _samples_in_range(cls, value: dict[str, int]) -> dict[str, int]:
-        bad = {task: n for task, n in value.items() if not 1 <= n <= 32}
+    def _samples_in_range(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        bad = {task: n for task, n in (value or {}).items() if not 1 <= n <= 32}
         if bad:
             raise ValueError(f"completions per request must be 1 to 32, not {bad}")
         return value
 
     @model_validator(mode="after")
     def _samples_within_cap(self) -> Settings:
-        over = {task: n for task, n in self.serve_samples.items() if n > self.serve_samples_cap}
+        over = {task: n for task, n in (self.serve_samples or {}).items() if n > self.serve_samples_cap}
         if over:
             raise ValueError(f"serve_samples {over} exceeds serve_samples_cap {self.serve_samples_cap}")
         return self
-
-    def samples_of(self, task: str, temperature: float | None = None) -> int:
-        """Completions a request of `task` is sampled with, unless it asks otherwise (`serve_samples`);
-        one for a request that asks for greedy decoding (`temperature` 0), whose samples would all be
-        the same answer."""
-        return 1 if temperature == 0.0 else self.serve_samples.get(task, 1)
 
     @field_validator("redis_url")
     @classmethod
@@ -338,19 +319,9 @@ class Settings(BaseSettings):
     def think_model_path(self) -> str:
         return self.think_model or str(self.models_dir / "think")
 
-    def model_path_of(self, task: str) -> str:
-        """The model a task is served by and trained on: the Base model, or the Think model for insights."""
-        from common.tasks import TASK_ENGINE, EngineKind
-
-        return self.base_model_path if TASK_ENGINE[task] == EngineKind.BASE else self.think_model_path
-
-    def for_task(self, task: str) -> Settings:
-        """These settings as `task` trains with them: its own `task_training` values in place of the
-        general ones. The copy has no `task_training` left, so applying it again changes nothing and
-        a caller may change its general values further (bench learn's oracle multiplies the budget)."""
-        own = self.task_training.get(task)
-        changes = own.model_dump(exclude_none=True) if own else {}
-        return self.model_copy(update={**changes, "task_training": {}}) if changes else self
+    def model_path_for(self, engine: EngineKind) -> str:
+        """The model an engine kind serves (and its tasks train on): the Base model or the Think model."""
+        return self.base_model_path if engine == EngineKind.BASE else self.think_model_path
 
     @property
     def loopback_only(self) -> bool:
@@ -365,7 +336,7 @@ class Settings(BaseSettings):
             return False
 
     def reward_context(self, task_input: dict) -> dict:
-        """What `rewards.score` gets besides the completion: the task's input, and for SQL the
+        """What `tasks.score` gets besides the completion: the task's input, and for SQL the
         commerce DB with this deployment's time limit and row cap (rewards read no settings)."""
         return dict(task_input, db_path=str(self.db_path), timeout_s=self.sql_time_limit_s, row_cap=self.sql_row_cap)
 

@@ -26,7 +26,7 @@ import hashlib
 import json
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -54,7 +54,6 @@ from common.records import (
     label_of,
 )
 from common.rounds import RoundSummary, decode_round, encode_round
-from common.tasks import TASK_ENGINE, TASKS
 
 PROGRESS = "tucano:progress"  # :<job> -> JobProgress
 JOBS = ("bootstrap", "round")
@@ -390,15 +389,16 @@ class Store:
         raw = self.redis.hget(ROUTES, task)
         return msgspec.json.decode(raw, type=Route) if raw else Route()
 
-    def routed_adapters(self, routes: dict[str, Route]) -> dict[str, dict[str, str]]:
+    def routed_adapters(self, routes: dict[str, Route], engine_of: Mapping[str, str]) -> dict[str, dict[str, str]]:
         """Engine kind -> every version `routes` point at (active and canary) -> its files: what
-        every engine of that kind must serve."""
+        every engine of that kind must serve (`engine_of`: each task's engine kind; a route of a
+        task it does not name is left out)."""
         paths: dict[str, dict[str, str]] = {}
         for task, route in routes.items():
             for version in route.served():
                 meta = self.adapter(version)
-                if meta is not None and task in TASK_ENGINE:
-                    paths.setdefault(TASK_ENGINE[task], {})[version] = meta.path
+                if meta is not None and task in engine_of:
+                    paths.setdefault(engine_of[task], {})[version] = meta.path
         return paths
 
     def routes_version(self) -> int:
@@ -537,7 +537,8 @@ class Store:
         return decode_adapter(raw) if raw else None
 
     def adapters(self, task: str | None = None) -> list[AdapterMeta]:
-        versions = [v for t in ([task] if task else TASKS) for v in self.redis.smembers(f"tucano:adapters:{t}")]
+        keys = [f"tucano:adapters:{task}"] if task else [k for k in self.redis.scan_iter("tucano:adapters:*") if k.count(":") == 2]
+        versions = [v for key in keys for v in self.redis.smembers(key)]
         metas = [self.adapter(v) for v in versions]
         return sorted((m for m in metas if m), key=lambda m: (m.task, m.created))
 

@@ -1,7 +1,9 @@
-"""The four tasks and every fact about their outputs (contract §2): names, which model serves
-each, the extraction fields and their domains, the push copy rules and campaigns. Pydantic
-models here are the one source of the JSON schemas that vLLM constrains output to, of the
-prompts' wording of the domains, and of the validation a correction must pass.
+"""The vocabulary of tasks, shared by every package: the kinds of engine, the traits a task has
+(`TaskTraits`), and the facts of the structured outputs (contract §2): the extraction fields
+and their domains, the push copy rules and campaigns. Pydantic models here are the one source
+of the JSON schemas that vLLM constrains output to, of the prompts' wording of the domains, and
+of the validation a correction must pass. Each task's entry (`tasks/`) holds which of these are
+its own; the tasks themselves are there.
 """
 from __future__ import annotations
 
@@ -9,8 +11,6 @@ from enum import StrEnum
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
-
-TASKS = ("extraction", "sql", "push", "insights")
 
 
 class EngineKind(StrEnum):
@@ -20,8 +20,8 @@ class EngineKind(StrEnum):
 
 
 class TaskTraits(NamedTuple):
-    """What the rest of the service asks of a task, answered here once instead of `task == "..."`
-    tests spread over the code."""
+    """What the rest of the service asks of a task, answered by its entry (`tasks/`) instead of
+    `task == "..."` tests spread over the code."""
     engine: EngineKind  # the vLLM server that answers it
     scored_with_reference: bool  # its answers are scored against a reference when one is given (insights' never are)
     thinks: bool  # its answers may open with a <think> block, which is returned apart from the answer
@@ -29,15 +29,6 @@ class TaskTraits(NamedTuple):
     answer_field: str | None  # the field of a structured answer that holds what the model writes (None: the answer is the text)
     chat_input_json: bool  # a chat message may be its input's fields as one JSON object (push's customer, product, campaign)
 
-
-TRAITS: dict[str, TaskTraits] = {
-    "extraction": TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
-    "sql": TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql", chat_input_json=False),
-    "push": TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=True),
-    "insights": TaskTraits(EngineKind.THINK, scored_with_reference=False, thinks=True, runs_sql=False, answer_field=None, chat_input_json=False),
-}
-assert tuple(TRAITS) == TASKS
-TASK_ENGINE: dict[str, EngineKind] = {task: traits.engine for task, traits in TRAITS.items()}
 
 SENTIMENTS = ("positive", "neutral", "negative")
 COMPLAINT_CATEGORIES = (
@@ -92,10 +83,3 @@ class PushOutput(BaseModel):
 
 
 assert tuple(ExtractionOutput.model_fields) == EXTRACTION_FIELDS
-OUTPUT_MODELS: dict[str, type[BaseModel]] = {"extraction": ExtractionOutput, "push": PushOutput}
-
-
-def output_json_schema(task: str) -> dict | None:
-    """The JSON schema vLLM constrains a task's output to, or None for free-text tasks."""
-    model = OUTPUT_MODELS.get(task)
-    return model.model_json_schema() if model else None

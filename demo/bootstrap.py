@@ -36,11 +36,12 @@ from pathlib import Path
 from common.datasets import SPLITS, load_split
 from common.processes import bf16_on_cpu
 from common.settings import Settings
-from common.tasks import TASK_ENGINE, TASKS, EngineKind
+from common.tasks import EngineKind
 from demo import commerce_db, datasets, pretrained
 from demo.finetune import finetune
 from demo.templates import END_OF_TURN, TEMPLATES
 from router.prompts import build_messages
+from tasks import TASK_ENGINE, TASKS
 
 STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
 TRAINING_SPLIT = "bootstrap"  # the only split a model step reads

@@ -11,9 +11,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from common.datasets import input_hash
-from common.tasks import TASKS, TRAITS
-from rewards.references import InvalidReference, check_reference
-from server.schemas import INPUT_MODELS
+from rewards.references import InvalidReference
+from tasks import INPUT_MODELS, TASKS, TRAITS, check_reference
 
 MAX_ROWS = 10_000
 

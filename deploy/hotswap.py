@@ -34,7 +34,8 @@ from common.records import AdapterMeta, LogprobProbe, Route, TrainedNotServed
 from common.rounds import CanaryRecord, Retirement
 from common.settings import SERVED_LOGPROB_TOLERANCE, Settings
 from common.store import Store, content_sha256
-from common.tasks import TASK_ENGINE, EngineKind
+from common.tasks import EngineKind
+from tasks import TASK_ENGINE
 from trainer import retire
 
 

@@ -40,6 +40,7 @@ from router.engine_client import ChatTemplate, EnginePool
 from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
+from tasks import TASK_ENGINE
 from trainer import canary
 
 CANARY_WATCH_S = 5.0
@@ -57,7 +58,7 @@ def reload_active_adapters(store: Store, kind: str, urls: list[str], say=log.war
     """An engine that (re)starts has no adapters: load every active and canary version of the
     tasks its model serves into it. An engine that does not answer is left to the gateway, which
     loads what it lacks when it comes back, before it takes traffic (`EnginePool.check`)."""
-    for version, path in store.routed_adapters(store.routes()[1]).get(kind, {}).items():
+    for version, path in store.routed_adapters(store.routes()[1], TASK_ENGINE).get(kind, {}).items():
         for url in urls:
             try:
                 asyncio.run(load_everywhere([url], version, path))

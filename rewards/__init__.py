@@ -1,9 +1,10 @@
-"""Rewards: the product's specification in code. One entry point scores any completion of any
-task, `score(task, completion, reference=None, context=None)`, with a total in [0, 1], named
-components in [0, 1] and a readable reason for each. The same functions score live traffic,
-build the training signal (TRL's reward functions in `trl`) and gate promotions.
+"""Rewards: the product's specification in code. Each task's reward gives a completion named
+components in [0, 1], their weights and a readable reason for each; `scoring` makes them one
+total in [0, 1] (`Score`). Each task's registry entry (`tasks/`) holds its reward, and
+`tasks.score(task, completion, reference=None, context=None)` is the one entry point. The same
+functions score live traffic, build the training signal and gate promotions.
 
-The entry point is in `scoring`; each task has its module (`extraction`, `sql`, `push`,
+Each task has its module (`extraction`, `sql`, `push`,
 `insights`), with what they share: parsing a completion (`parsing`), folding and matching text
 (`text`), what a review's words say (`review_cues`), what a question asks of its SQL
 (`sql_question`), running SQL read-only within limits (`sql_sandbox`), what a reference or a
@@ -14,6 +15,6 @@ Pure and deterministic: everything a score depends on comes in as an argument (t
 reads the commerce DB named by `context["db_path"]`, within the time limit and row cap the
 context gives). Imports nothing of ours but `common`.
 """
-from rewards.scoring import REWARD_VERSION, Score, score
+from rewards.scoring import REWARD_VERSION, Score
 
-__all__ = ["REWARD_VERSION", "Score", "score"]
+__all__ = ["REWARD_VERSION", "Score"]

@@ -11,7 +11,7 @@ Two measures, each with its count:
 
 `weak` says when the served score should not be read as a measure of quality: a rank correlation
 below `WEAK_BELOW`, or a separation below `WEAK_BELOW`, where each has at least `MIN_PAIRS`.
-Pure functions: the caller scores the answers (`pairs_of`) with `rewards.score`.
+Pure functions: the caller scores the answers (`pairs_of`) with `tasks.score`.
 """
 from __future__ import annotations
 

@@ -2,16 +2,16 @@
 shape, exactly. A correction becomes training data (a supervised target, a chosen answer), so one
 that is not a valid answer would teach the model to be wrong.
 
-`check_reference(task, value)` returns the reference in its stored form or raises
-`InvalidReference` with a message that names the problem.
+Each task's registry entry checks its references with one of these (`structured` against its
+output model, `query`, `text`); `tasks.check_reference(task, value)` returns the reference in
+its stored form or raises `InvalidReference` with a message that names the problem.
 """
 from __future__ import annotations
 
 import json
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from common.tasks import OUTPUT_MODELS, TRAITS
 from rewards.extraction import as_score
 from rewards.sql_sandbox import check_readonly
 
@@ -26,19 +26,7 @@ def _problems(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()[:5])
 
 
-def check_reference(task: str, value, max_bytes: int | None = None):
-    if max_bytes is not None and len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > max_bytes:
-        raise InvalidReference(f"larger than {max_bytes} bytes")
-    if task not in TRAITS:
-        raise InvalidReference(f"unknown task {task!r}")
-    if task in OUTPUT_MODELS:
-        return _structured(task, value)
-    if TRAITS[task].runs_sql:
-        return _query(task, value)
-    return _text(task, value)
-
-
-def _structured(task: str, value) -> dict:
+def structured(task: str, model: type[BaseModel], value) -> dict:
     """A JSON answer, checked against the task's output model (a sentiment score "4,5" is understood)."""
     if isinstance(value, str):
         try:
@@ -50,14 +38,13 @@ def _structured(task: str, value) -> dict:
     if isinstance(value.get("sentiment_score"), str):
         value = {**value, "sentiment_score": as_score(value["sentiment_score"])}
     try:
-        return OUTPUT_MODELS[task].model_validate(value, strict=False).model_dump()
+        return model.model_validate(value, strict=False).model_dump()
     except ValidationError as error:
         raise InvalidReference(f"not a valid {task} answer: {_problems(error)}") from None
 
 
-def _query(task: str, value) -> dict:
+def query(task: str, field: str, value) -> dict:
     """One read-only SELECT, as text or under the task's answer field."""
-    field = TRAITS[task].answer_field
     sql = value.get(field) if isinstance(value, dict) and set(value) == {field} else value
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidReference(f'a {task} reference is one SELECT, as text or {{"{field}": "..."}}')
@@ -67,10 +54,10 @@ def _query(task: str, value) -> dict:
     return {field: sql.strip().rstrip(";").strip()}
 
 
-def _text(task: str, value) -> str:
+def text(task: str, value, max_chars: int = MAX_INSIGHTS_ANSWER_CHARS) -> str:
     """A written answer (insights): its text, within the answer limit."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidReference(f"an {task} reference is the answer's text")
-    if len(value) > MAX_INSIGHTS_ANSWER_CHARS:
-        raise InvalidReference(f"an {task} answer is at most {MAX_INSIGHTS_ANSWER_CHARS} characters")
+    if len(value) > max_chars:
+        raise InvalidReference(f"an {task} answer is at most {max_chars} characters")
     return value

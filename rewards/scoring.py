@@ -1,6 +1,7 @@
-"""The scoring entry point: `score(task, completion, reference=None, context=None)`.
+"""What a score is: `Score`, and `total_of`, which makes a task's components one total.
 
-Each task module returns its components in [0, 1], their weights and readable reasons; the
+The entry point, `tasks.score(task, completion, reference=None, context=None)`, calls the task's
+own reward (its registry entry's `scorer`). Each task module returns its components in [0, 1], their weights and readable reasons; the
 total is their weighted mean (a refused SQL statement has every component at 0). Components
 of form are paid by the task modules in proportion to the content (their docstrings say how),
 so the weighted mean never pays a well-formed answer that does no work. The
@@ -11,10 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import mul
-from pathlib import Path
-
-from common.tasks import TASKS, TRAITS
-from rewards import extraction, insights, push, sql
 
 REWARD_VERSION = "7"
 
@@ -35,48 +32,9 @@ class Score:
                 "valid": self.valid, "details": self.details, "version": REWARD_VERSION}
 
 
-def normalise_reference(task: str, reference):
-    """contract §3: sql accepts `{"sql": ...}` or a plain string; insights takes none."""
-    field = TRAITS[task].answer_field
-    if field and isinstance(reference, str):
-        return {field: reference} if reference.strip() else None
-    if not TRAITS[task].scored_with_reference:
-        return None
-    if field and isinstance(reference, dict) and not isinstance(reference.get(field), str):
-        return None
-    return reference if isinstance(reference, dict) and reference else None
-
-
-def _valid(task: str, components: dict[str, float], details: dict[str, str], output) -> bool:
-    """Whether the answer has its task's shape (what a record's `valid` says), whatever its content."""
-    if task == "extraction":
-        return extraction.valid(output)
-    if task == "push":
-        return push.valid(output)
-    if task == "sql":
-        return sql.valid(components, details)
-    return bool(output)
-
-
-def score(task: str, completion: str, reference=None, context: dict | None = None) -> Score:
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    completion = completion if isinstance(completion, str) else ""
-    context = context or {}
-    reference = normalise_reference(task, reference)
-    fields: dict[str, float] = {}
-    if task == "extraction":
-        components, weights, details, output = extraction.score(completion, reference, context, fields)
-    elif task == "sql":
-        if not context.get("db_path"):
-            raise ValueError("scoring SQL needs the commerce DB: context['db_path']")
-        components, weights, details, output = sql.score(completion, reference, context, Path(context["db_path"]))
-    elif task == "push":
-        components, weights, details, output = push.score(completion, reference, context)
-    else:
-        components, weights, details, output = insights.score(completion, reference, context)
-    # clamped, NaN as 0; only the total is rounded (round() costs as much as a component's check)
+def total_of(components: dict[str, float], weights: dict[str, float]) -> tuple[dict[str, float], float]:
+    """The components clamped to [0, 1] (NaN as 0) and their weighted mean, rounded; only the total
+    is rounded (round() costs as much as a component's check)."""
     components = {k: v if 0.0 <= v <= 1.0 else (1.0 if v > 1.0 else 0.0) for k, v in components.items()}
     total = sum(map(mul, weights.values(), map(components.__getitem__, weights))) / sum(weights.values())
-    return Score(round(min(1.0, max(0.0, total)), 4), components, reference is not None,
-                 _valid(task, components, details, output), details, output, weights, fields)
+    return components, round(min(1.0, max(0.0, total)), 4)

@@ -195,15 +195,3 @@ INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
     "every row restated": _listed_rows,
     "the smallest row called the leader, figures on the wrong rows, a wrong count": _false_leader,
 }
-
-
-# each task's makers; extraction's are drawn from its references' own values
-MAKERS: dict[str, Callable[[list], dict[str, Callable[[dict], str]]]] = {
-    "extraction": lambda references: extraction_makers([r for r in references if isinstance(r, dict)]),
-    "sql": lambda _: SQL_MAKERS, "push": lambda _: PUSH_MAKERS, "insights": lambda _: INSIGHTS_MAKERS,
-}
-
-
-def makers(task: str, references: list) -> dict[str, Callable[[dict], str]]:
-    """The trivial answers of a task, by name."""
-    return MAKERS[task](references)

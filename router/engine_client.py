@@ -22,7 +22,7 @@ import msgspec
 
 from common.records import Sampling
 from common.settings import ENGINE_TIMEOUT_S, Settings
-from common.tasks import TASK_ENGINE
+from tasks import TASK_ENGINE, model_path_of
 
 
 class EngineUnavailable(RuntimeError):
@@ -141,7 +141,7 @@ class EnginePool:
     def for_task(cls, settings: Settings, task: str, urls: list[str]) -> EnginePool:
         """The engines that serve `task`, with its model's chat template, for batch work that waits
         on a whole burst of answers (the gate, shadow replay, retirement, eval, benchmarks)."""
-        return cls(TASK_ENGINE[task], urls, ChatTemplate.load(settings.model_path_of(task)), timeout_s=BATCH_TIMEOUT_S)
+        return cls(TASK_ENGINE[task], urls, ChatTemplate.load(model_path_of(settings, task)), timeout_s=BATCH_TIMEOUT_S)
 
     def _client(self) -> aiohttp.ClientSession:
         """The session of the running event loop (an aiohttp session is bound to the loop that made it)."""

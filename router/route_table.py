@@ -13,6 +13,7 @@ import redis
 
 from common.records import Route
 from common.store import Store
+from tasks import TASK_ENGINE
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class RouteTable:
         version = self.store.routes_version()
         if version != self.version:
             version, routes = self.store.routes()
-            self.adapter_paths = self.store.routed_adapters(routes)
+            self.adapter_paths = self.store.routed_adapters(routes, TASK_ENGINE)
             self.version, self.routes = version, routes
 
     def served(self, kind: str) -> dict[str, str]:

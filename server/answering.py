@@ -19,17 +19,16 @@ from starlette.concurrency import run_in_threadpool
 
 from common.records import BASE_VERSION, Group, Record, Reward, Sample, Sampling, Usage, label_of
 from common.store import StoreUnavailable
-from common.tasks import TRAITS
-from rewards import REWARD_VERSION, score
+from rewards import REWARD_VERSION
 from rewards.parsing import split_think
 from rewards.sql_sandbox import run_readonly
 from router.engine_client import Completion, EngineTimeout, EngineUnavailable
 from router.examples import Example
 from router.prompts import build_messages
-from router.task_specs import TASK_SPECS
 from server import metrics
 from server.errors import ApiError, unavailable
 from server.state import GatewayState
+from tasks import TRAITS, definition, score
 
 # Set per request by the app's overhead timer (a dict, so that the timer reads what `answer`
 # wrote even if a layer between them copied the context): the task and its engine call's seconds.
@@ -59,7 +58,7 @@ async def prepare(state: GatewayState, task: str, task_input: dict, sampling_ove
     none of the team's examples and an exact repeat of a corrected input is asked of the model
     too, so the answer is what the weights alone give."""
     started = time.perf_counter()
-    spec = TASK_SPECS[task]
+    spec = definition(task)
     pool = state.pools[spec.engine]
     adapter, arm = state.routes.adapter_for(task)
     repeat, shown = None, []
@@ -73,7 +72,7 @@ async def prepare(state: GatewayState, task: str, task_input: dict, sampling_ove
 
 def _engine_down(state: GatewayState, prepared: Prepared, error: EngineUnavailable) -> ApiError:
     """503 for an engine that is down; 504 for one that took the request and did not answer in time."""
-    kind = TASK_SPECS[prepared.task].engine
+    kind = definition(prepared.task).engine
     timed_out = isinstance(error, EngineTimeout)
     metrics.ENGINE_ERRORS.labels(kind).inc()
     metrics.REQUESTS.labels(prepared.task, prepared.adapter or BASE_VERSION, "504" if timed_out else "503").inc()
@@ -163,10 +162,10 @@ def from_correction(prepared: Prepared) -> Completion:
 async def answer(state: GatewayState, prepared: Prepared, execute: bool = False, include_think: bool = False) -> Record:
     if prepared.repeat is not None:
         return await finish(state, prepared, [from_correction(prepared)], execute, include_think)
-    pool = state.pools[TASK_SPECS[prepared.task].engine]
+    pool = state.pools[definition(prepared.task).engine]
     called = time.perf_counter()
     try:
-        completions = await pool.complete_group(prepared.prompt, prepared.adapter, prepared.sampling, TASK_SPECS[prepared.task].json_schema)
+        completions = await pool.complete_group(prepared.prompt, prepared.adapter, prepared.sampling, definition(prepared.task).json_schema)
     except EngineUnavailable as error:
         raise _engine_down(state, prepared, error) from None
     engine_call = ENGINE_CALL.get()
@@ -188,9 +187,9 @@ async def stream(state: GatewayState, prepared: Prepared) -> tuple[AsyncIterator
             done["record"] = await finish(state, prepared, [completion])
 
         return whole(), done
-    pool = state.pools[TASK_SPECS[prepared.task].engine]
+    pool = state.pools[definition(prepared.task).engine]
     info: dict = {}
-    deltas = pool.stream(prepared.prompt, prepared.adapter, prepared.sampling, TASK_SPECS[prepared.task].json_schema, info)
+    deltas = pool.stream(prepared.prompt, prepared.adapter, prepared.sampling, definition(prepared.task).json_schema, info)
     try:
         first = await deltas.__anext__()
     except StopAsyncIteration:

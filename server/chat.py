@@ -10,10 +10,8 @@ import time
 from collections.abc import AsyncIterator
 
 from common.records import Record
-from common.tasks import TRAITS
 from rewards.parsing import THINK_CLOSE, THINK_OPEN
 from router.classify import classify
-from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
 from server import answering
 from server.errors import ApiError
 from server.schemas import (
@@ -29,6 +27,7 @@ from server.schemas import (
     StreamError,
     TucanoExtras,
 )
+from tasks import AUTO_MODEL, TRAITS, definition, public_models
 
 
 def last_user_text(messages: list[ChatMessage]) -> str:
@@ -47,13 +46,14 @@ def task_of(model: str, text: str) -> str:
     """The task a public model name serves; `tucano-auto` asks the classifier."""
     if model == AUTO_MODEL:
         return classify(text)
-    if model in PUBLIC_MODELS:
-        return PUBLIC_MODELS[model]
-    raise ApiError(404, "model_not_found", f"unknown model {model!r}; models are {', '.join([*PUBLIC_MODELS, AUTO_MODEL])}")
+    models = public_models()
+    if model in models:
+        return models[model]
+    raise ApiError(404, "model_not_found", f"unknown model {model!r}; models are {', '.join([*public_models(), AUTO_MODEL])}")
 
 
 def public_model(task: str) -> str:
-    return f"tucano-{task}"
+    return definition(task).public_model
 
 
 def _message(task: str, record: Record) -> AssistantMessage:
@@ -63,7 +63,9 @@ def _message(task: str, record: Record) -> AssistantMessage:
     field = TRAITS[task].answer_field
     if field:
         return AssistantMessage(content=record.output[field] or record.raw)
-    return AssistantMessage(content=json.dumps(record.output, ensure_ascii=False) if record.output is not None else record.raw)
+    if record.output is None or isinstance(record.output, str):  # a free-text answer is its text
+        return AssistantMessage(content=record.output or record.raw)
+    return AssistantMessage(content=json.dumps(record.output, ensure_ascii=False))
 
 
 def _usage(record: Record) -> ChatUsage:

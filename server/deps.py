@@ -26,9 +26,9 @@ from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from common.store import StoreUnavailable
-from common.tasks import TASKS
 from server.errors import ApiError, unavailable
 from server.state import GatewayState
+from tasks import TASKS
 
 bearer = HTTPBearer(auto_error=False)
 WINDOW_S = 60

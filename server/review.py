@@ -26,7 +26,7 @@ How much of input j a label of input i shows is the share of j's content words t
 for SQL, the mean of that and the share of what j's question asks that i's asks too (tables,
 aggregate, shape, kinds of value: `rewards.sql_question.question_intent`), since a label teaches
 a query's shape whatever its wording; for push, the mean of that and the share of j's shape, its
-campaign and which fields it fills whatever their values (`_push_shape`), since a label shows how
+campaign and which fields it fills whatever their values (`tasks.push`), since a label shows how
 its campaign's copy says a name, a product, a discount or a deadline whichever they are. It is a
 share of j, not an overlap of the two (Jaccard), because a label teaches what its input shows: an
 input with the customer's name, the product and the discount shows all of one without the name,
@@ -50,7 +50,6 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -58,8 +57,8 @@ from scipy.sparse import csr_matrix
 from common.datasets import input_hash
 from common.records import Label, Record
 from common.rounds import RoundSummary
-from rewards.sql_question import question_intent
 from rewards.text import STOP_WORDS, fold
+from tasks import definition
 
 DISAGREEMENT = 0.3
 GROUP_SPREAD_FULL = 0.5  # a group whose served scores span this much (or more) is as doubtful as an input served two answers
@@ -69,30 +68,13 @@ REDUNDANCY = 1.0  # an identical input above an answer costs it a whole served s
 COLD_START_LABELS = 100  # the task's labels at which a low score and a representative input weigh the same
 
 
-def _sql_intent(task_input: dict) -> frozenset[str]:
-    question = task_input.get("question")
-    return question_intent(question) if isinstance(question, str) else frozenset()
-
-
-def _push_shape(task_input: dict) -> frozenset[str]:
-    """The campaign, and which of its fields the input fills, whatever their values: a label
-    shows how the campaign's copy says a customer's name, whichever name it is."""
-    campaign = str(task_input.get("campaign") or "")
-    return frozenset({f"campaign:{campaign}"} | {f"{campaign}:{field}" for field, value in task_input.items()
-                                                 if field != "campaign" and value not in (None, "")})
-
-
-# what an input says apart from its wording, for the tasks whose inputs have it: what a SQL
-# question asks (which other words can ask too), and push's shape; the other tasks' inputs are a
-# review or data rows, their words alone
-VIEWS: dict[str, Callable[[dict], frozenset[str]]] = {"sql": _sql_intent, "push": _push_shape}
-
-
 def input_features(task: str, task_input: dict) -> tuple[frozenset[str], ...]:
-    """The content words of an input's values, and its task's other reading of it where it has one (`VIEWS`)."""
+    """The content words of an input's values, and its task's other reading of it where it has one
+    (its entry's `review_view`: what a SQL question asks, which other words can ask too; push's
+    shape); the other tasks' inputs are a review or data rows, their words alone."""
     text = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in task_input.values())
     words = frozenset(word for word in re.findall(r"\w+", fold(text)) if len(word) > 2 and word not in STOP_WORDS)
-    view = VIEWS.get(task)
+    view = definition(task).review_view
     return (words, view(task_input)) if view else (words,)
 
 

@@ -7,10 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.records import AdapterMeta, JobProgress, Route
 from common.rounds import Retirement, RoundSummary
-from common.tasks import TASKS
-from router.task_specs import AUTO_MODEL, PUBLIC_MODELS
+from tasks import AUTO_MODEL, INPUT_MODELS, public_models
 
-TaskName = Literal[TASKS]
+TaskName = Annotated[str, Field(description="A task's name (its registry entry, tasks/).")]
 FrequencyPenalty = Annotated[float | None, Field(
     ge=-2.0, le=2.0, description="OpenAI's frequency penalty; unset, the task's own (insights has one against loops, the others 0).")]
 
@@ -22,47 +21,6 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
-
-
-# --- task inputs (validated against the task in the path) -------------------------------
-
-class ExtractionInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    review: str = Field(min_length=1, max_length=20_000, description="The customer review, PT-BR.")
-
-
-class SqlInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    question: str = Field(min_length=1, max_length=2_000)
-
-
-class PushInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    campaign: str | None = Field(None, max_length=100)
-    customer_name: str | None = Field(None, max_length=100)
-    product: str | None = Field(None, max_length=200)
-    discount_pct: int | None = Field(None, ge=0, le=100)
-    coupon: str | None = Field(None, max_length=50)
-    deadline: str | None = Field(None, max_length=100)
-    briefing: str | None = Field(None, max_length=2_000)
-
-    @model_validator(mode="after")
-    def _says_something(self) -> PushInput:
-        if not (self.campaign or self.customer_name or self.product or self.briefing):
-            raise ValueError("push needs at least one of campaign, customer_name, product, briefing")
-        return self
-
-
-class InsightsInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    question: str = Field(min_length=1, max_length=4_000)
-    columns: list[str] | None = Field(None, max_length=50)
-    rows: list[list[str | int | float | bool | None]] | None = Field(None, max_length=500)
-
-
-INPUT_MODELS: dict[str, type[BaseModel]] = {
-    "extraction": ExtractionInput, "sql": SqlInput, "push": PushInput, "insights": InsightsInput,
-}
 
 
 class TaskOptions(BaseModel):
@@ -173,7 +131,7 @@ class ChatRequest(BaseModel):
     naming it, rather than a parameter the caller believes applied."""
     model_config = ConfigDict(extra="forbid")
     model: str = Field(description="tucano-extraction, tucano-sql, tucano-push, tucano-insights or tucano-auto",
-                       json_schema_extra={"enum": [*PUBLIC_MODELS, AUTO_MODEL]})
+                       json_schema_extra=lambda schema: schema.update(enum=[*public_models(), AUTO_MODEL]))
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)

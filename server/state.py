@@ -10,6 +10,7 @@ from common.store import Store
 from router.engine_client import EnginePool
 from router.examples import Examples
 from router.route_table import RouteTable
+from tasks import check_settings, examples_tasks
 
 AdapterAction = Callable[[str, str], Awaitable[dict]]  # (action, task or version) -> result
 
@@ -24,7 +25,8 @@ class GatewayState:
     examples: Examples | None = None  # the team's corrections at once; built from the settings when not handed in
 
     def __post_init__(self):
+        check_settings(self.settings)  # a setting that names no task stops the gateway before it serves
         if self.examples is None:
             s = self.settings
-            self.examples = Examples(self.store, s.examples_tasks, s.examples_k, s.exact_repeats, s.examples_poll_s,
+            self.examples = Examples(self.store, examples_tasks(s), s.examples_k, s.exact_repeats, s.examples_poll_s,
                                      s.datasets_dir)

@@ -9,9 +9,9 @@ import statistics
 from collections import defaultdict
 
 from common.records import Label, RecordPoint
-from common.tasks import TASKS
 from rewards.calibration import Pair, calibrate
 from server.schemas import Calibration, FeedbackCounts, SeriesPoint, Stats, TaskCalibration, TaskStats, VersionSeries
+from tasks import TASKS
 
 
 def _mean(values: list[float]) -> float | None:

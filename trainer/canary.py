@@ -23,7 +23,7 @@ from common.records import Record
 from common.rounds import CanaryRecord
 from common.settings import Settings
 from common.stats import difference_interval
-from rewards import score
+from tasks import score
 
 MIN_RATINGS = 10  # ratings per arm before they are compared
 MIN_LABELLED = 10  # labelled records per arm before the labels, not the served score, are compared

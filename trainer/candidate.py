@@ -19,6 +19,7 @@ from common.records import AdapterMeta, LogprobProbe
 from common.rounds import TrainingData, TrainingRecord
 from common.settings import Settings
 from common.store import Store, content_sha256
+from tasks import model_path_of, training_settings
 from trainer import dpo, grpo, kto, methods, sft
 from trainer.data import TaskData
 from trainer.diagnostics import stop_conditions
@@ -94,11 +95,11 @@ def train_candidate(settings: Settings, store: Store, data: TaskData, steps: lis
     continuing the task's active version ("active", when there is one); returns its metadata
     (status `candidate`). The task trains with its own `task_training` settings where it has any."""
     task = data.task
-    settings = settings.for_task(task)
+    settings = training_settings(settings, task)
     active = store.route(task).active
     parent = store.adapter(active) if active and start == "active" else None
     started = time.perf_counter()
-    path = settings.model_path_of(task)
+    path = model_path_of(settings, task)
     quantize = quantization(settings.train_quantization)
     model, tokenizer = load_policy(path, parent.path if parent else None, settings.lora_rank, settings.lora_alpha, quantize,
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
@@ -114,7 +115,7 @@ def register(settings: Settings, store: Store, model, task: str, parent: Adapter
     """Save a trained LoRA under a new version (written whole or not at all) and register it as a
     candidate with its hash, lineage (parent, round, base model), methods and steps: what a round
     and a benchmark that trains a version both register."""
-    path = settings.model_path_of(task)
+    path = model_path_of(settings, task)
     version = _new_version(settings, store, task)
     final = settings.adapters_dir / version
     partial = settings.adapters_dir / f".{version}.partial"

@@ -39,10 +39,9 @@ from common.datasets import input_key
 from common.records import BASE_VERSION, Label, Record
 from common.rounds import DataSources, TrainingData
 from common.settings import Settings
-from common.tasks import TRAITS
-from rewards import score
 from router.examples import ExampleBook
 from router.prompts import answer_text, build_messages
+from tasks import TRAITS, examples_tasks, score
 
 PAIR_MARGIN = 0.1  # a served answer at least this much below the reference makes a pair
 VALIDATION_SHARE = 0.15
@@ -111,7 +110,7 @@ def no_demonstrations(_task_input: dict) -> tuple:
 def served_demonstrations(settings: Settings, task: str, labels: list[Label]) -> Demonstrations:
     """What serving shows an input's prompt, from the same labels: its most similar examples where
     the task's prompts carry them, else nothing."""
-    if not (settings.train_with_examples and task in settings.examples_tasks):
+    if not (settings.train_with_examples and task in examples_tasks(settings)):
         return no_demonstrations
     book = ExampleBook(task, labels)
     return lambda task_input: book.shown(task_input, settings.examples_k)

@@ -48,12 +48,11 @@ from common.records import Sampling
 from common.rounds import ComponentDifference, GateDecision, LabelledCheck
 from common.settings import Settings
 from common.stats import mean_interval
-from common.tasks import TRAITS
-from rewards import Score, score
+from rewards import Score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.examples import ExampleBook
 from router.prompts import build_messages
-from router.task_specs import TASK_SPECS
+from tasks import TRAITS, definition, examples_tasks, model_path_of, score
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
@@ -124,7 +123,7 @@ def request_key(prompt: str, sampling: Sampling, json_schema: dict | None) -> st
 def demonstrations(settings: Settings, store, task: str, rows: list[EvalRow]) -> dict[str, tuple]:
     """What serving would show each row's prompt (the team's most similar examples), by row id:
     the gate compares candidate and incumbent as they are served, each with its examples."""
-    if store is None or task not in settings.examples_tasks:
+    if store is None or task not in examples_tasks(settings):
         return {}
     book = ExampleBook(task, store.labels(task))
     return {row.id: book.shown(row.input, settings.examples_k) for row in rows}
@@ -140,12 +139,12 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     `reference_free`, when given, receives each answer's reference-free score where the row is the
     team's (of `free_sources`) and has a reference (None elsewhere): what `labelled_check` compares. `shown`: each
     row's demonstrations (`demonstrations`), as serving would show them."""
-    spec, shown = TASK_SPECS[task], shown or {}
+    spec, shown = definition(task), shown or {}
     prompts = [pool.template.render(build_messages(task, row.input, shown.get(row.id, ()))) for row in rows]
     samplings = [spec.sampling.override(seed=row_seed(seed, row.id)) for row in rows]
     keys = [request_key(prompt, sampling, spec.json_schema) for prompt, sampling in zip(prompts, samplings)]
     if store is not None:
-        scope = model_scope(settings.model_path_of(task), version, store.engine_numerics(pool.kind))
+        scope = model_scope(model_path_of(settings, task), version, store.engine_numerics(pool.kind))
         texts = store.cached_answers(scope, keys)
     else:
         texts = [None] * len(rows)

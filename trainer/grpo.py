@@ -18,7 +18,7 @@
   up to the task's serving limit). The run's report says which.
 
 Either way each completion is scored by `rewards/` (with the prompt's reference when it has one),
-and the group's values become advantages (`rewards.trl`: the total, or GDPO per component with a
+and the group's values become advantages (`trainer.grpo_reward`: the total, or GDPO per component with a
 floor on the std).
 
 What makes the recipe act (TRL 1.16 as installed):
@@ -40,10 +40,10 @@ from datasets import Dataset
 
 from common.rounds import GrpoReport
 from common.settings import Settings
-from rewards.trl import StepLog, reward_function
-from router.task_specs import TASK_SPECS
+from tasks import definition
 from trainer import methods, trl_internals
 from trainer.data import RolloutGroup
+from trainer.grpo_reward import StepLog, reward_function
 from trainer.probe import group_logprobs
 from trainer.rollouts import EngineRollouts, whole_groups
 
@@ -104,7 +104,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
     log = StepLog()
     timed_reward, scoring = _timed(reward_function(aggregation, generations, settings.grpo_std_floor, log))
     config = _config(settings, generations, len(prompts) * generations, 1.0,
-                     settings.grpo_max_completion_tokens or TASK_SPECS[task].sampling.max_tokens, False, max_steps=settings.grpo_max_steps)
+                     settings.grpo_max_completion_tokens or definition(task).sampling.max_tokens, False, max_steps=settings.grpo_max_steps)
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
     trainer_class = trl_internals.group_dropping_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[timed_reward], args=config, processing_class=tokenizer,
@@ -200,7 +200,7 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                     budget_s: float | methods.Budget, why: str, progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     """GRPO on the round's prompts, its groups sampled on a vLLM engine from the policy as it
     trains (module docstring). `name_prefix` makes the engine names of this run's reloads unique."""
-    spec = TASK_SPECS[task]
+    spec = definition(task)
     size = settings.grpo_num_generations
     sampling = spec.sampling_for(size, {})
     aggregation = aggregation or settings.grpo_advantage

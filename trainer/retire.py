@@ -11,10 +11,9 @@ import asyncio
 from common.records import AdapterMeta, Label
 from common.rounds import Retirement
 from common.settings import Settings
-from rewards import score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.prompts import build_messages
-from router.task_specs import TASK_SPECS
+from tasks import definition, score
 from trainer.gate import CONCURRENCY, row_seed
 
 ABSORBED = 0.9
@@ -29,7 +28,7 @@ def candidates(labels: list[Label], trained: set[str]) -> list[Label]:
 
 async def absorbed(pool: EnginePool, settings: Settings, task: str, version: str, labels: list[Label], seed: int) -> list[str]:
     """The ids of the labels that `version` answers right on its own."""
-    spec, gate = TASK_SPECS[task], asyncio.Semaphore(CONCURRENCY)
+    spec, gate = definition(task), asyncio.Semaphore(CONCURRENCY)
 
     async def right(label: Label) -> bool:
         prompt = pool.template.render(build_messages(task, label.input))

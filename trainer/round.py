@@ -40,8 +40,8 @@ from common.records import BASE_VERSION, AdapterMeta, TrainedNotServed
 from common.rounds import GateRecord, Outcome, PlanStep, Retirement, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
-from common.tasks import TASK_ENGINE, TASKS
 from router.engine_client import ChatTemplate, EnginePool
+from tasks import TASK_ENGINE, TASKS, model_path_of, training_settings
 from trainer import data as round_data
 from trainer import gate, methods, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
@@ -192,13 +192,13 @@ def _has_news(store: Store, task: str, labels, new_records: int, settings: Setti
 
 def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, records, round_id: str, say,
                 progress: Callable[[str, int, int], None]) -> TaskOutcome:
-    settings = settings.for_task(task)  # the task's own training settings (`task_training`) from its data on
+    settings = training_settings(settings, task)  # the task's own training settings (`task_training`) from its data on
     labels = store.labels(task)
     news, why = _has_news(store, task, labels, len(records), settings)
-    template = ChatTemplate.load(settings.model_path_of(task))
+    template = ChatTemplate.load(model_path_of(settings, task))
     active = store.route(task).active
     active_meta = store.adapter(active) if active else None
-    start, start_why = methods.start(settings, active_meta, settings.model_path_of(task))
+    start, start_why = methods.start(settings, active_meta, model_path_of(settings, task))
     # the served groups a round may train on: those of the policy it starts from and its parents
     lineage = round_data.lineage(active_meta if start == "active" else None, {m.version: m for m in store.adapters(task)})
     data = round_data.build(task, labels, records, template.render, settings.reward_context,

@@ -18,10 +18,9 @@ from common.records import Record
 from common.rounds import ShadowReplay
 from common.settings import Settings
 from common.stats import mean_interval
-from rewards import score
 from router.engine_client import EnginePool
 from router.prompts import build_messages
-from router.task_specs import TASK_SPECS
+from tasks import definition, score
 from trainer.gate import CONCURRENCY
 
 MIN_LABELLED = 10
@@ -62,7 +61,7 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
     answer) where given, else reference-free."""
     labels = labels or {}
     started = time.perf_counter()
-    spec = TASK_SPECS[task]
+    spec = definition(task)
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(record: Record) -> float:

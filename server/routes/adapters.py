@@ -11,10 +11,10 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from common.lifecycle import TransitionRefused
-from common.tasks import TASKS
 from server.deps import Admin, TaskPath, User
 from server.errors import ApiError, unavailable
 from server.schemas import AdapterChange, AdapterList, CanaryRequest, ErrorResponse
+from tasks import TASKS
 
 router = APIRouter(tags=["adapters"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 429, 501, 503)}

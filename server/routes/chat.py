@@ -8,10 +8,10 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from router.task_specs import AUTO_MODEL, PUBLIC_MODELS, TASK_SPECS
 from server import answering, chat
 from server.deps import User
 from server.schemas import ChatCompletion, ChatRequest, ErrorResponse, ModelCard, ModelList
+from tasks import AUTO_MODEL, definition, public_models, samples_of
 
 router = APIRouter(tags=["openai"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
@@ -28,7 +28,7 @@ STREAMED = {"description": "with `stream: true`: chat.completion.chunk events, t
 
 @router.get("/v1/models", response_model=ModelList, responses=ERRORS)
 async def models(caller: User) -> ModelList:
-    return ModelList(data=[ModelCard(id=name, created=STARTED) for name in (*PUBLIC_MODELS, AUTO_MODEL)])
+    return ModelList(data=[ModelCard(id=name, created=STARTED) for name in (*public_models(), AUTO_MODEL)])
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion, operation_id="chat_completions", responses={
@@ -39,8 +39,8 @@ async def chat_completions(body: ChatRequest, caller: User):
     task = chat.task_of(body.model, text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_completion_tokens or body.max_tokens,
                  "seed": body.seed, "frequency_penalty": body.frequency_penalty}
-    samples = 1 if body.stream else caller.state.settings.samples_of(task, body.temperature)  # the best of the task's group answers
-    prepared = await answering.prepare(caller.state, task, TASK_SPECS[task].input_from_text(text), overrides, None, "chat", caller.key_id,
+    samples = 1 if body.stream else samples_of(caller.state.settings, task, body.temperature)  # the best of the task's group answers
+    prepared = await answering.prepare(caller.state, task, definition(task).input_from_text(text), overrides, None, "chat", caller.key_id,
                                        samples=samples)
     if not body.stream:
         return chat.completion(task, await answering.answer(caller.state, prepared, include_think=True))

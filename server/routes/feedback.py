@@ -7,10 +7,11 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from common.store import StoreUnavailable, TooManyCorrections, UnknownRecord
-from rewards.references import InvalidReference, check_reference
+from rewards.references import InvalidReference
 from server.deps import User, limit_rate
 from server.errors import ApiError, unavailable
 from server.schemas import ErrorResponse, FeedbackRequest, FeedbackResponse
+from tasks import check_reference
 
 router = APIRouter(tags=["feedback"])
 

@@ -7,13 +7,13 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from common.tasks import TASKS, TRAITS
 from rewards.sql_sandbox import run_readonly
 from server.deps import TaskPath, User
 from server.errors import ApiError
 from server.review import rank
 from server.routes.dashboard import STATIC
 from server.schemas import ErrorResponse, ReviewItem, ReviewQueue, SqlResult
+from tasks import TASKS, TRAITS
 
 router = APIRouter(tags=["review"])
 SCANNED = 500  # newest records of the task the queue ranks

@@ -12,12 +12,12 @@ from starlette.concurrency import run_in_threadpool
 
 from common.records import Label
 from common.settings import Settings
-from common.tasks import TASKS
-from rewards import REWARD_VERSION, score
+from rewards import REWARD_VERSION
 from rewards.calibration import Pair, pairs_of
 from server.deps import User
 from server.schemas import ErrorResponse, Stats
 from server.stats import series
+from tasks import TASKS, score
 
 router = APIRouter(tags=["stats"])
 CALIBRATION_LABELS = 300

@@ -4,12 +4,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import ValidationError
 
-from common.tasks import TASKS, TRAITS
-from rewards.references import InvalidReference, check_reference
+from rewards.references import InvalidReference
 from server import answering
 from server.deps import TaskPath, User
 from server.errors import ApiError
-from server.schemas import INPUT_MODELS, ErrorResponse, SampleChoice, Scores, ServedBy, TaskRequest, TaskResponse, Usage
+from server.schemas import ErrorResponse, SampleChoice, Scores, ServedBy, TaskRequest, TaskResponse, Usage
+from tasks import INPUT_MODELS, TASKS, TRAITS, check_reference, samples_of
 
 router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
@@ -39,7 +39,7 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
             raise ApiError(422, "invalid_request", f"reference: {error}") from None
     options = body.options
     settings = caller.state.settings
-    samples = settings.samples_of(task, options.temperature) if options.samples is None else options.samples
+    samples = samples_of(settings, task, options.temperature) if options.samples is None else options.samples
     if options.temperature == 0.0 and samples > 1:  # asked for by the request itself
         raise ApiError(422, "invalid_request", f"options.samples: {samples} samples need a temperature above 0 (greedy "
                                                "samples are all the same answer)")

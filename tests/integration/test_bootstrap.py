@@ -12,8 +12,8 @@ import pytest
 
 from common.datasets import SPLITS, input_key, load_split
 from common.settings import load_settings
-from common.tasks import TASKS
 from demo import bootstrap, commerce_db, datasets
+from tasks import TASKS
 from tests.conftest import REPO, SHARED
 
 PRODUCT_SCHEMA = {

@@ -59,7 +59,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
     from deploy.vllm_server import VllmServer
     from router.engine_client import ChatTemplate, EnginePool
     from router.prompts import answer_text, build_messages
-    from router.task_specs import TASK_SPECS
+    from tasks import definition
     from trainer.candidate import train_candidate
     from trainer.data import TaskData, split_validation
 
@@ -70,7 +70,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
         template = ChatTemplate.load(smol.base_model_path)
         row = load_split(smol.datasets_dir, "extraction", "test")[0]
         prompt = template.render(build_messages("extraction", row["input"]))
-        spec = TASK_SPECS["extraction"]
+        spec = definition("extraction")
 
         async def answered(version: str | None):
             pool = EnginePool("base", [server.url], template)

@@ -7,9 +7,8 @@ import json
 import statistics
 
 from common.datasets import load_split
-from common.tasks import TASKS
 from demo.commerce_db import file_sha256
-from rewards import score
+from tasks import TASKS, score
 from tests.unit.test_rewards import FORBIDDEN
 
 

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from router.task_specs import TASK_SPECS
+from tasks import definition
 
 REVIEWS = ["Produto chegou quebrado e a entrega atrasou duas semanas.", "Adorei o fone, som ótimo e chegou antes do prazo.",
            "A camiseta veio com o tamanho errado, quero trocar.", "Bom produto, mas a caixa veio amassada.",
@@ -40,7 +40,7 @@ def test_a_request_is_one_group_and_its_record_holds_every_sample(gateway, serve
     n = SAMPLES
     for record in served:
         group = record.group
-        assert record.sampling.n == n == len(group.samples) and record.sampling.temperature == TASK_SPECS["extraction"].group_temperature
+        assert record.sampling.n == n == len(group.samples) and record.sampling.temperature == definition("extraction").group_temperature
         assert record.raw == group.samples[group.chosen].text and record.reward.total == max(group.rewards)
         assert group.prompt_token_ids and all(len(s.token_ids) == len(s.logprobs) > 0 for s in group.samples)
         assert all(math.isfinite(x) and x <= 0.0 for s in group.samples for x in s.logprobs)

@@ -11,8 +11,8 @@ import pytest
 
 from common.records import Record, Route, Sampling, decode_record
 from common.store import RECORDS, Store
-from rewards import REWARD_VERSION, score
-from router.task_specs import TASK_SPECS
+from rewards import REWARD_VERSION
+from tasks import definition, samples_of, score
 from tests.integration.conftest import RunningServer, make_state
 
 INPUTS = {
@@ -120,13 +120,13 @@ def test_task_api_answers_each_task_with_its_record(gateway):
         body = response.json()
         assert set(body) == {"id", "task", "output", "raw", "valid", "route", "scores", "usage", "latency_ms", "examples", "answered_from",
                              "sample"}
-        n = gateway.state.settings.samples_of(task)
+        n = samples_of(gateway.state.settings, task)
         assert (body["sample"] is None) if n == 1 else (body["sample"]["of"] == n and body["scores"]["total"] == max(body["sample"]["totals"]))
         assert body["route"] == {"model": "base" if task != "insights" else "think", "adapter": None, "version": "base"}
         record = record_of(gateway.state.store, body["id"])
         check_record(record, task, gateway.state.settings)
         assert record.sampling.seed == 7 and record.sampling.max_tokens == 200
-        assert record.sampling.frequency_penalty == {"push": 0.5, "insights": TASK_SPECS["insights"].sampling.frequency_penalty}.get(task, 0.0)
+        assert record.sampling.frequency_penalty == {"push": 0.5, "insights": definition("insights").sampling.frequency_penalty}.get(task, 0.0)
         assert body["scores"]["total"] == record.reward.total
         if task == "sql":
             assert {"sql", "columns", "rows", "truncated", "error"} <= set(body["output"])

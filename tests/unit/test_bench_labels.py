@@ -1,6 +1,8 @@
 """`tucano bench labels`: which answers each arm labels, and how the report reads the arms."""
 import pytest
 
+from tasks import training_settings
+
 
 def test_the_queue_arm_takes_the_queues_first_answers_and_each_random_draw_its_own_sample():
     from bench.labels import choose
@@ -90,18 +92,18 @@ def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_o
     from trainer.sft import planned_epochs
 
     settings = Settings()
-    assert arm_training(settings, "sql", None) == settings.for_task("sql")  # default: the round's own budget
+    assert arm_training(settings, "sql", None) == training_settings(settings, "sql")  # default: the round's own budget
     assert arm_training(settings, "extraction", None).train_time_budget_s == 120.0
     extraction = arm_training(settings, "extraction", 3)
     assert extraction.train_time_budget_s == UNBOUNDED_S
-    assert extraction.train_learning_rate == settings.for_task("extraction").train_learning_rate  # the task's own rate stays
+    assert extraction.train_learning_rate == training_settings(settings, "extraction").train_learning_rate  # the task's own rate stays
     data = TaskData("sql")
     data.sft = [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(30)]  # thirty labels, as the bench gives
     split_validation(data, settings.seed)
     for task in ("sql", "push", "extraction"):
         arm = arm_training(settings, task, 3)
         assert planned_epochs(arm, len(data.sft)) == 3  # the same epochs, so the same steps, for every arm of a task
-    assert planned_epochs(settings.for_task("sql"), len(data.sft)) > 3  # unlike the round's: as many as 40 steps need
+    assert planned_epochs(training_settings(settings, "sql"), len(data.sft)) > 3  # unlike the round's: as many as 40 steps need
 
 
 def test_with_epochs_every_label_trains_and_without_a_rounds_validation_slice_is_held_out():

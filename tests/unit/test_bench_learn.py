@@ -33,7 +33,7 @@ def test_measured_shows_each_extraction_field_as_the_gate_compares_them():
     import json
 
     from bench.learn import measured
-    from rewards import score
+    from tasks import score
 
     reference = {"sentiment": "negative", "sentiment_score": 1.0, "complaint_category": "delivery_delay",
                  "product_mentioned": "mochila escolar", "delivery_issue": True, "would_recommend": False, "urgency": "high",
@@ -291,9 +291,9 @@ def test_the_team_stops_on_a_503_or_504_every_time_or_on_any_other_error_with_th
 
 def test_the_traffic_says_how_long_answers_ran_and_how_many_hit_the_token_limit():
     from bench.learn import answer_shape
-    from router.task_specs import TASK_SPECS
+    from tasks import definition
 
-    limit = TASK_SPECS["insights"].sampling.max_tokens
+    limit = definition("insights").sampling.max_tokens
     answers = [{"usage": {"completion_tokens": t}, "latency_ms": 1000.0 * s}
                for t, s in [(100, 4.0), (120, 5.0), (140, 6.0), (limit, 90.0)] + [(110, 4.5)] * 16]
     shape = answer_shape("insights", answers)

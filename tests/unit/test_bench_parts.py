@@ -48,7 +48,7 @@ def test_the_in_process_completion_is_the_mocks_extraction_answer(monkeypatch):
 
     from bench.mock_engine import COMPLETION
     from common.records import Sampling
-    from rewards import score
+    from tasks import score
 
     replaced = _replacements(monkeypatch)
     completion, = asyncio.run(replaced["complete_group"](None, "prompt " * 10, None, Sampling(0.0, 1.0, 64), {}))

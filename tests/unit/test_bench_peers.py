@@ -41,7 +41,7 @@ def mock_engine():
 
 def test_the_mock_answers_chat_and_completions_with_a_valid_extraction_answer(mock_engine):
     from bench.mock_engine import COMPLETION
-    from rewards import score
+    from tasks import score
 
     url = mock_engine[0]
     with httpx.Client() as client:  # one keep-alive connection for every request

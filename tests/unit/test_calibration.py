@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from rewards import score
 from rewards.calibration import MIN_PAIRS, Pair, calibrate, pairs_of, verdict
 from server.stats import calibration
+from tasks import score
 from tests.unit.conftest import ctx
 from tests.unit.test_trivial_answers import _model_rows
 

@@ -6,18 +6,19 @@ questions, campaigns or insights questions."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-import rewards
+import tasks
 from common.datasets import SPLITS, input_key, load_split
 from common.settings import load_settings
-from common.tasks import TASKS
 from demo import bootstrap, commerce_db, datasets
 from demo.reviews import TEAM_ONLY_SCENARIOS, TEAM_PRODUCTS
 from demo.sql_patterns import TEAM_PATTERNS
 from router import prompts
+from tasks import TASKS, definition, registry
 
 MEASURED = ("eval", "test", "holdout")
 # one worker builds the datasets once for the whole module; `bootstrap.run` imports torch (tests/unit/conftest.py)
@@ -139,7 +140,8 @@ def test_a_new_system_prompt_makes_the_demo_models_stale(built_datasets, monkeyp
     settings = load_settings(data_dir=built_datasets, seed=5)
     before = bootstrap._training_fingerprint(settings)
     assert bootstrap._training_fingerprint(settings) == before
-    monkeypatch.setitem(prompts.SYSTEM_PROMPTS, "extraction", prompts.SYSTEM_PROMPTS["extraction"].replace("key_phrases", "trechos"))
+    entry = definition("extraction")
+    monkeypatch.setitem(registry._ENTRIES, "extraction", replace(entry, system_prompt=entry.system_prompt.replace("key_phrases", "trechos")))
     assert bootstrap._training_fingerprint(settings) != before
 
 
@@ -186,8 +188,8 @@ def test_the_stores_insights_analyses_are_what_the_bootstrap_style_is_not(built_
         advice = queries[question.split(" (dados")[0]]
         columns, rows = row["input"]["columns"], row["input"]["rows"]
         assert row["target"] == datasets.team_insights_demonstration(question, columns, rows, advice)
-        team.append(rewards.score("insights", row["target"], None, row["input"]).total)
-        general.append(rewards.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None, row["input"]).total)
+        team.append(tasks.score("insights", row["target"], None, row["input"]).total)
+        general.append(tasks.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None, row["input"]).total)
     assert min(team) >= 0.95
     assert sum(team) / len(team) - sum(general) / len(general) >= 0.08
     for row in load_split(built_datasets / "datasets", "insights", "bootstrap"):

@@ -11,8 +11,10 @@ from typing import ClassVar
 
 import pytest
 
+from common.records import Sampling
 from router.engine_client import SLOW_PROBES_BEFORE_DOWN, EnginePool, EngineTimeout, EngineUnavailable
-from router.task_specs import INSIGHTS_FREQUENCY_PENALTY, TASK_SPECS, Sampling
+from tasks import definition
+from tasks.insights import FREQUENCY_PENALTY
 
 MODELS = b'{"data": [{"id": "base-model", "parent": null}]}'
 COMPLETION = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
@@ -162,14 +164,14 @@ def test_every_sampling_parameter_reaches_the_engine_explicitly(slow_engine):
 
     async def ask() -> None:
         await pool.check()
-        await pool.complete("p", None, TASK_SPECS["insights"].sampling.override(seed=3), None)
+        await pool.complete("p", None, definition("insights").sampling.override(seed=3), None)
         await pool.complete("p", "sql-v2", Sampling(0.0, 1.0, 4), {"type": "object"})
         await pool.close()
 
     asyncio.run(ask())
     insights, sql = SlowModels.bodies
     assert {k: insights[k] for k in ("temperature", "top_p", "max_tokens", "seed", "frequency_penalty")} == {
-        "temperature": 0.6, "top_p": 0.95, "max_tokens": 768, "seed": 3, "frequency_penalty": INSIGHTS_FREQUENCY_PENALTY}
+        "temperature": 0.6, "top_p": 0.95, "max_tokens": 768, "seed": 3, "frequency_penalty": FREQUENCY_PENALTY}
     assert sql["model"] == "sql-v2" and sql["frequency_penalty"] == 0.0 and "seed" not in sql
     assert sql["structured_outputs"] == {"json": {"type": "object"}}
 

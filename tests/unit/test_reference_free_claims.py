@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from rewards import review_cues, score
+from rewards import review_cues
 from rewards.sql import extract_sql
+from tasks import score
 from tests.unit.conftest import ctx
 
 # --- push ---------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ def test_a_figure_must_sit_beside_the_row_it_belongs_to():
 
 
 def test_the_grpo_reward_does_not_remember_an_undecided_score():
-    from rewards import trl
+    from trainer import grpo_reward as trl
 
     slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(*) FROM n"
     answer = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(i) FROM n"

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from common.records import Sampling
 from router.engine_client import EnginePool, EngineUnavailable
-from router.task_specs import Sampling
 
 GREEDY = Sampling(0.0, 1.0, 4)
 

@@ -10,15 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rewards
-from common.tasks import TASKS
+import tasks
 from demo.commerce_db import file_sha256
 from rewards.parsing import parse_json_object, split_think
-from rewards.references import InvalidReference, check_reference
+from rewards.references import InvalidReference
+from rewards.scoring import Score
 from rewards.sql_question import question_intent
 from rewards.sql_sandbox import check_readonly, run_readonly
-from rewards.trl import StepLog, gdpo_values, reward_function
+from tasks import TASKS, check_reference
 from tests.unit.conftest import ctx
+from trainer.grpo_reward import StepLog, gdpo_values, reward_function
 
 EXTRACTION_REF = {
     "sentiment": "negative", "sentiment_score": 1.5, "complaint_category": "delivery_delay",
@@ -43,8 +44,8 @@ REFERENCE_ANSWERS = {
 
 
 def score(task: str, completion: str, reference=None, context: dict | None = None):
-    """rewards.score with the small DB and the query limits in the context, as the service passes them."""
-    return rewards.score(task, completion, reference, ctx(**(context or {})))
+    """tasks.score with the small DB and the query limits in the context, as the service passes them."""
+    return tasks.score(task, completion, reference, ctx(**(context or {})))
 
 
 def _check_ranges(result):
@@ -396,13 +397,13 @@ def test_the_grpo_reward_is_the_scored_total_with_the_scoring_weights():
     log = StepLog()
     values = reward_function("sum", 2, 0.1, log)(completions=completions, **kwargs)
     for value, completion, task, reference, context in zip(values, completions, kwargs["task"], kwargs["reference"], kwargs["context"]):
-        assert value == rewards.score(task, completion[0]["content"], reference, json.loads(context)).total
+        assert value == tasks.score(task, completion[0]["content"], reference, json.loads(context)).total
     assert log.batches[0]["groups"] == 4 and 0.0 <= log.batches[0]["zero_variance_share"] <= 1.0
 
 
 def test_gdpo_centres_each_component_per_group_and_a_tiny_spread_stays_tiny():
     def scored(components, weights):
-        return rewards.Score(0.0, components, False, True, weights=weights)
+        return Score(0.0, components, False, True, weights=weights)
 
     weights = {"a": 0.5, "b": 0.5}
     # component a varies a lot, b only by 0.001: b's share of the advantage must stay small

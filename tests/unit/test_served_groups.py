@@ -17,9 +17,9 @@ from common.settings import load_settings
 from common.store import Store
 from router.engine_client import EnginePool
 from router.route_table import RouteTable
-from router.task_specs import TASK_SPECS
 from server.app import create_app
 from server.state import GatewayState
+from tasks import definition
 from tests.unit.test_engine_client import MODELS, FixedPrompt, send
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -112,7 +112,7 @@ def test_a_group_is_one_engine_request_and_the_best_completion_answers(gateway):
     body, = GroupEngine.bodies
     # extraction answers greedily alone; its group samples at the task's group temperature
     assert body["n"] == 4 and body["logprobs"] == 0 and body["return_token_ids"] is True
-    assert body["temperature"] == TASK_SPECS["extraction"].group_temperature > 0
+    assert body["temperature"] == definition("extraction").group_temperature > 0
     answer = response.json()
     record, = store.records
     assert answer["raw"] == GOOD and record.raw == GOOD

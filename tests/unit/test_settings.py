@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from common.settings import ConfigError, load_settings
+from tasks import check_settings, training_settings
 from tests.conftest import REPO
 
 TUCANO = [sys.executable, "-m", "cli"]
@@ -43,11 +44,16 @@ def test_env_and_toml_file(tmp_path, monkeypatch):
     ("TUCANO_TASK_TRAINING", '{"sql": {"train_learning_rate": 2}}'),
     ("TUCANO_TASK_TRAINING", '{"sql": {"sft_batch_size": 0}}'),
     ("TUCANO_TASK_TRAINING", '{"sql": {"learning_rate": 0.001}}'),
+    ("TUCANO_SERVE_SAMPLES", '{"pushh": 2}'),
+    ("TUCANO_EXAMPLES_TASKS", '["sql", "translation"]'),
+    ("TUCANO_SERVE_SAMPLES_CAP", "2"),  # below push's own 4
 ])
 def test_bad_setting_is_named(monkeypatch, name, value):
+    """As every entry point reads them: loaded, then checked against the task registry (a setting
+    that names a task no entry has is refused there, since the settings know no task)."""
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=name):
-        load_settings()
+        check_settings(load_settings())
 
 
 def test_unknown_key_in_file_and_missing_file_are_named(tmp_path, monkeypatch):
@@ -91,25 +97,25 @@ def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_ge
     monkeypatch.setenv("TUCANO_TASK_TRAINING", '{"sql": {"train_learning_rate": 0.0005, "sft_batch_size": 2}}')
     monkeypatch.setenv("TUCANO_TRAIN_TIME_BUDGET_S", "30")
     settings = load_settings()
-    sql = settings.for_task("sql")
+    sql = training_settings(settings, "sql")
     assert (sql.train_learning_rate, sql.sft_batch_size, sql.train_time_budget_s) == (0.0005, 2, 30.0)
     for task in ("push", "extraction", "insights"):  # setting it replaces the default whole: extraction's own is gone
-        own = settings.for_task(task)
+        own = training_settings(settings, task)
         assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s) == (0.003, 8, 30.0)
     config = tmp_path / "tucano.toml"
     config.write_text("[task_training.push]\ntrain_time_budget_s = 20\n")
     monkeypatch.delenv("TUCANO_TASK_TRAINING")
     monkeypatch.setenv("TUCANO_CONFIG", str(config))
-    assert load_settings().for_task("push").train_time_budget_s == 20.0
+    assert training_settings(load_settings(), "push").train_time_budget_s == 20.0
 
 
 def test_extraction_and_insights_train_with_their_own_defaults():
     settings = load_settings()
-    extraction, insights = settings.for_task("extraction"), settings.for_task("insights")
+    extraction, insights = training_settings(settings, "extraction"), training_settings(settings, "insights")
     assert (extraction.train_learning_rate, extraction.sft_batch_size, extraction.train_time_budget_s, extraction.sft_from_liked) == (
         0.001, 4, 120.0, False)
     assert (insights.train_learning_rate, insights.sft_batch_size, insights.train_time_budget_s, insights.sft_from_liked) == (
         0.002, 4, 90.0, False)
     for task in ("sql", "push"):
-        own = settings.for_task(task)
+        own = training_settings(settings, task)
         assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s, own.sft_from_liked) == (0.003, 8, 45.0, True)

@@ -10,12 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from common.records import AdapterMeta, Record, Reward, Route, Sampling, Usage, adapter_version_name, decode_adapter, decode_record, encode
-from common.tasks import TASK_ENGINE, TASKS, ExtractionOutput, output_json_schema
+from common.tasks import ExtractionOutput
 from router.classify import classify
-from router.prompts import SYSTEM_PROMPTS, build_messages
+from router.prompts import build_messages
 from router.route_table import RouteTable
-from router.task_specs import TASK_SPECS
-from server.schemas import INPUT_MODELS, ChatRequest, FeedbackRequest, TaskRequest
+from server.schemas import ChatRequest, FeedbackRequest, TaskRequest
+from tasks import INPUT_MODELS, TASK_ENGINE, TASKS, definition
 
 
 def make_record(**changes) -> Record:
@@ -124,25 +124,26 @@ def test_a_route_round_trips_and_reads_what_earlier_releases_stored():
         msgspec.json.decode(b'{"active": 3}', type=Route)
 
 
-def test_every_task_has_one_spec_engine_and_prompt():
-    assert set(TASK_SPECS) == set(TASKS) == set(SYSTEM_PROMPTS) == set(INPUT_MODELS)
-    for task, spec in TASK_SPECS.items():
-        assert spec.engine == TASK_ENGINE[task] and spec.sampling.max_tokens > 0
-        assert (spec.json_schema is not None) == (task in ("extraction", "push"))
+def test_every_task_has_one_entry_with_its_engine_sampling_and_prompt():
+    assert list(TASKS) == ["extraction", "sql", "push", "insights"] and set(INPUT_MODELS) == set(TASKS)
+    for task in TASKS:
+        entry = definition(task)
+        assert entry.name == task and entry.engine == TASK_ENGINE[task] and entry.sampling.max_tokens > 0
+        assert (entry.json_schema is not None) == (task in ("extraction", "push"))
     # the prompt states the domains the schema enforces, from the same tuples
-    schema = output_json_schema("extraction")["properties"]
+    schema = definition("extraction").json_schema["properties"]
     for value in schema["complaint_category"]["enum"]:
-        assert value in SYSTEM_PROMPTS["extraction"]
+        assert value in definition("extraction").system_prompt
     assert build_messages("sql", {"question": "x"})[1]["content"] == "Pergunta: x"
 
 
 def test_a_chat_message_becomes_its_tasks_input_and_only_push_reads_json_fields():
     fields = '{"campaign": "cupom", "customer_name": "Ana"}'
-    assert TASK_SPECS["push"].input_from_text(fields) == {"campaign": "cupom", "customer_name": "Ana"}
-    assert TASK_SPECS["push"].input_from_text("Ana, cupom de 10%") == {TASK_SPECS["push"].input_field: "Ana, cupom de 10%"}
-    assert TASK_SPECS["push"].input_from_text("[1, 2]") == {TASK_SPECS["push"].input_field: "[1, 2]"}  # JSON, but not fields
-    assert TASK_SPECS["sql"].input_from_text(fields) == {"question": fields}
-    assert TASK_SPECS["extraction"].input_from_text(fields) == {"review": fields}
+    assert definition("push").input_from_text(fields) == {"campaign": "cupom", "customer_name": "Ana"}
+    assert definition("push").input_from_text("Ana, cupom de 10%") == {definition("push").input_field: "Ana, cupom de 10%"}
+    assert definition("push").input_from_text("[1, 2]") == {definition("push").input_field: "[1, 2]"}  # JSON, but not fields
+    assert definition("sql").input_from_text(fields) == {"question": fields}
+    assert definition("extraction").input_from_text(fields) == {"review": fields}
 
 
 @pytest.mark.parametrize("text,task", [

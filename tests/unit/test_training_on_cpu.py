@@ -8,6 +8,7 @@ import pytest
 from common import processes
 from common.records import Route
 from common.settings import Settings, load_settings
+from tasks import training_settings
 from trainer.data import TaskData
 
 pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
@@ -90,11 +91,11 @@ def test_gradient_checkpointing_on_a_cpu_only_where_a_task_asks_for_it():
 
     settings = Settings()
     checkpointed = lambda s: methods.trainer_args(s, epochs=1, batch_size=8, examples=16)["gradient_checkpointing"]
-    assert {task: checkpointed(settings.for_task(task)) for task in ("extraction", "sql", "push", "insights")} == {
+    assert {task: checkpointed(training_settings(settings, task)) for task in ("extraction", "sql", "push", "insights")} == {
         "extraction": False, "sql": False, "push": False, "insights": True}
     assert checkpointed(Settings(train_gradient_checkpointing=True)) is True
-    assert checkpointed(Settings(train_gradient_checkpointing=True, task_training={"sql": {"train_gradient_checkpointing": False}})
-                        .for_task("sql")) is False
+    assert checkpointed(training_settings(Settings(train_gradient_checkpointing=True,
+                                                   task_training={"sql": {"train_gradient_checkpointing": False}}), "sql")) is False
 
 
 def test_bf16_where_the_cpu_computes_it_natively_or_a_setting_says_so(monkeypatch):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import rewards
+import tasks
 from demo import datasets
 from demo.reviews import make_review
-from rewards.trivial import makers
+from tasks import definition
 from tests.unit.conftest import ctx
 
 MODEL_ANSWERS = Path(__file__).parent / "data" / "demo_model_answers.jsonl"
@@ -42,7 +42,7 @@ def rows(small_commerce_db) -> dict[str, list[dict]]:
 
 
 def _mean(task: str, completions: list[str], task_rows: list[dict], with_reference: bool) -> float:
-    return statistics.fmean(rewards.score(task, c, r["reference"] if with_reference else None, ctx(**r["input"])).total
+    return statistics.fmean(tasks.score(task, c, r["reference"] if with_reference else None, ctx(**r["input"])).total
                             for c, r in zip(completions, task_rows))
 
 
@@ -55,7 +55,7 @@ def test_every_trivial_answer_scores_far_below_the_references(rows, task, with_r
     task_rows = rows[task]
     references = _mean(task, [r["target"] for r in task_rows], task_rows, with_reference)
     assert references >= 0.7, f"the references themselves score {references:.3f}"
-    for name, make in makers(task, [r["reference"] for r in task_rows]).items():
+    for name, make in definition(task).makers([r["reference"] for r in task_rows]).items():
         trivial = _mean(task, [make(r["input"]) for r in task_rows], task_rows, with_reference)
         assert trivial <= FAR_BELOW * references, f"{task} ({'with' if with_reference else 'without'} reference): " \
                                                   f"{name!r} scores {trivial:.3f} against the references' {references:.3f}"
@@ -74,6 +74,6 @@ def test_every_trivial_answer_scores_below_the_demo_models_answers(task, with_re
     task_rows = _model_rows()[task]
     assert len(task_rows) >= 10
     model = _mean(task, [r["completion"] for r in task_rows], task_rows, with_reference)
-    for name, make in makers(task, [r["reference"] for r in task_rows]).items():
+    for name, make in definition(task).makers([r["reference"] for r in task_rows]).items():
         trivial = _mean(task, [make(r["input"]) for r in task_rows], task_rows, with_reference)
         assert trivial < model, f"{task}: {name!r} scores {trivial:.3f}, the demo model {model:.3f}"

@@ -1,4 +1,4 @@
-"""The GRPO reward as one TRL reward function, built on `rewards.score` and weighted exactly as
+"""The GRPO reward as one TRL reward function, built on `tasks.score` and weighted exactly as
 scoring weighs each sample (its own weights: with a reference or without), so training and
 serving never disagree about what a good answer is.
 
@@ -24,7 +24,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 
-from rewards.scoring import Score, score
+from rewards.scoring import Score
+from tasks import score
 
 AGGREGATIONS = ("sum", "gdpo")
 

@@ -1,0 +1,59 @@
+"""Review extraction: a customer review in, the ten fields of `common.tasks.ExtractionOutput` out
+(JSON, constrained by vLLM to the model's schema), scored field by field against a reference."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.records import Sampling
+from common.tasks import (
+    COMPLAINT_CATEGORIES,
+    MAX_KEY_PHRASES,
+    MAX_SUMMARY_CHARS,
+    SENTIMENT_SCORE_RANGE,
+    SENTIMENTS,
+    URGENCIES,
+    EngineKind,
+    ExtractionOutput,
+    TaskTraits,
+)
+from rewards import extraction, references, trivial
+from tasks.definition import TaskDefinition
+
+
+class ExtractionInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    review: str = Field(min_length=1, max_length=20_000, description="The customer review, PT-BR.")
+
+
+SYSTEM_PROMPT = (
+    "Você extrai dados de avaliações de clientes de e-commerce. Responda só com um objeto JSON com os campos: "
+    f"sentiment ({'|'.join(SENTIMENTS)}), sentiment_score ({SENTIMENT_SCORE_RANGE[0]} a {SENTIMENT_SCORE_RANGE[1]}), "
+    f"complaint_category ({'|'.join(COMPLAINT_CATEGORIES)}), "
+    "product_mentioned (texto ou null), delivery_issue (true|false), would_recommend (true|false|null), "
+    f"urgency ({'|'.join(URGENCIES)}), key_phrases (até {MAX_KEY_PHRASES} trechos da avaliação), "
+    f"summary (até {MAX_SUMMARY_CHARS} caracteres), requires_response (true|false)."
+)
+
+EXTRACTION = TaskDefinition(
+    name="extraction",
+    traits=TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
+    sampling=Sampling(0.0, 1.0, 384),
+    group_temperature=0.7,  # greedy alone; a group of it (options.samples, or a team's serve_samples) samples
+    input_model=ExtractionInput,
+    output_model=ExtractionOutput,
+    input_field="review",
+    system_prompt=SYSTEM_PROMPT,
+    user_message=lambda task_input: f"Avaliação:\n{task_input['review']}",
+    scorer=extraction.score,
+    valid=lambda components, details, output: extraction.valid(output),
+    check_reference=lambda value: references.structured("extraction", ExtractionOutput, value),
+    makers=lambda refs: trivial.extraction_makers([r for r in refs if isinstance(r, dict)]),  # drawn from its references' own values
+    cues=(
+        (r"\b(chegou|veio|recebi|comprei|pedi)\b", 2), (r"\brecomendo\b|\bindico\b", 2), (r"\bavaliacao:", 3),
+        (r"\b(defeito|quebrad|atrasou|atraso|embalagem|caixa)\b", 1), (r"\b(amei|gostei|pessim|horrivel|otim)", 1.5),
+        (r"\b(nao compro|aguardo retorno|minha compra|meu pedido)\b", 2),
+    ),
+    examples=True,
+    # measured at a lower learning rate than the general one (docs/results.md)
+    training={"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0, "sft_from_liked": False},
+)

@@ -1,0 +1,74 @@
+"""Push-notification copy: a campaign's facts in, `{"title", "body"}` out (JSON, constrained by
+vLLM to `common.tasks.PushOutput`), scored on the copy rules and, with a reference, its content."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from common.records import Sampling
+from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_MAX_EMOJI, PUSH_TITLE_MAX, EngineKind, PushOutput, TaskTraits
+from rewards import push, references, trivial
+from tasks.definition import TaskDefinition
+
+FIELD_LABELS = {
+    "campaign": "campanha", "customer_name": "cliente", "product": "produto", "discount_pct": "desconto (%)",
+    "coupon": "cupom", "deadline": "prazo",
+}
+CAMPAIGN_IDS = "|".join(c for c in PUSH_CAMPAIGNS if "_" in c)  # a campaign written as its identifier ("cupom" is a weaker cue)
+
+
+class PushInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    campaign: str | None = Field(None, max_length=100)
+    customer_name: str | None = Field(None, max_length=100)
+    product: str | None = Field(None, max_length=200)
+    discount_pct: int | None = Field(None, ge=0, le=100)
+    coupon: str | None = Field(None, max_length=50)
+    deadline: str | None = Field(None, max_length=100)
+    briefing: str | None = Field(None, max_length=2_000)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> PushInput:
+        if not (self.campaign or self.customer_name or self.product or self.briefing):
+            raise ValueError("push needs at least one of campaign, customer_name, product, briefing")
+        return self
+
+
+def _campaign(task_input: dict) -> str:
+    return "\n".join(f"{FIELD_LABELS.get(k, k)}: {v}" for k, v in task_input.items() if v not in (None, ""))
+
+
+def _shape(task_input: dict) -> frozenset[str]:
+    """The campaign, and which of its fields the input fills, whatever their values: a label
+    shows how the campaign's copy says a customer's name, whichever name it is."""
+    campaign = str(task_input.get("campaign") or "")
+    return frozenset({f"campaign:{campaign}"} | {f"{campaign}:{field}" for field, value in task_input.items()
+                                                 if field != "campaign" and value not in (None, "")})
+
+
+PUSH = TaskDefinition(
+    name="push",
+    traits=TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=True),
+    sampling=Sampling(0.7, 0.95, 160),
+    group_temperature=0.7,
+    input_model=PushInput,
+    output_model=PushOutput,
+    input_field="briefing",
+    system_prompt=(
+        "Você escreve notificações push em português do Brasil. Responda só com JSON {\"title\", \"body\"}: "
+        f"título até {PUSH_TITLE_MAX} caracteres, corpo até {PUSH_BODY_MAX}, a informação principal no começo do corpo, "
+        f"no máximo {PUSH_MAX_EMOJI} emojis, "
+        "sem palavras em CAIXA ALTA, sem \"!!\", com o nome e o produto quando houver e um verbo de ação."
+    ),
+    user_message=_campaign,
+    scorer=lambda completion, reference, context, fields: push.score(completion, reference, context),
+    valid=lambda components, details, output: push.valid(output),
+    check_reference=lambda value: references.structured("push", PushOutput, value),
+    makers=lambda refs: trivial.PUSH_MAKERS,
+    cues=(
+        (r"\bpush\b", 3), (r"notifica", 3), (r"\bcampanha\b", 2), (r"\bcupom\b", 1.5), (CAMPAIGN_IDS, 3),
+        (r"\bcliente:", 1.5), (r"\bdesconto", 1), (r"\bprazo:", 1), (r'"campaign"', 3),
+    ),
+    serve_samples=4,  # best of 4 raised its reward with references (bench samples, docs/results.md)
+    examples=True,
+    review_view=_shape,
+)

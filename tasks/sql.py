@@ -1,0 +1,61 @@
+"""Text-to-SQL: a question about the store in, one read-only SQLite SELECT out, scored by running
+it against the commerce DB (`context["db_path"]`) and, with a reference, by comparing results."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.commerce import SCHEMA_COLUMNS
+from common.records import Sampling
+from common.tasks import EngineKind, TaskTraits
+from rewards import references, sql, trivial
+from rewards.sql_question import question_intent
+from tasks.definition import TaskDefinition
+
+SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in SCHEMA_COLUMNS.items())
+
+
+class SqlInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=2_000)
+
+
+def _score(completion: str, reference, context: dict, fields: dict):
+    if not context.get("db_path"):
+        raise ValueError("scoring SQL needs the commerce DB: context['db_path']")
+    return sql.score(completion, reference, context, Path(context["db_path"]))
+
+
+def _intent(task_input: dict) -> frozenset[str]:
+    """What the question asks (tables, aggregate, shape, kinds of value), which other words can ask too."""
+    question = task_input.get("question")
+    return question_intent(question) if isinstance(question, str) else frozenset()
+
+
+SQL = TaskDefinition(
+    name="sql",
+    traits=TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=True, answer_field="sql", chat_input_json=False),
+    sampling=Sampling(0.0, 1.0, 256),
+    group_temperature=0.7,  # greedy alone; a group of it (options.samples, or a team's serve_samples) samples
+    input_model=SqlInput,
+    output_model=None,
+    input_field="question",
+    system_prompt=("Você escreve uma única consulta SQLite SELECT, somente leitura, que responde à pergunta sobre a loja. "
+                   "Responda só com o SQL. Esquema:\n" + SCHEMA_TEXT),
+    user_message=lambda task_input: f"Pergunta: {task_input['question']}",
+    scorer=_score,
+    valid=lambda components, details, output: sql.valid(components, details),
+    check_reference=lambda value: references.query("sql", "sql", value),
+    makers=lambda refs: trivial.SQL_MAKERS,
+    cues=(
+        (r"\bsql\b|\bselect\b|\bconsulta\b", 3), (r"^\s*(pergunta:\s*)?(quantos|quantas|qual o numero|qual a quantidade|qual o total)", 2.5),
+        (r"\bliste\b|\bmostre\b", 1.5),
+        (r"\bqual (o|a) (valor|media|nota|preco|peso|tempo|frete|faturamento|ticket|maior|porcentagem|percentual|cidade|nome)", 2),
+        (r"\bquais (os|as) \d+\b", 2), (r"\b(em que|em quais) (estado|cidade|mes|ano)|\bqual foi o\b|\bque (nota|percentual)\b", 2),
+        (r"\bquanto (custa|pesa|se paga|foi|somam|e,)", 1.5), (r"\bem media\b", 1),
+        (r"\b(olist_|orders_enriched|customer_|product_|payment_|review_score)", 2),
+    ),
+    examples=True,
+    review_view=_intent,
+)
