@@ -14,7 +14,6 @@ and the ratio of the mean step times with a 95% interval (steps resampled on eac
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import tempfile
 from contextlib import ExitStack
@@ -49,7 +48,7 @@ async def _sample(settings: Settings, task: str, url: str, count: int) -> list[R
             return RolloutGroup(key=f"group:{row['id']}", source=row["id"], version="base", temperature=sampling.temperature,
                                 prompt_token_ids=list(samples[0].prompt_token_ids), completion_ids=[list(s.token_ids) for s in samples],
                                 logprobs=[list(s.logprobs) for s in samples], reference="",
-                                context=json.dumps(settings.reward_context(row["input"]), ensure_ascii=False))
+                                context=settings.reward_context(row["input"]).to_json())
         rows = load_split(settings.datasets_dir, task, "train")[:count]
         return list(await asyncio.gather(*(one(i, row) for i, row in enumerate(rows))))
     finally:

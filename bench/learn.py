@@ -317,7 +317,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     from router.prompts import build_messages
 
     prompts = [{"prompt": render(build_messages(task, row["input"])), "task": task, "reference": "", "source": row["id"],
-                "context": json.dumps(settings.reward_context(row["input"]), ensure_ascii=False)}
+                "context": settings.reward_context(row["input"]).to_json()}
                for row in {r["id"]: r for r in team.sent[task]}.values()][: settings.unlabelled_prompts_per_round]
     active = store.route(task).active
     parent = store.adapter(active) if active else None

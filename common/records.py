@@ -46,6 +46,24 @@ class Sampling(msgspec.Struct, frozen=True):
         )
 
 
+class RewardContext(msgspec.Struct, frozen=True):
+    """What a score depends on besides the completion and its reference: the task's input and, for
+    a task whose answer is a query, the commerce DB and this deployment's limits on one query.
+    `Settings.reward_context` builds it; GRPO's dataset carries it as JSON (`to_json`)."""
+    input: dict
+    db_path: str | None = None
+    timeout_s: float | None = None
+    row_cap: int | None = None
+
+    def to_json(self) -> str:
+        return msgspec.json.encode(self).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> RewardContext:
+        """The context `to_json` wrote; "" is a context with an empty input."""
+        return msgspec.json.decode(text, type=cls) if text else cls({})
+
+
 class Usage(msgspec.Struct):
     prompt_tokens: int
     completion_tokens: int

@@ -21,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from common.records import RewardContext
 from common.tasks import EngineKind
 
 ENV_PREFIX = "TUCANO_"
@@ -335,10 +336,10 @@ class Settings(BaseSettings):
         except ValueError:
             return False
 
-    def reward_context(self, task_input: dict) -> dict:
-        """What `tasks.score` gets besides the completion: the task's input, and for SQL the
-        commerce DB with this deployment's time limit and row cap (rewards read no settings)."""
-        return dict(task_input, db_path=str(self.db_path), timeout_s=self.sql_time_limit_s, row_cap=self.sql_row_cap)
+    def reward_context(self, task_input: dict) -> RewardContext:
+        """What `tasks.score` gets besides the completion: the task's input, and the commerce DB
+        with this deployment's time limit and row cap on a query (rewards read no settings)."""
+        return RewardContext(task_input, str(self.db_path), self.sql_time_limit_s, self.sql_row_cap)
 
 
 @lru_cache(maxsize=64)

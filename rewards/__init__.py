@@ -11,9 +11,10 @@ Each task has its module (`extraction`, `sql`, `push`,
 correction must be (`references`), how far the served score follows the labels (`calibration`)
 and the answers that do no work, which every reward holds far below real ones (`trivial`).
 
-Pure and deterministic: everything a score depends on comes in as an argument (the SQL reward
-reads the commerce DB named by `context["db_path"]`, within the time limit and row cap the
-context gives). Imports nothing of ours but `common`.
+Pure and deterministic: everything a score depends on comes in as an argument (each task's
+reward takes the task input; the SQL reward also the commerce DB's path, a time limit and a row
+cap, which the typed `common.records.RewardContext` carries to it). Imports nothing of ours but
+`common`.
 """
 from rewards.scoring import REWARD_VERSION, Score
 

@@ -169,13 +169,6 @@ def execution_match(rows: list[tuple], expected: tuple[tuple, ...], ordered: boo
     return 0.5 * matched / union if union else 0.0, f"{matched} of {len(expected)} reference rows matched"
 
 
-def _limits(context: dict) -> tuple[float, int]:
-    try:
-        return float(context["timeout_s"]), int(context["row_cap"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError("scoring SQL needs context['timeout_s'] and context['row_cap'] (the query limits)") from None
-
-
 def result_shape(result: QueryResult, cues: Cues) -> tuple[float, str]:
     """Whether the result has the shape the question asks for: rows at all, one number for a
     count or an average, as many rows as a ranking of N asks, a row per group, and not a spread
@@ -202,13 +195,14 @@ def valid(components: dict[str, float], details: dict[str, str]) -> bool:
     return components["safety"] == 1.0 and not details.get("executes", "error").startswith("error")
 
 
-def score(completion: str, reference: dict | None, context: dict, db_path: Path) -> tuple[dict, dict, dict, object]:
+def score(completion: str, reference: dict | None, question: str, db_path: Path, timeout_s: float,
+          row_cap: int) -> tuple[dict, dict, dict, object]:
+    """`question`: what the task input asks; the query runs on the DB at `db_path` within `timeout_s` and `row_cap` rows."""
     sql, wrapped = extract_sql(completion)
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE
     components = dict.fromkeys(weights, 0.0)
     components["format"] = 0.5 if wrapped else 1.0
     details = {"format": "SQL was wrapped in think/fences/prose" if wrapped else "bare SQL"}
-    timeout_s, row_cap = _limits(context)
     expected = _reference_result(str(db_path), reference["sql"], timeout_s, row_cap) if reference else None
     if reference and not isinstance(expected, str):
         components["reference_ran"] = 1.0
@@ -237,7 +231,7 @@ def score(completion: str, reference: dict | None, context: dict, db_path: Path)
     components["executes"] = 1.0
     details["executes"] = f"{len(result.rows)} rows" + (" (capped)" if result.truncated else "")
     if not reference:
-        cues = question_cues(str(context.get("question", "")), KNOWN_NAMES)
+        cues = question_cues(question, KNOWN_NAMES)
         used = {t.name.lower() for t in checked.tree.find_all(exp.Table)} & set(TABLES)
         match, details["question_match"] = question_match(cues, checked.tree, used)
         shape, details["result_shape"] = result_shape(result, cues)

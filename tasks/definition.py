@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from common.records import Sampling
+from common.records import RewardContext, Sampling
 from common.tasks import EngineKind, TaskTraits
 
 # (completion, reference or None, context, per-field credits to fill) -> (components, weights, details, parsed output)
-Scorer = Callable[[str, object, dict, dict], tuple[dict[str, float], dict[str, float], dict[str, str], object]]
+Scorer = Callable[[str, object, RewardContext, dict], tuple[dict[str, float], dict[str, float], dict[str, str], object]]
 Validity = Callable[[dict[str, float], dict[str, str], object], bool]  # (components, details, output) -> well formed
 ReferenceCheck = Callable[[object], object]  # a reference or correction -> its stored form, or raises InvalidReference
 Makers = Callable[[list], dict[str, Callable[[dict], str]]]  # the task's references -> cheap answers by name

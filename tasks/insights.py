@@ -43,7 +43,7 @@ INSIGHTS = TaskDefinition(
     system_prompt=("Você é analista de e-commerce. Pense no problema e responda em português do Brasil com um resumo, "
                    "pontos em lista com os números dos dados e uma recomendação."),
     user_message=_question_and_data,
-    scorer=lambda completion, reference, context, fields: insights.score(completion, reference, context),
+    scorer=lambda completion, reference, context, fields: insights.score(completion, reference, context.input),
     valid=lambda components, details, output: bool(output),
     check_reference=lambda value: references.text("insights", value),
     makers=lambda refs: trivial.INSIGHTS_MAKERS,

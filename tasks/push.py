@@ -60,7 +60,7 @@ PUSH = TaskDefinition(
         "sem palavras em CAIXA ALTA, sem \"!!\", com o nome e o produto quando houver e um verbo de ação."
     ),
     user_message=_campaign,
-    scorer=lambda completion, reference, context, fields: push.score(completion, reference, context),
+    scorer=lambda completion, reference, context, fields: push.score(completion, reference, context.input),
     valid=lambda components, details, output: push.valid(output),
     check_reference=lambda value: references.structured("push", PushOutput, value),
     makers=lambda refs: trivial.PUSH_MAKERS,

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
+from common.records import RewardContext
 from common.settings import ENV_PREFIX, ConfigError, Settings, TaskTraining
 from rewards.references import InvalidReference
 from rewards.scoring import Score, total_of
@@ -109,12 +110,16 @@ def public_models() -> dict[str, str]:
     return {entry.public_model: name for name, entry in _ENTRIES.items()}
 
 
-def score(task: str, completion: str, reference=None, context: dict | None = None) -> Score:
+def score(task: str, completion: str, reference=None, context: RewardContext | None = None) -> Score:
     """Any completion of any task: its entry's components, weights and reasons, the total their
-    weighted mean (`rewards.scoring.total_of`)."""
+    weighted mean (`rewards.scoring.total_of`). `context`: the task input and the query limits
+    (`Settings.reward_context`); None, an empty input."""
     entry = definition(task)
     completion = completion if isinstance(completion, str) else ""
-    context = context or {}
+    if context is None:
+        context = RewardContext({})
+    elif not isinstance(context, RewardContext):
+        raise TypeError(f"context: a RewardContext (Settings.reward_context builds one), not {type(context).__name__}")
     reference = entry.normalise_reference(reference)
     fields: dict[str, float] = {}
     components, weights, details, output = entry.scorer(completion, reference, context, fields)

@@ -1,5 +1,5 @@
 """Text-to-SQL: a question about the store in, one read-only SQLite SELECT out, scored by running
-it against the commerce DB (`context["db_path"]`) and, with a reference, by comparing results."""
+it against the commerce DB (the `RewardContext`'s `db_path`, within its time limit and row cap) and, with a reference, by comparing results."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.commerce import SCHEMA_COLUMNS
-from common.records import Sampling
+from common.records import RewardContext, Sampling
 from common.tasks import EngineKind, TaskTraits
 from rewards import references, sql, trivial
 from rewards.sql_question import question_intent
@@ -21,10 +21,12 @@ class SqlInput(BaseModel):
     question: str = Field(min_length=1, max_length=2_000)
 
 
-def _score(completion: str, reference, context: dict, fields: dict):
-    if not context.get("db_path"):
-        raise ValueError("scoring SQL needs the commerce DB: context['db_path']")
-    return sql.score(completion, reference, context, Path(context["db_path"]))
+def _score(completion: str, reference, context: RewardContext, fields: dict):
+    if not context.db_path or context.timeout_s is None or context.row_cap is None:
+        raise ValueError("scoring SQL needs the commerce DB and the query limits: a RewardContext with db_path, timeout_s "
+                         "and row_cap (Settings.reward_context)")
+    return sql.score(completion, reference, str(context.input.get("question", "")), Path(context.db_path), context.timeout_s,
+                     context.row_cap)
 
 
 def _intent(task_input: dict) -> frozenset[str]:

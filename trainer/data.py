@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.datasets import input_key
-from common.records import BASE_VERSION, Label, Record
+from common.records import BASE_VERSION, Label, Record, RewardContext
 from common.rounds import DataSources, TrainingData
 from common.settings import Settings
 from router.examples import ExampleBook
@@ -60,7 +60,7 @@ class RolloutGroup:
     completion_ids: list[list[int]]
     logprobs: list[list[float]]
     reference: str  # the label's answer as JSON, or ""
-    context: str  # the reward context as JSON
+    context: str  # the reward context as JSON (`RewardContext.to_json`)
 
     @property
     def size(self) -> int:
@@ -117,7 +117,7 @@ def served_demonstrations(settings: Settings, task: str, labels: list[Label]) ->
 
 
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
-          reward_context: Callable[[dict], dict], held_out: frozenset[str], seed: int, unlabelled_limit: int,
+          reward_context: Callable[[dict], RewardContext], held_out: frozenset[str], seed: int, unlabelled_limit: int,
           liked_as_supervised: bool, shown: Demonstrations = no_demonstrations, lineage: tuple[str, ...] = (BASE_VERSION,),
           groups_limit: int = 0) -> TaskData:
     """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task;
@@ -157,7 +157,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         reference = with_answer[-1].answer if with_answer and TRAITS[task].scored_with_reference else None
         data.prompts.append({"prompt": prompt, "task": task, "source": newest.id,
                              "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
-                             "context": json.dumps(context, ensure_ascii=False)})
+                             "context": context.to_json()})
     _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit, shown)
     _add_groups(data, new_records, {label.id: label for label in labels}, reward_context, held_out, lineage, groups_limit)
     split_validation(data, seed)
@@ -184,7 +184,7 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
             continue
         seen.add(key)
         data.prompts.append({"prompt": render(build_messages(data.task, record.input, shown(record.input))), "task": data.task, "reference": "",
-                             "context": json.dumps(reward_context(record.input), ensure_ascii=False), "source": record.id})
+                             "context": reward_context(record.input).to_json(), "source": record.id})
     data.entry_ids.reverse()
 
 
@@ -235,7 +235,7 @@ def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], rew
             key=f"group:{record.id}", source=record.id, version=record.version, temperature=record.sampling.temperature,
             prompt_token_ids=list(record.group.prompt_token_ids),
             completion_ids=[list(s.token_ids) for s in record.group.samples], logprobs=[list(s.logprobs) for s in record.group.samples],
-            reference=reference, context=json.dumps(reward_context(record.input), ensure_ascii=False)))
+            reference=reference, context=reward_context(record.input).to_json()))
 
 
 def split_validation(data: TaskData, seed: int) -> None:

@@ -24,6 +24,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 
+from common.records import RewardContext
 from rewards.scoring import Score
 from tasks import score
 
@@ -47,7 +48,7 @@ def _score(task: str, completion: str, reference_json: str, context_json: str) -
     if key in _SCORES:
         return _SCORES[key]
     reference = json.loads(reference_json) if reference_json else None
-    result = score(task, completion, reference, json.loads(context_json) if context_json else {})
+    result = score(task, completion, reference, RewardContext.from_json(context_json))
     if result.components.get("reference_ran", 1.0) == 1.0:
         if len(_SCORES) >= CACHED_SCORES:
             _SCORES.clear()

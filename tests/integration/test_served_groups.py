@@ -118,7 +118,7 @@ def test_grpo_samples_its_groups_on_the_engine_where_traffic_is_thin(built, engi
                                         "grpo_reload_every": 2})
     template = ChatTemplate.load(settings.base_model_path)
     prompts = [{"prompt": template.render(build_messages("extraction", {"review": review})), "task": "extraction", "reference": "",
-                "context": json.dumps(settings.reward_context({"review": review}))} for review in REVIEWS[:4]]
+                "context": settings.reward_context({"review": review}).to_json()} for review in REVIEWS[:4]]
     model, tokenizer = load_policy(settings.base_model_path, None, 8, 16, None, False, False, 1)
     url = engines["base"].url
     outcome = grpo.train_on_engine(settings, model, tokenizer, "extraction", prompts, url, f"extraction-rollout-test-{time.time_ns()}",

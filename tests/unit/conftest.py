@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from common.records import RewardContext
+
 SQL_TIME_LIMIT_S = 1.0
 SQL_ROW_CAP = 1000
 _db: dict[str, Path] = {}
@@ -37,6 +39,6 @@ def small_commerce_db(tmp_path_factory) -> Path:
     return path
 
 
-def ctx(**task_input) -> dict:
+def ctx(**task_input) -> RewardContext:
     """A reward context over the small DB, as `Settings.reward_context` builds one."""
-    return dict(task_input, db_path=str(_db["path"]), timeout_s=SQL_TIME_LIMIT_S, row_cap=SQL_ROW_CAP)
+    return RewardContext(task_input, str(_db["path"]), SQL_TIME_LIMIT_S, SQL_ROW_CAP)

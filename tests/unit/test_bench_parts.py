@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from common.processes import free_port
+from common.records import RewardContext
 from tests.conftest import REPO
 
 
@@ -54,7 +55,7 @@ def test_the_in_process_completion_is_the_mocks_extraction_answer(monkeypatch):
     completion, = asyncio.run(replaced["complete_group"](None, "prompt " * 10, None, Sampling(0.0, 1.0, 64), {}))
     assert completion.text == COMPLETION and completion.finish_reason == "stop" and completion.model == "base"
     assert completion.completion_tokens > 0
-    assert score("extraction", completion.text, None, {"review": "O fone de ouvido chegou com a entrega atrasada."}).components["schema"] > 0
+    assert score("extraction", completion.text, None, RewardContext({"review": "O fone de ouvido chegou com a entrega atrasada."})).components["schema"] > 0
 
 
 def test_unknown_parts_are_refused_before_anything_serves(monkeypatch):

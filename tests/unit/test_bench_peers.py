@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from common.processes import free_port
+from common.records import RewardContext
 from tests.conftest import REPO
 
 
@@ -53,7 +54,7 @@ def test_the_mock_answers_chat_and_completions_with_a_valid_extraction_answer(mo
     assert chat["usage"]["completion_tokens"] > 0 and text["object"] == "text_completion"
     assert listed["data"][0]["id"] == "mock" and listed["data"][0]["parent"] is None
     assert missing.status_code == 404
-    assert score("extraction", COMPLETION, None, {"review": "O fone de ouvido chegou com a entrega atrasada."}).components["schema"] > 0
+    assert score("extraction", COMPLETION, None, RewardContext({"review": "O fone de ouvido chegou com a entrega atrasada."})).components["schema"] > 0
 
 
 @pytest.mark.parametrize("path,field", [("/v1/chat/completions", "delta"), ("/v1/completions", "text")])

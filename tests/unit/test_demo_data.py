@@ -13,6 +13,7 @@ import pytest
 
 import tasks
 from common.datasets import SPLITS, input_key, load_split
+from common.records import RewardContext
 from common.settings import load_settings
 from demo import bootstrap, commerce_db, datasets
 from demo.reviews import TEAM_ONLY_SCENARIOS, TEAM_PRODUCTS
@@ -188,8 +189,8 @@ def test_the_stores_insights_analyses_are_what_the_bootstrap_style_is_not(built_
         advice = queries[question.split(" (dados")[0]]
         columns, rows = row["input"]["columns"], row["input"]["rows"]
         assert row["target"] == datasets.team_insights_demonstration(question, columns, rows, advice)
-        team.append(tasks.score("insights", row["target"], None, row["input"]).total)
-        general.append(tasks.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None, row["input"]).total)
+        team.append(tasks.score("insights", row["target"], None, RewardContext(row["input"])).total)
+        general.append(tasks.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None, RewardContext(row["input"])).total)
     assert min(team) >= 0.95
     assert sum(team) / len(team) - sum(general) / len(general) >= 0.08
     for row in load_split(built_datasets / "datasets", "insights", "bootstrap"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from common.datasets import input_hash, load_split
-from common.records import Label
+from common.records import Label, RewardContext
 from router import examples as examples_module
 from router.examples import ExampleBook, Examples
 from router.prompts import build_messages
@@ -164,7 +164,7 @@ def test_a_promoted_version_retires_the_examples_it_answers_right_on_its_own():
 
     assert [label.id for label in retire.candidates(LABELS, {"r1", "r2", "r3", "r5"})] == ["r2", "r1"]  # r3 liked, r5 retired
     store = Store()
-    settings = type("S", (), {"reward_context": staticmethod(lambda task_input: task_input)})()
+    settings = type("S", (), {"reward_context": staticmethod(RewardContext)})()
     outcome = asyncio.run(retire.retire_absorbed(Pool(), settings, store, "extraction", "extraction-v3", {"r1", "r2"}, seed=1))
     assert store.retired == (["r1"], "extraction-v3") and outcome.checked == 2 and outcome.retired == 1
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from msgspec.structs import replace
 
+from common.records import RewardContext
 from rewards import review_cues
 from rewards.sql import extract_sql
 from tasks import score
@@ -18,7 +20,7 @@ HONEST_COPY = {"title": "Ana, voltou ao estoque", "body": "15% off em fone de ou
 
 
 def _push(copy: dict, context: dict = BACK_IN_STOCK):
-    return score("push", json.dumps(copy, ensure_ascii=False), None, context)
+    return score("push", json.dumps(copy, ensure_ascii=False), None, RewardContext(context))
 
 
 def test_garbled_push_copy_that_does_not_say_its_campaign_scores_low():
@@ -63,7 +65,7 @@ HONEST_EXTRACTION = {"sentiment": "neutral", "sentiment_score": 3.0, "complaint_
 
 
 def _extraction(**changes):
-    return score("extraction", json.dumps({**HONEST_EXTRACTION, **changes}, ensure_ascii=False), None, {"review": REVIEW})
+    return score("extraction", json.dumps({**HONEST_EXTRACTION, **changes}, ensure_ascii=False), None, RewardContext({"review": REVIEW}))
 
 
 def test_the_review_is_read_for_its_complaints_polarity_and_delivery():
@@ -98,7 +100,7 @@ def test_a_summary_of_the_reviews_words_reversed_or_of_a_complaint_it_does_not_m
 def test_sentiment_and_category_follow_the_review():
     assert _extraction(sentiment="positive").components["sentiment_cue"] == 0.5  # a mixed review
     praise = "Produto de ótima qualidade, chegou antes do prazo. Recomendo!"
-    said = lambda **c: score("extraction", json.dumps({**HONEST_EXTRACTION, **c}, ensure_ascii=False), None, {"review": praise})
+    said = lambda **c: score("extraction", json.dumps({**HONEST_EXTRACTION, **c}, ensure_ascii=False), None, RewardContext({"review": praise}))
     assert said(sentiment="negative").components["sentiment_cue"] == 0.0
     assert said(sentiment="positive").components["sentiment_cue"] == 1.0
     assert said(complaint_category="none").components["category_cue"] == 1.0
@@ -109,9 +111,9 @@ def test_sentiment_and_category_follow_the_review():
 def test_more_than_five_key_phrases_do_not_beat_five_with_a_reference():
     phrases = ["chegou com a caixa amassada", "funciona bem", "o som é ótimo", "só demorou 12 dias", "fone de ouvido"]
     five = score("extraction", json.dumps({**HONEST_EXTRACTION, "key_phrases": phrases}, ensure_ascii=False),
-                 {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, {"review": REVIEW})
+                 {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, RewardContext({"review": REVIEW}))
     seven = score("extraction", json.dumps({**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, ensure_ascii=False),
-                  {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, {"review": REVIEW})
+                  {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, RewardContext({"review": REVIEW}))
     assert not seven.valid and seven.total <= five.total
 
 
@@ -121,7 +123,7 @@ CITIES_OF_MS = "Liste as cinco cidades de MS que mais compraram."
 
 
 def _sql(query: str, question: str = CITIES_OF_MS, **limits):
-    return score("sql", query, None, {**ctx(question=question), **limits})
+    return score("sql", query, None, replace(ctx(question=question), **limits))
 
 
 def test_a_query_shaped_like_an_answer_that_answers_nothing_scores_low():
@@ -176,12 +178,12 @@ def test_a_long_completion_is_read_only_as_far_as_a_query_goes():
 def test_a_reference_that_fails_is_undecided_and_is_run_again_next_time():
     slow = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(*) FROM n")
     answer = "SELECT 300000"
-    first = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset", {"sql": slow}, {**ctx(), "timeout_s": 0.001})
+    first = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset", {"sql": slow}, replace(ctx(), timeout_s=0.001))
     assert first.components["reference_ran"] == 0.0 and "the reference failed" in first.details["execution_match"]
     second = score("sql", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(i) FROM n",
-                   {"sql": slow}, {**ctx(), "timeout_s": 30.0})
+                   {"sql": slow}, replace(ctx(), timeout_s=30.0))
     assert second.components["reference_ran"] == 1.0 and second.components["execution_match"] == 1.0, second.details
-    assert score("sql", answer, {"sql": slow}, {**ctx(), "timeout_s": 30.0}).components["execution_match"] == 0.0  # a constant
+    assert score("sql", answer, {"sql": slow}, replace(ctx(), timeout_s=30.0)).components["execution_match"] == 0.0  # a constant
 
 
 # --- insights --------------------------------------------------------------------------------
@@ -194,7 +196,7 @@ TRUE_ANALYSIS = ("<think>\nSP lidera.\n</think>\n\nResumo: entre os 4 registros,
 
 
 def test_true_claims_about_the_data_are_paid_in_full():
-    result = score("insights", TRUE_ANALYSIS, None, STATES)
+    result = score("insights", TRUE_ANALYSIS, None, RewardContext(STATES))
     assert result.details["claims"] == "4 true, 0 false" and result.total > 0.9, result.details
 
 
@@ -204,16 +206,16 @@ def test_true_claims_about_the_data_are_paid_in_full():
     (("à frente de RJ", "atrás de RJ"), "SP behind RJ"),
 ])
 def test_a_false_claim_costs_more_than_no_claim(false, why):
-    claimed = score("insights", TRUE_ANALYSIS.replace(*false), None, STATES)
+    claimed = score("insights", TRUE_ANALYSIS.replace(*false), None, RewardContext(STATES))
     assert why in claimed.details["claims"]
     silent = score("insights", "<think>\nOs dados.\n</think>\n\nReceita por estado:\n- SP tem 293.568,79.\n- RJ tem 86.627,69.\n"
-                   "- MG tem 82.682,02.\nRecomendação: priorizar campanhas em SP.", None, STATES)
-    assert claimed.total < silent.total < score("insights", TRUE_ANALYSIS, None, STATES).total
+                   "- MG tem 82.682,02.\nRecomendação: priorizar campanhas em SP.", None, RewardContext(STATES))
+    assert claimed.total < silent.total < score("insights", TRUE_ANALYSIS, None, RewardContext(STATES)).total
 
 
 def test_a_figure_must_sit_beside_the_row_it_belongs_to():
     moved = TRUE_ANALYSIS.replace("- MG soma 82.682,02.", "- MG soma 86.627,69.")
-    result = score("insights", moved, None, STATES)
+    result = score("insights", moved, None, RewardContext(STATES))
     assert "beside the wrong row" in result.details["grounding"] and result.components["grounding"] < 1.0
 
 
@@ -222,7 +224,7 @@ def test_the_grpo_reward_does_not_remember_an_undecided_score():
 
     slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(*) FROM n"
     answer = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT COUNT(i) FROM n"
-    reference, hurried, patient = json.dumps({"sql": slow}), json.dumps({**ctx(), "timeout_s": 0.001}), json.dumps({**ctx(), "timeout_s": 30.0})
+    reference, hurried, patient = json.dumps({"sql": slow}), replace(ctx(), timeout_s=0.001).to_json(), replace(ctx(), timeout_s=30.0).to_json()
     assert trl._score("sql", answer, reference, hurried).components["reference_ran"] == 0.0
     assert (("sql", answer, reference, hurried)) not in trl._SCORES
     assert trl._score("sql", answer, reference, patient).components["execution_match"] == 1.0

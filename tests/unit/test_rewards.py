@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tasks
+from common.records import RewardContext
 from demo.commerce_db import file_sha256
 from rewards.parsing import parse_json_object, split_think
 from rewards.references import InvalidReference
@@ -393,11 +394,11 @@ def test_the_grpo_reward_is_the_scored_total_with_the_scoring_weights():
     whatever its task and whether it has a reference."""
     completions = [[{"role": "assistant", "content": REFERENCE_ANSWERS[t][0] + ("" if k else " x")}] for t in TASKS for k in (0, 1)]
     kwargs = {"task": [t for t in TASKS for _ in (0, 1)], "reference": [REFERENCE_ANSWERS[t][1] for t in TASKS for _ in (0, 1)],
-              "context": [json.dumps(ctx(**REFERENCE_ANSWERS[t][2])) for t in TASKS for _ in (0, 1)]}
+              "context": [ctx(**REFERENCE_ANSWERS[t][2]).to_json() for t in TASKS for _ in (0, 1)]}
     log = StepLog()
     values = reward_function("sum", 2, 0.1, log)(completions=completions, **kwargs)
     for value, completion, task, reference, context in zip(values, completions, kwargs["task"], kwargs["reference"], kwargs["context"]):
-        assert value == tasks.score(task, completion[0]["content"], reference, json.loads(context)).total
+        assert value == tasks.score(task, completion[0]["content"], reference, RewardContext.from_json(context)).total
     assert log.batches[0]["groups"] == 4 and 0.0 <= log.batches[0]["zero_variance_share"] <= 1.0
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from common.datasets import input_hash, input_key
-from common.records import AdapterMeta, Label, Route
+from common.records import AdapterMeta, Label, RewardContext, Route
 from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
@@ -256,7 +256,7 @@ def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_sign
     by_source = {g.source: g for g in data.groups}
     assert json.loads(by_source["r1"].reference) == {"sql": GOOD} and by_source["r0"].reference == ""
     assert by_source["r0"].completion_ids == [[10, 2], [11, 2], [12, 2], [13, 2]] and by_source["r0"].prompt_token_ids == [1, 2, 3]
-    assert by_source["r0"].temperature == 0.7 and json.loads(by_source["r0"].context)["question"] == "Quantos pedidos?"
+    assert by_source["r0"].temperature == 0.7 and RewardContext.from_json(by_source["r0"].context).input["question"] == "Quantos pedidos?"
     assert data.skipped == {"group of a version outside the lineage": 1, "group of identical completions": 1,
                             "group of invalid completions only": 1, "group not whole": 1, "group of an eval-set input": 1,
                             "eval-set or labelled input": 2}

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.records import Sampling
+from common.records import RewardContext, Sampling
 from common.settings import load_settings
 from common.tasks import EngineKind, TaskTraits
 from rewards import references
@@ -44,7 +44,7 @@ class EchoInput(BaseModel):
 
 def echo_score(completion: str, reference, context: dict, fields: dict):
     said = completion.split()
-    share = sum(w == context.get("word") for w in said) / len(said) if said else 0.0
+    share = sum(w == context.input.get("word") for w in said) / len(said) if said else 0.0
     return {"echo": share}, {"echo": 1.0}, {"echo": f"{share:.0%} of the words are the word"}, completion.strip()
 
 
@@ -160,10 +160,10 @@ def test_a_toy_task_is_served_from_its_entry_alone(gateway):
 
 
 def test_a_toy_task_is_scored_and_its_references_checked_by_the_same_entry_points(echo):
-    assert score("echo", "t7 t7", None, {"word": "t7"}).total == 1.0
-    scored = score("echo", "t7 t9", "t7", {"word": "t7"})
+    assert score("echo", "t7 t7", None, RewardContext({"word": "t7"})).total == 1.0
+    scored = score("echo", "t7 t9", "t7", RewardContext({"word": "t7"}))
     assert scored.total == 0.5 and not scored.reference_used  # its traits say no reference scores it
-    assert score("echo", "", None, {"word": "t7"}).valid is False
+    assert score("echo", "", None, RewardContext({"word": "t7"})).valid is False
     assert check_reference("echo", "t7") == "t7"
     with pytest.raises(InvalidReference, match="at most 40 characters"):
         check_reference("echo", "t7 " * 20)
@@ -190,7 +190,7 @@ def test_a_toy_task_trains_with_grpo_on_the_groups_the_gateway_recorded(gateway,
     built = data.build("echo", [], records, FixedPrompt().render, settings.reward_context, frozenset(), seed=0,
                        unlabelled_limit=0, liked_as_supervised=False, groups_limit=10)
     assert len(built.groups) == 4 and all(g.completion_ids[0] == GOOD for g in built.groups)
-    assert json.loads(built.groups[0].context)["word"] == "t7"
+    assert RewardContext.from_json(built.groups[0].context).input["word"] == "t7"
     before = sum(logprobs_of(model, PROMPT, GOOD)) - sum(logprobs_of(model, PROMPT, BAD))
     trained = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=1, grpo_max_epochs=3,
                             train_cpu_precision="fp32")
