@@ -101,7 +101,7 @@ def measure_round(task: str, arm: str, steps: str, out_path: str) -> None:
     clock = StepClock()
     outcome = sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench finetune", clock.tick)
     losses = [entry["loss"] for entry in outcome.steps_log if "loss" in entry]
-    lengths = sorted(len(tokenizer(e["prompt"] + e["completion"])["input_ids"]) for e in examples)
+    lengths = sorted(len(tokenizer(e.prompt + e.completion)["input_ids"]) for e in examples)
     Path(out_path).write_text(json.dumps({"arm": arm, "batch": settings.sft_batch_size, "tokens_median": lengths[len(lengths) // 2],
                                           "tokens_max": lengths[-1], **clock.figures(losses)}))
 

@@ -145,7 +145,7 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
         as_served[arm] = asyncio.run(served_scores(settings, fleet, task, meta.version, held_out, store))
         out[arm] = {"version": meta.version, "methods": [m for m, _ in steps], "seconds": seconds,
                     "steps": {run.method: run.steps for run in meta.training.methods},
-                    "prompt_chars": round(sum(len(e["prompt"]) for e in data.sft) / max(1, len(data.sft))),
+                    "prompt_chars": round(sum(len(e.prompt) for e in data.sft) / max(1, len(data.sft))),
                     "alone": {**measured(alone), "gain": paired_gain(alone, before)},
                     "as served": {**measured(as_served[arm]), "gain": paired_gain(as_served[arm], before)}}
         set_aside(store, fleet, meta.version, task, "bench fix: one arm of a side-by-side comparison, never gated")

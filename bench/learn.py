@@ -54,7 +54,7 @@ from rewards import Score
 from router.engine_client import ChatTemplate, EnginePool
 from tasks import TASK_ENGINE, TRAITS, definition, model_path_of, score, training_settings
 from trainer import gate
-from trainer.data import TaskData, split_validation
+from trainer.data import GrpoPrompt, SftExample, TaskData, split_validation
 
 LIKED = 0.8  # a simulated user likes an answer that scores at least this against the reference
 CONCURRENCY = 8
@@ -247,17 +247,17 @@ def distinct(rows: list[dict]) -> list[dict]:
     return list(first.values())
 
 
-def reference_examples(settings: Settings, task: str, rows: list[dict]) -> list[dict]:
+def reference_examples(settings: Settings, task: str, rows: list[dict]) -> list[SftExample]:
     """SFT examples of `rows` (every one of them labelled): the serving prompt, its reference."""
     render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import answer_text, build_messages
 
-    return [{"prompt": render(build_messages(task, row["input"])),
-             "completion": answer_text(task, row["reference"] if TRAITS[task].scored_with_reference else row["target"], think_opened=True),
-             "source": row["id"]} for row in rows]
+    return [SftExample(render(build_messages(task, row["input"])),
+                       answer_text(task, row["reference"] if TRAITS[task].scored_with_reference else row["target"], think_opened=True),
+                       row["id"]) for row in rows]
 
 
-def sft_data(task: str, examples: list[dict], seed: int, validation: bool) -> TaskData:
+def sft_data(task: str, examples: list[SftExample], seed: int, validation: bool) -> TaskData:
     """SFT on `examples`; with `validation`, a slice held out as a round holds it (its loss stops
     the SFT early and picks the best epoch), else every example trains for every planned epoch."""
     data = TaskData(task)
@@ -316,8 +316,7 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import build_messages
 
-    prompts = [{"prompt": render(build_messages(task, row["input"])), "task": task, "reference": "", "source": row["id"],
-                "context": settings.reward_context(row["input"]).to_json()}
+    prompts = [GrpoPrompt(render(build_messages(task, row["input"])), task, row["id"], context=settings.reward_context(row["input"]).to_json())
                for row in {r["id"]: r for r in team.sent[task]}.values()][: settings.unlabelled_prompts_per_round]
     active = store.route(task).active
     parent = store.adapter(active) if active else None

@@ -48,6 +48,57 @@ VALIDATION_SHARE = 0.15
 MIN_VALIDATION = 4
 
 
+@dataclass(frozen=True, slots=True)
+class SftExample:
+    """A supervised example: the rendered prompt and the answer to learn (a correction, a
+    reference, or a liked answer nobody corrected)."""
+    prompt: str
+    completion: str
+    source: str  # the label's record id
+    liked: bool = False  # a liked answer rather than the team's own
+
+    def row(self) -> dict:
+        return {"prompt": self.prompt, "completion": self.completion}
+
+
+@dataclass(frozen=True, slots=True)
+class PreferencePair:
+    """A DPO pair: the better answer to a prompt and the worse one that was served."""
+    prompt: str
+    chosen: str
+    rejected: str
+    source: str
+
+    def row(self) -> dict:
+        return {"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
+
+
+@dataclass(frozen=True, slots=True)
+class RatedAnswer:
+    """A KTO example: a served answer and whether the team liked it."""
+    prompt: str
+    completion: str
+    label: bool
+    source: str
+
+    def row(self) -> dict:
+        return {"prompt": self.prompt, "completion": self.completion, "label": self.label}
+
+
+@dataclass(frozen=True, slots=True)
+class GrpoPrompt:
+    """A prompt GRPO samples groups for (where no served group does): what scores its completions
+    travels with it as TRL's dataset columns."""
+    prompt: str
+    task: str
+    source: str
+    reference: str = ""  # the label's answer as JSON, or ""
+    context: str = ""  # the reward context as JSON (`RewardContext.to_json`)
+
+    def row(self) -> dict:
+        return {"prompt": self.prompt, "task": self.task, "reference": self.reference, "context": self.context}
+
+
 @dataclass
 class RolloutGroup:
     """One served group as GRPO's rollout: the prompt's tokens as vLLM saw them, each sample's
@@ -70,11 +121,11 @@ class RolloutGroup:
 @dataclass
 class TaskData:
     task: str
-    sft: list[dict] = field(default_factory=list)  # {prompt, completion, source}
-    validation: list[dict] = field(default_factory=list)  # SFT examples held apart for early stopping
-    pairs: list[dict] = field(default_factory=list)  # {prompt, chosen, rejected, source}
-    kto: list[dict] = field(default_factory=list)  # {prompt, completion, label: bool, source}
-    prompts: list[dict] = field(default_factory=list)  # GRPO: {prompt, task, reference, context, source}
+    sft: list[SftExample] = field(default_factory=list)
+    validation: list[SftExample] = field(default_factory=list)  # held apart for early stopping
+    pairs: list[PreferencePair] = field(default_factory=list)
+    kto: list[RatedAnswer] = field(default_factory=list)
+    prompts: list[GrpoPrompt] = field(default_factory=list)
     groups: list[RolloutGroup] = field(default_factory=list)  # GRPO: served groups, newest first
     policy: str = BASE_VERSION  # the version the round's LoRA starts as (`lineage`'s first): its groups are on-policy
     entry_ids: list[str] = field(default_factory=list)  # records read this round (acknowledged with it)
@@ -82,11 +133,11 @@ class TaskData:
 
     def summary(self) -> TrainingData:
         """Examples per kind, what was skipped, and which labels and records each method's examples came from."""
-        def sources(examples: list[dict]) -> list[str]:
-            return sorted({e["source"] for e in examples})
-        return TrainingData(sft=len(self.sft), liked_sft=sum(1 for e in self.sft if e.get("liked")), validation=len(self.validation),
+        def sources(examples: list) -> list[str]:
+            return sorted({e.source for e in examples})
+        return TrainingData(sft=len(self.sft), liked_sft=sum(1 for e in self.sft if e.liked), validation=len(self.validation),
                             pairs=len(self.pairs), kto=len(self.kto), prompts=len(self.prompts),
-                            labelled_prompts=sum(1 for p in self.prompts if p["reference"]), records=len(self.entry_ids),
+                            labelled_prompts=sum(1 for p in self.prompts if p.reference), records=len(self.entry_ids),
                             groups=len(self.groups), labelled_groups=sum(1 for g in self.groups if g.reference),
                             skipped=dict(self.skipped),
                             sources=DataSources(sft=sources(self.sft), pairs=sources(self.pairs), kto=sources(self.kto),
@@ -124,7 +175,7 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
     `shown`: the demonstrations each input's prompt carries (`served_demonstrations`); `lineage`:
     the versions whose served groups the round may train on (`lineage`), at most `groups_limit`."""
     data = TaskData(task, policy=lineage[0])
-    liked_answers: list[dict] = []
+    liked_answers: list[SftExample] = []
     labelled_inputs: set[str] = set()
     for same_input in _latest_by_input(labels).values():
         newest = same_input[-1]
@@ -139,25 +190,23 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         if with_answer:
             best = with_answer[-1]
             target = answer_text(task, best.answer, think_opened=True)
-            data.sft.append({"prompt": prompt, "completion": target, "source": best.id})
+            data.sft.append(SftExample(prompt, target, best.id))
             for label in same_input:  # what was served, when it scores below the answer, is the rejected side
                 served = score(task, label.served, best.answer, context).total
                 if label.served.strip() and label.served != target and served <= 1.0 - PAIR_MARGIN:
-                    data.pairs.append({"prompt": prompt, "chosen": target, "rejected": label.served, "source": label.id})
+                    data.pairs.append(PreferencePair(prompt, target, label.served, label.id))
         rated = [label for label in same_input if label.rating in (-1, 1)]
         for label in rated:
-            data.kto.append({"prompt": prompt, "completion": label.served, "label": label.rating == 1, "source": label.id})
+            data.kto.append(RatedAnswer(prompt, label.served, label.rating == 1, label.id))
         liked = [label for label in rated if label.rating == 1]
         disliked = [label for label in rated if label.rating == -1]
         if liked and disliked and not with_answer:
-            data.pairs.append({"prompt": prompt, "chosen": liked[-1].served, "rejected": disliked[-1].served,
-                               "source": disliked[-1].id})
+            data.pairs.append(PreferencePair(prompt, liked[-1].served, disliked[-1].served, disliked[-1].id))
         if liked and not with_answer and liked[-1].served.strip():
-            liked_answers.append({"prompt": prompt, "completion": liked[-1].served, "source": liked[-1].id, "liked": True})
+            liked_answers.append(SftExample(prompt, liked[-1].served, liked[-1].id, liked=True))
         reference = with_answer[-1].answer if with_answer and TRAITS[task].scored_with_reference else None
-        data.prompts.append({"prompt": prompt, "task": task, "source": newest.id,
-                             "reference": json.dumps(reference, ensure_ascii=False) if reference is not None else "",
-                             "context": context.to_json()})
+        data.prompts.append(GrpoPrompt(prompt, task, newest.id, json.dumps(reference, ensure_ascii=False) if reference is not None else "",
+                                        context.to_json()))
     _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit, shown)
     _add_groups(data, new_records, {label.id: label for label in labels}, reward_context, held_out, lineage, groups_limit)
     split_validation(data, seed)
@@ -183,8 +232,8 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
             data.skipped["beyond the recency window"] += 1
             continue
         seen.add(key)
-        data.prompts.append({"prompt": render(build_messages(data.task, record.input, shown(record.input))), "task": data.task, "reference": "",
-                             "context": reward_context(record.input).to_json(), "source": record.id})
+        data.prompts.append(GrpoPrompt(render(build_messages(data.task, record.input, shown(record.input))), data.task, record.id,
+                                       context=reward_context(record.input).to_json()))
     data.entry_ids.reverse()
 
 
@@ -244,6 +293,6 @@ def split_validation(data: TaskData, seed: int) -> None:
     hang on which ids the records happened to get."""
     if len(data.sft) < 2 * MIN_VALIDATION:
         return
-    ordered = sorted(data.sft, key=lambda e: hashlib.sha256(f"{seed}\0{e['prompt']}\0{e['completion']}".encode()).hexdigest())
+    ordered = sorted(data.sft, key=lambda e: hashlib.sha256(f"{seed}\0{e.prompt}\0{e.completion}".encode()).hexdigest())
     n = max(MIN_VALIDATION, round(VALIDATION_SHARE * len(ordered)))
     data.validation, data.sft = ordered[:n], ordered[n:]

@@ -15,9 +15,10 @@ from datasets import Dataset
 
 from common.settings import Settings
 from trainer import methods
+from trainer.data import PreferencePair
 
 
-def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: float | methods.Budget, why: str, progress=None) -> methods.TrainingRun:
+def train(settings: Settings, model, tokenizer, pairs: list[PreferencePair], budget_s: float | methods.Budget, why: str, progress=None) -> methods.TrainingRun:
     from trl import DPOConfig, DPOTrainer
 
     reference = copy.deepcopy(model).merge_and_unload().eval()
@@ -28,7 +29,7 @@ def train(settings: Settings, model, tokenizer, pairs: list[dict], budget_s: flo
                        max_length=settings.train_max_length, beta=settings.dpo_beta, loss_type=["sigmoid", "sft"],
                        loss_weights=[1.0, 1.0])
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
-    rows = [{"prompt": p["prompt"], "chosen": p["chosen"], "rejected": p["rejected"]} for p in pairs]
+    rows = [p.row() for p in pairs]
     trainer = DPOTrainer(model=model, ref_model=reference, args=config, train_dataset=Dataset.from_list(rows),
                          processing_class=tokenizer, callbacks=[budget, metrics, methods.Progress("dpo", progress)])
     return methods.run(trainer, methods.TrainingRun("dpo", why, len(pairs)), budget, metrics)

@@ -42,7 +42,7 @@ from common.rounds import GrpoReport
 from common.settings import Settings
 from tasks import definition
 from trainer import methods, trl_internals
-from trainer.data import RolloutGroup
+from trainer.data import GrpoPrompt, RolloutGroup
 from trainer.grpo_reward import StepLog, reward_function
 from trainer.probe import group_logprobs
 from trainer.rollouts import EngineRollouts, whole_groups
@@ -97,7 +97,7 @@ def _batches_logged(outcome: methods.TrainingRun, log: StepLog) -> None:
         outcome.steps_log.append({"generation_batch": step, **{k: round(v, 5) for k, v in batch_log.items()}})
 
 
-def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], budget_s: float | methods.Budget, why: str,
+def train(settings: Settings, model, tokenizer, task: str, prompts: list[GrpoPrompt], budget_s: float | methods.Budget, why: str,
           progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     generations = settings.grpo_num_generations
     aggregation = aggregation or settings.grpo_advantage
@@ -108,7 +108,7 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[dict], 
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
     trainer_class = trl_internals.group_dropping_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[timed_reward], args=config, processing_class=tokenizer,
-                            train_dataset=Dataset.from_list([{k: p[k] for k in ("prompt", "task", "reference", "context")} for p in prompts]),
+                            train_dataset=Dataset.from_list([p.row() for p in prompts]),
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     timer = _GenerationTimer(trainer.model)
     outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
@@ -196,7 +196,7 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
     return outcome
 
 
-def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: list[dict], engine_url: str, name_prefix: str,
+def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: list[GrpoPrompt], engine_url: str, name_prefix: str,
                     budget_s: float | methods.Budget, why: str, progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     """GRPO on the round's prompts, its groups sampled on a vLLM engine from the policy as it
     trains (module docstring). `name_prefix` makes the engine names of this run's reloads unique."""
@@ -213,7 +213,7 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
     trainer_class = trl_internals.served_groups_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[reward], args=config, processing_class=tokenizer,
                             rollout_func=lambda batch_prompts, _trainer: rollouts.generate(batch_prompts, size),
-                            train_dataset=Dataset.from_list([{k: p[k] for k in ("prompt", "task", "reference", "context")} for p in prompts]),
+                            train_dataset=Dataset.from_list([p.row() for p in prompts]),
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     trainer.vllm_generation, rollouts.step = rollouts, (lambda: trainer.state.global_step)  # TRL's sync hook reloads the policy
     parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}

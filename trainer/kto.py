@@ -11,6 +11,7 @@ from datasets import Dataset
 
 from common.settings import Settings
 from trainer import methods
+from trainer.data import RatedAnswer
 
 
 def class_weights(desirable: int, undesirable: int) -> tuple[float, float]:
@@ -25,20 +26,20 @@ def class_weights(desirable: int, undesirable: int) -> tuple[float, float]:
     return 1.0, 1.0
 
 
-def train(settings: Settings, model, tokenizer, examples: list[dict], budget_s: float | methods.Budget, why: str, progress=None) -> methods.TrainingRun:
+def train(settings: Settings, model, tokenizer, examples: list[RatedAnswer], budget_s: float | methods.Budget, why: str, progress=None) -> methods.TrainingRun:
     from trl import KTOConfig, KTOTrainer
 
     reference = copy.deepcopy(model).merge_and_unload().eval()
     for param in reference.parameters():
         param.requires_grad_(False)
-    good = sum(1 for e in examples if e["label"])
+    good = sum(1 for e in examples if e.label)
     desirable, undesirable = class_weights(good, len(examples) - good)
     config = KTOConfig(**{**methods.trainer_args(settings, settings.preference_epochs, settings.sft_batch_size, len(examples)),
                           "learning_rate": settings.preference_learning_rate},
                        max_length=settings.train_max_length, beta=settings.dpo_beta, desirable_weight=desirable,
                        undesirable_weight=undesirable)
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
-    rows = [{"prompt": e["prompt"], "completion": e["completion"], "label": e["label"]} for e in examples]
+    rows = [e.row() for e in examples]
     trainer = KTOTrainer(model=model, ref_model=reference, args=config, train_dataset=Dataset.from_list(rows),
                          processing_class=tokenizer, callbacks=[budget, metrics, methods.Progress("kto", progress)])
     return methods.run(trainer, methods.TrainingRun("kto", why, len(examples)), budget, metrics)

@@ -82,7 +82,7 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
     steps = []
     if len(data.sft) >= settings.min_sft_examples:
         steps.append(("sft", f"{len(data.sft)} supervised examples (corrections and references) >= {settings.min_sft_examples}"))
-    kinds = {e["label"] for e in data.kto}
+    kinds = {e.label for e in data.kto}
     if steps and not settings.preference_after_supervised:
         pass  # preference methods after SFT measured worse here (module docstring)
     elif len(data.pairs) >= settings.min_dpo_pairs:
@@ -97,7 +97,7 @@ def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, st
             steps.append(("grpo", f"{why}: GRPO on {len(data.groups)} served groups ({labelled} scored with a label)"))
         else:
             steps.append(("grpo", f"{why}: GRPO on the prompts, no served groups "
-                                  f"({len(data.prompts)} prompts, {sum(1 for p in data.prompts if p['reference'])} with a reference)"))
+                                  f"({len(data.prompts)} prompts, {sum(1 for p in data.prompts if p.reference)} with a reference)"))
     return steps
 
 

@@ -25,8 +25,8 @@ def probe_ids(tokenizer, data: TaskData) -> list[int] | None:
     for examples, answer in ((data.sft, "completion"), (data.pairs, "chosen"), (data.kto, "completion"), (data.prompts, None)):
         if examples:
             example = examples[0]
-            ids = tokenizer(example["prompt"], add_special_tokens=True)["input_ids"]
-            return ids + (tokenizer(example[answer], add_special_tokens=False)["input_ids"] if answer else [])
+            ids = tokenizer(example.prompt, add_special_tokens=True)["input_ids"]
+            return ids + (tokenizer(getattr(example, answer), add_special_tokens=False)["input_ids"] if answer else [])
     return None
 
 

@@ -17,16 +17,17 @@ from transformers.trainer_callback import TrainerCallback
 
 from common.settings import Settings
 from trainer import methods
+from trainer.data import SftExample
 from trainer.shared_prefix import with_shared_prefix
 
 PATIENCE = 2  # evaluations without a better validation loss before stopping
 
 
-def tokenized(tokenizer, examples: list[dict]) -> Dataset:
+def tokenized(tokenizer, examples: list[SftExample]) -> Dataset:
     rows = []
     for example in examples:
-        prompt = tokenizer(example["prompt"], add_special_tokens=False)["input_ids"]
-        answer = tokenizer(example["completion"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        prompt = tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(example.completion + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         rows.append({"input_ids": prompt + answer, "completion_mask": [0] * len(prompt) + [1] * len(answer)})
     return Dataset.from_list(rows)
 
@@ -82,7 +83,7 @@ def _trainer_class():
     return SharedPrefixSFTTrainer
 
 
-def train(settings: Settings, model, tokenizer, examples: list[dict], validation: list[dict], budget_s: float | methods.Budget, why: str,
+def train(settings: Settings, model, tokenizer, examples: list[SftExample], validation: list[SftExample], budget_s: float | methods.Budget, why: str,
           progress=None) -> methods.TrainingRun:
     from trl import SFTConfig
 

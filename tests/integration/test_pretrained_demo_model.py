@@ -19,6 +19,7 @@ from common.datasets import load_split
 from common.settings import load_settings
 from demo import bootstrap
 from tests.conftest import REPO
+from trainer.data import SftExample
 
 pytestmark = pytest.mark.slow
 
@@ -89,8 +90,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
             render = template.render
             data = TaskData("extraction")
             for r in load_split(smol.datasets_dir, "extraction", "train")[:8]:
-                data.sft.append({"prompt": render(build_messages("extraction", r["input"])),
-                                 "completion": answer_text("extraction", r["reference"]), "source": r["id"]})
+                data.sft.append(SftExample(render(build_messages("extraction", r["input"])), answer_text("extraction", r["reference"]), r["id"]))
             split_validation(data, smol.seed)
             meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", "base")
         asyncio.run(load_everywhere([server.url], meta.version, meta.path))  # loads, then checks it answers

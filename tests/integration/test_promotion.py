@@ -27,6 +27,7 @@ from router.engine_client import ChatTemplate, EnginePool, EngineUnavailable
 from tests.conftest import REPO
 from tests.integration.conftest import RunningServer, fleet, make_state
 from tests.integration.test_serving import make_lora
+from trainer.data import SftExample
 from trainer.gate import answer, demonstrations, eval_rows, run_gate, sample_rows
 
 
@@ -176,8 +177,8 @@ def _train_better(built, store, tmp_path, sources: dict[str, str]) -> AdapterMet
     template = ChatTemplate.load(built.base_model_path)
     from router.prompts import build_messages
 
-    data = TaskData("extraction", sft=[{"prompt": template.render(build_messages("extraction", row["input"])),
-                                        "completion": answer_text("extraction", row["reference"]), "source": row["id"]}
+    data = TaskData("extraction", sft=[SftExample(template.render(build_messages("extraction", row["input"])),
+                                                  answer_text("extraction", row["reference"]), row["id"])
                                        for row in load_split(built.datasets_dir, "extraction", "train")[:96]])
     split_validation(data, 1)
     model, tokenizer = load_policy(built.base_model_path, None, 16, 32)

@@ -2,6 +2,7 @@
 import pytest
 
 from tasks import training_settings
+from trainer.data import SftExample
 
 
 def test_the_queue_arm_takes_the_queues_first_answers_and_each_random_draw_its_own_sample():
@@ -98,7 +99,7 @@ def test_with_epochs_every_arm_trains_those_epochs_with_no_clock_and_the_tasks_o
     assert extraction.train_time_budget_s == UNBOUNDED_S
     assert extraction.train_learning_rate == training_settings(settings, "extraction").train_learning_rate  # the task's own rate stays
     data = TaskData("sql")
-    data.sft = [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(30)]  # thirty labels, as the bench gives
+    data.sft = [SftExample(f"q{i}", f"a{i}", f"r{i}") for i in range(30)]  # thirty labels, as the bench gives
     split_validation(data, settings.seed)
     for task in ("sql", "push", "extraction"):
         arm = arm_training(settings, task, 3)
@@ -110,12 +111,12 @@ def test_with_epochs_every_label_trains_and_without_a_rounds_validation_slice_is
     from bench.learn import sft_data
     from trainer.data import MIN_VALIDATION
 
-    examples = [{"prompt": f"q{i}", "completion": f"a{i}", "source": f"r{i}"} for i in range(15)]
+    examples = [SftExample(f"q{i}", f"a{i}", f"r{i}") for i in range(15)]
     every = sft_data("sql", list(examples), seed=1234, validation=False)
     assert every.sft == examples and every.validation == []  # nothing left to stop an arm early
     held = sft_data("sql", list(examples), seed=1234, validation=True)
     assert len(held.validation) == MIN_VALIDATION and len(held.sft) == 15 - MIN_VALIDATION
-    assert sorted(held.sft + held.validation, key=lambda e: int(e["source"][1:])) == examples
+    assert sorted(held.sft + held.validation, key=lambda e: int(e.source[1:])) == examples
 
 
 def test_the_report_says_how_the_arms_trained():

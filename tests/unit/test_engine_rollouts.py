@@ -15,6 +15,7 @@ import pytest
 from common.records import Sampling
 from tests.unit.test_engine_client import send
 from tests.unit.test_grpo_served_groups import EOS, GOOD, counting_reward, policy, tokenizer
+from trainer.data import GrpoPrompt
 from trainer.rollouts import EngineRollouts, RolloutFailed
 
 SAMPLING = Sampling(0.7, 1.0, 8, n=4)
@@ -117,7 +118,7 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("the trainer generated"))
     settings = load_settings(data_dir=tmp_path, grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=2,
                              train_cpu_precision="fp32", grpo_reload_every=3)
-    prompts = [{"prompt": f"t3 t4 t{i}", "task": "sql", "reference": "", "context": "{}"} for i in range(4)]
+    prompts = [GrpoPrompt(f"t3 t4 t{i}", "sql", f"r{i}") for i in range(4)]
     outcome = grpo.train_on_engine(settings, model, tokenizer(), "sql", prompts, engine.url, "sql-rollout-r4", 600.0, "test")
     report = outcome.grpo
     assert outcome.steps == 8  # 4 prompts x 2 epochs, 2 a batch, each batch optimised twice
@@ -142,7 +143,7 @@ def test_a_rounds_grpo_takes_served_groups_then_an_engine_then_the_trainers_gene
     group = RolloutGroup(key="g", source="r", version="base", temperature=0.7, prompt_token_ids=[1], completion_ids=[[2], [3]],
                          logprobs=[[-1.0], [-1.0]], reference="", context="{}")
     settings = load_settings(grpo_min_groups=3)
-    prompts = [{"prompt": "p", "task": "sql", "reference": "", "context": "{}"}]
+    prompts = [GrpoPrompt("p", "sql", "r0")]
     plan = [("grpo", "test")]
     for groups, engines, expected in (([group] * 3, ("http://e1", "http://e2"), "served groups"),
                                       ([group] * 2, ("http://e1", "http://e2"), "engine http://e1"),

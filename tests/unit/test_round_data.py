@@ -4,6 +4,7 @@ ratings as KTO examples, unlabelled traffic as GRPO prompts), and an input of an
 reaches a training example."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -43,16 +44,16 @@ def test_every_signal_lands_where_it_should():
               label(4, "Quantos produtos há?", rating=-1, served="SELECT 7")]
     records = [(f"{n}-0", make_record(id=f"r{n}", input={"question": f"Pergunta nova {n}?"})) for n in range(3)]
     data = run(labels, records)
-    assert [(e["source"], e["completion"]) for e in data.sft] == [  # the correction, then the liked answers nobody corrected
+    assert [(e.source, e.completion) for e in data.sft] == [  # the correction, then the liked answers nobody corrected
         ("l0", GOOD), ("l1", "SELECT COUNT(*) FROM olist_orders_dataset"), ("l3", "SELECT COUNT(*) FROM olist_products_dataset")]
     assert data.summary().liked_sft == 2
-    pairs = {(p["chosen"], p["rejected"]) for p in data.pairs}
+    pairs = {(p.chosen, p.rejected) for p in data.pairs}
     assert (GOOD, BAD) in pairs  # the correction against what was served
     assert ("SELECT COUNT(*) FROM olist_products_dataset", "SELECT 7") in pairs  # liked against disliked, one input
-    assert sorted((e["source"], e["label"]) for e in data.kto) == [("l0", False), ("l1", True), ("l2", False), ("l3", True), ("l4", False)]
-    unlabelled = [p for p in data.prompts if not p["reference"]]
-    assert [p["source"] for p in unlabelled][-3:] == ["r2", "r1", "r0"]  # the newest first
-    assert json.loads(next(p for p in data.prompts if p["source"] == "l0")["reference"]) == {"sql": GOOD}
+    assert sorted((e.source, e.label) for e in data.kto) == [("l0", False), ("l1", True), ("l2", False), ("l3", True), ("l4", False)]
+    unlabelled = [p for p in data.prompts if not p.reference]
+    assert [p.source for p in unlabelled][-3:] == ["r2", "r1", "r0"]  # the newest first
+    assert json.loads(next(p for p in data.prompts if p.source == "l0").reference) == {"sql": GOOD}
     assert data.entry_ids == ["0-0", "1-0", "2-0"]  # every record read is acknowledged with the round
 
 
@@ -63,7 +64,7 @@ def test_the_rows_a_round_trains_on_never_include_eval_inputs():
     records = [("9-0", make_record(id="r9", input=bootstrap_eval)), ("10-0", make_record(id="r10", input=team_eval.input))]
     data = run([team_eval, *train, label(7, bootstrap_eval["question"], answer={"sql": GOOD})], records,
                held_out=frozenset({input_key(bootstrap_eval)}))
-    trained = json.dumps([data.sft, data.validation, data.pairs, data.kto, data.prompts], ensure_ascii=False)
+    trained = json.dumps([dataclasses.asdict(e) for e in (*data.sft, *data.validation, *data.pairs, *data.kto, *data.prompts)], ensure_ascii=False)
     assert "2016" not in trained and "2017" not in trained
     for uf in ("SP", "RJ", "MG"):
         assert f"Quantos clientes em {uf}?" in trained
@@ -74,7 +75,7 @@ def test_labels_are_replayed_every_round():
     """A label is never consumed: a later round's data holds it beside the new ones."""
     first = [label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ"))]
     later = first + [label(5, "Quantos clientes em BA?", answer={"sql": GOOD})]
-    assert {e["source"] for e in run(first).sft} <= {e["source"] for e in run(later).sft} == {"l0", "l1", "l5"}
+    assert {e.source for e in run(first).sft} <= {e.source for e in run(later).sft} == {"l0", "l1", "l5"}
 
 
 def test_liked_answers_join_sft_only_beside_corrections_and_never_the_validation_slice():
@@ -82,24 +83,24 @@ def test_liked_answers_join_sft_only_beside_corrections_and_never_the_validation
     assert run(rated_only).sft == []  # ratings alone: KTO's data, not SFT's
     corrected = [label(n, f"Quantos clientes no dia {n}?", answer={"sql": GOOD}) for n in range(10, 40)]
     data = run(corrected + rated_only)
-    assert {e["source"] for e in data.sft if e.get("liked")} == {"l0", "l1", "l2"}
-    assert not any(e.get("liked") for e in data.validation) and len(data.validation) == 4
+    assert {e.source for e in data.sft if e.liked} == {"l0", "l1", "l2"}
+    assert not any(e.liked for e in data.validation) and len(data.validation) == 4
     without = build("sql", corrected + rated_only, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64,
                     liked_as_supervised=False)
-    assert not any(e.get("liked") for e in without.sft) and len(without.sft) == 26
+    assert not any(e.liked for e in without.sft) and len(without.sft) == 26
 
 
 def test_a_newer_correction_of_an_input_replaces_an_older_one():
     older = label(0, "Quantos clientes em SP?", answer={"sql": BAD.replace("1", "2")})
     newer = label(1, "Quantos clientes em SP?", answer={"sql": GOOD})
-    assert [e["completion"] for e in run([older, newer]).sft] == [GOOD]
+    assert [e.completion for e in run([older, newer]).sft] == [GOOD]
 
 
 def test_sft_keeps_a_validation_slice_apart():
     labels = [label(n, f"Quantos pedidos no dia {n}?", answer={"sql": GOOD}) for n in range(40)]
     data = run(labels)
     assert len(data.validation) == 6 and len(data.sft) == 34
-    assert not {e["source"] for e in data.validation} & {e["source"] for e in data.sft}
+    assert not {e.source for e in data.validation} & {e.source for e in data.sft}
 
 
 @pytest.mark.xdist_group("torch")  # trainer.methods imports transformers (tests/unit/conftest.py)
@@ -201,21 +202,21 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
     data = build("sql", labels, [("1-0", make_record(id="r1", input={"question": "Quantos clientes em SC?"}))], render,
                  lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True, shown=shown)
     for example in data.sft + data.validation + data.prompts:
-        turns = json.loads(example["prompt"])
-        if example["source"] == "l8":  # no word in common with any other input: no demonstration, as serving
+        turns = json.loads(example.prompt)
+        if example.source == "l8":  # no word in common with any other input: no demonstration, as serving
             assert len(turns) == 2
             continue
         own = turns[-1]["content"]
         earlier = [t["content"] for t in turns[1:-1]]
         assert len(earlier) == 4, turns  # two demonstrations: a question and its answer each
-        assert own not in earlier[::2] and "eval only" not in example["prompt"]
+        assert own not in earlier[::2] and "eval only" not in example.prompt
         assert all("Quantos clientes em" in question for question in earlier[::2])  # the most similar, not the unrelated one
         for question, answer in zip(earlier[::2], earlier[1::2]):  # each shown question with its own corrected answer
             assert answer == GOOD.replace("'SP'", f"'{question.removesuffix('?').split()[-1]}'")
     assert served_demonstrations(load_settings(examples_tasks=["push"], train_with_examples=True), "sql", labels) is no_demonstrations
     assert served_demonstrations(load_settings(examples_tasks=["sql"]), "sql", labels) is no_demonstrations  # off by default
     plain = build("sql", labels, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True)
-    assert all(len(json.loads(e["prompt"])) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
+    assert all(len(json.loads(e.prompt)) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
 
 
 def grouped(n: int, question: str, texts: list[str], *, adapter=None, valid=True, whole=True, temperature=0.7):

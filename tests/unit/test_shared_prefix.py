@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from common.settings import Settings
+from trainer.data import SftExample
 
 pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
 VOCAB = 64
@@ -183,7 +184,7 @@ def test_the_rounds_sft_trains_the_same_weights_with_it_and_without_it(tokenizer
     from trainer.shared_prefix import with_shared_prefix
 
     system = " ".join(f"w{3 + i % 50}" for i in range(24))
-    examples = [{"prompt": f"{system} w{10 + i} w{20 + i}", "completion": f"w{30 + i} w{40 + i} w{50 + i % 5}"} for i in range(8)]
+    examples = [SftExample(f"{system} w{10 + i} w{20 + i}", f"w{30 + i} w{40 + i} w{50 + i % 5}", f"r{i}") for i in range(8)]
     # fp32: the claim is exact arithmetic; bf16 autocast (auto on a CPU that has it) rounds the two orders differently
     settings = Settings(
         sft_batch_size=4, sft_min_steps=4, sft_max_epochs=1.0, train_learning_rate=1e-2, train_cpu_precision="fp32"
@@ -227,8 +228,8 @@ def test_the_rounds_sft_validates_only_from_the_first_epoch_that_has_its_minimum
     from trainer import sft
 
     system = " ".join(f"w{3 + i % 50}" for i in range(24))
-    examples = [{"prompt": f"{system} w{10 + i}", "completion": f"w{30 + i} w{40 + i}"} for i in range(10)]
-    validation = [{"prompt": f"{system} w{20 + i}", "completion": f"w{35 + i} w{45 + i}"} for i in range(4)]
+    examples = [SftExample(f"{system} w{10 + i}", f"w{30 + i} w{40 + i}", f"r{i}") for i in range(10)]
+    validation = [SftExample(f"{system} w{20 + i}", f"w{35 + i} w{45 + i}", f"v{i}") for i in range(4)]
     settings = Settings(sft_batch_size=4, sft_min_steps=7, sft_max_epochs=5.0, train_learning_rate=1e-2, train_cpu_precision="fp32")
     assert sft.first_useful_evaluation(7, 4, 10) == 3  # 3 steps per epoch: epoch 2 ends at step 6, epoch 3 at step 9
     outcome = sft.train(settings, lora_model(), tokenizer, examples, validation, 600.0, "test")

@@ -9,7 +9,7 @@ from common import processes
 from common.records import Route
 from common.settings import Settings, load_settings
 from tasks import training_settings
-from trainer.data import TaskData
+from trainer.data import GrpoPrompt, TaskData
 
 pytestmark = pytest.mark.xdist_group("torch")  # tests/unit/conftest.py: torch and TRL are imported in the tests
 VOCAB = 64
@@ -186,7 +186,7 @@ def test_grpo_learns_at_its_own_rate_not_the_supervised_one(monkeypatch):
     monkeypatch.setattr(trl, "GRPOConfig", capture)
     settings = load_settings(train_learning_rate=3e-3, grpo_learning_rate=2e-4)
     with pytest.raises(Captured) as caught:
-        grpo.train(settings, None, None, "push", [{"prompt": "p", "task": "push", "reference": "", "context": "{}"}], 10.0, "test")
+        grpo.train(settings, None, None, "push", [GrpoPrompt("p", "push", "r0")], 10.0, "test")
     assert caught.value.args[0]["learning_rate"] == 2e-4
     assert caught.value.args[0]["warmup_steps"] == 0  # a handful of steps: the first is not spent at rate 0
     assert load_settings().grpo_learning_rate < load_settings().train_learning_rate
