@@ -4,11 +4,13 @@ examples the version absorbed. A result is printed as JSON on stdout, for a scri
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
 
 from cli.shared import console, fail, read_settings, store_url, task_option
+from common.lifecycle import Action
 
 app = typer.Typer(no_args_is_help=True, help="List, promote, roll back and canary adapter versions.")
 @app.command("list")
@@ -29,14 +31,14 @@ def adapters_list() -> None:
 @app.command("promote")
 def adapters_promote(version: str) -> None:
     """Load a version into every engine of its model, verify it answers, flip its task's route, drain, unload the old one."""
-    _hotswap("promote", version)
+    _hotswap(Action.PROMOTE, version)
 
 
 @app.command("rollback")
 def adapters_rollback(task: str) -> None:
     """Flip a task's route back to its previous version (re-loading it if needed)."""
     task_option(task)
-    _hotswap("rollback", task)
+    _hotswap(Action.ROLLBACK, task)
 
 
 canary_app = typer.Typer(no_args_is_help=True, help="Start, promote or abort a canary.")
@@ -48,24 +50,24 @@ def canary_start(version: str, share: Annotated[float, typer.Option(help="Share 
     """Serve a candidate version to a share of its task's traffic."""
     if not 0 < share < 1:
         raise fail(f"--share must be between 0 and 1 (exclusive), not {share}", 2)
-    _hotswap("canary", version, share=share)
+    _hotswap(Action.CANARY, version, share=share)
 
 
 @canary_app.command("promote")
 def canary_promote(task: str) -> None:
     """Promote the task's running canary."""
     task_option(task)
-    _hotswap("canary-promote", task)
+    _hotswap(Action.CANARY_PROMOTE, task)
 
 
 @canary_app.command("abort")
 def canary_abort(task: str) -> None:
     """Roll the task's canary back: all traffic to the active version."""
     task_option(task)
-    _hotswap("canary-abort", task)
+    _hotswap(Action.CANARY_ABORT, task)
 
 
-def _hotswap(action: str, target: str, **options) -> None:
+def _hotswap(action: Action, target: str, share: float | None = None) -> None:
     import asyncio
 
     from common.lifecycle import TransitionRefused
@@ -80,11 +82,11 @@ def _hotswap(action: str, target: str, **options) -> None:
         if not hotswap.urls(EngineKind.BASE):
             console.print("[yellow]no base engine is registered: the route flips now and engines load it when they start[/yellow]")
         try:
-            result = asyncio.run(hotswap.act(action, target, **options))
+            result = asyncio.run(hotswap.act(action, target, share=share))
         except LookupError as error:
             raise fail(str(error).strip("'\""), 2) from None
         except (TransitionRefused, AdapterLoadError, ValueError) as error:
             raise fail(f"{action} refused, nothing changed: {error}") from None
-    print(json.dumps(result, ensure_ascii=False))  # the result on stdout, unwrapped, for a script to read
+    print(json.dumps(asdict(result), ensure_ascii=False))  # the result on stdout, unwrapped, for a script to read
 
 

@@ -18,16 +18,49 @@ every flip, and each path promotes through it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from common.records import AdapterMeta
+from common.rounds import DOCSTRINGS, Retirement
 
 
 class Store(Protocol):
     """What a transition writes through: `common.store.Store.update_adapter`, which checks it here."""
 
     def update_adapter(self, version: str, status: str | None = None, reason: str | None = None, **changes) -> AdapterMeta: ...
+
+
+class Action(StrEnum):
+    """What a person may do to a task's versions (the admin API and `tucano adapters`), each carried
+    out by `deploy.hotswap.HotSwap.act`: promote a version, roll a task back, start a canary of a
+    version, or promote or abort a task's canary."""
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+    CANARY = "canary"
+    CANARY_PROMOTE = "canary-promote"
+    CANARY_ABORT = "canary-abort"
+
+
+@dataclass
+class AdapterChange:
+    """What an adapter action did (promote, rollback, canary start, canary promote or abort): the
+    task's route after it, and what the action itself decided."""
+    __pydantic_config__ = DOCSTRINGS
+    task: str
+    active: str | None
+    """The version the route serves now; null: the base model."""
+    previous: str | None
+    """The version a rollback would return to."""
+    canary: str | None = None
+    """The canary the route also serves, if one runs."""
+    canary_share: float | None = None
+    """Its share of the task's traffic."""
+    rolled_back: str | None = None
+    """A canary abort: the version rejected."""
+    examples_retired: Retirement | None = None
+    """A promotion: the examples the version absorbed, which retrieval no longer shows."""
 
 
 class Status(StrEnum):

@@ -23,13 +23,13 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
 from common import lifecycle
-from common.lifecycle import TransitionRefused
+from common.lifecycle import Action, AdapterChange, TransitionRefused
 from common.records import AdapterMeta, LogprobProbe, Route, TrainedNotServed
 from common.rounds import CanaryRecord, Retirement
 from common.settings import SERVED_LOGPROB_TOLERANCE, Settings
@@ -162,10 +162,9 @@ def _earlier_actives(route: Route) -> list[str]:
     return [route.previous, *route.earlier][:ROLLBACK_DEPTH]
 
 
-def _change(task: str, route: Route, **decided) -> dict:
-    """What an adapter action did, in the one shape the API answers (`server.schemas.AdapterChange`)."""
-    return {"task": task, "active": route.active, "previous": route.previous, "canary": route.canary,
-            "canary_share": route.canary_share, **decided}
+def _change(task: str, route: Route, **decided) -> AdapterChange:
+    """What an adapter action did, in the one shape the API and the CLI answer."""
+    return AdapterChange(task, route.active, route.previous, route.canary, route.canary_share, **decided)
 
 
 DRAINS = ("wait", "background", "later")
@@ -239,7 +238,7 @@ class HotSwap:
             self._background.add(job)
             job.add_done_callback(self._background.discard)
 
-    async def promote(self, version: str, reason: str = "promoted") -> dict:
+    async def promote(self, version: str, reason: str = "promoted") -> AdapterChange:
         """Make a version active, then retire the examples it absorbed (every path that promotes
         comes here: a round, the canary's verdict, the admin API, the CLI). While a canary runs,
         only the canary itself can be promoted."""
@@ -262,9 +261,9 @@ class HotSwap:
             lifecycle.retire(self.store, flipped.previous, f"{version} was promoted")
         await self._unload_after_drain(flipped.previous, {version}, kind)
         retired = await self.retire_examples(self.store.adapter(version))
-        return _change(task, flipped, examples_retired=asdict(retired))
+        return _change(task, flipped, examples_retired=retired)
 
-    async def rollback(self, task: str) -> dict:
+    async def rollback(self, task: str) -> AdapterChange:
         route = self.store.route(task)
         current, previous, kind = route.active, route.previous, TASK_ENGINE[task]
         if route.canary:
@@ -287,7 +286,7 @@ class HotSwap:
         await self._unload_after_drain(current, {previous}, kind)
         return _change(task, flipped)
 
-    async def start_canary(self, version: str, share: float) -> dict:
+    async def start_canary(self, version: str, share: float) -> AdapterChange:
         """Serve a candidate to `share` of its task's traffic beside the active version."""
         if not 0 < share < 1:
             raise ValueError(f"a canary's share is between 0 and 1 (exclusive), not {share}")
@@ -316,15 +315,15 @@ class HotSwap:
             raise PromotionRefused(f"{task} has no canary running")
         return canary
 
-    async def promote_canary(self, task: str, reason: str = "promoted by hand") -> dict:
+    async def promote_canary(self, task: str, reason: str = "promoted by hand") -> AdapterChange:
         version = self._canary(task)
         result = await self.promote(version, f"canary promoted: {reason}")
         canary = replace(self.store.adapter(version).canary or CanaryRecord(), outcome="promoted", reason=reason,
-                         retired=Retirement(**result["examples_retired"]))
+                         retired=result.examples_retired)
         self.store.update_adapter(version, canary=canary)
         return result
 
-    async def abort_canary(self, task: str, reason: str = "aborted by hand") -> dict:
+    async def abort_canary(self, task: str, reason: str = "aborted by hand") -> AdapterChange:
         """End the canary: all traffic back to the active version; the canary version is rejected."""
         version = self._canary(task)
 
@@ -356,17 +355,19 @@ class HotSwap:
                                 unloaded.append(f"{version}@{url}")
         return unloaded
 
-    async def act(self, action: str, target: str, **options) -> dict:
-        """The gateway's admin path: promote VERSION, rollback TASK, canary VERSION share=..., and
-        canary-promote or canary-abort TASK."""
-        if action == "promote":
-            return await self.promote(target)
-        if action == "rollback":
-            return await self.rollback(target)
-        if action == "canary":
-            return await self.start_canary(target, options["share"])
-        if action == "canary-promote":
-            return await self.promote_canary(target)
-        if action == "canary-abort":
-            return await self.abort_canary(target)
-        raise ValueError(f"unknown adapter action {action!r}")
+    async def act(self, action: Action, target: str, share: float | None = None) -> AdapterChange:
+        """A person's action (the admin API and the CLI): promote VERSION, rollback TASK, canary
+        VERSION at `share`, and canary-promote or canary-abort TASK."""
+        match Action(action):
+            case Action.PROMOTE:
+                return await self.promote(target)
+            case Action.ROLLBACK:
+                return await self.rollback(target)
+            case Action.CANARY:
+                if share is None:
+                    raise ValueError("a canary needs its share of the traffic")
+                return await self.start_canary(target, share)
+            case Action.CANARY_PROMOTE:
+                return await self.promote_canary(target)
+            case Action.CANARY_ABORT:
+                return await self.abort_canary(target)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.records import AdapterMeta, JobProgress, Route
-from common.rounds import Retirement, RoundSummary
+from common.rounds import RoundSummary
 from tasks import AUTO_MODEL, INPUT_MODELS, public_models
 
 TaskName = Annotated[str, Field(description="A task's name (its registry entry, tasks/).")]
@@ -229,19 +229,6 @@ class CanaryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(min_length=1, max_length=64, description="A candidate version of the task, like sql-v4.")
     share: float = Field(gt=0.0, lt=1.0, description="Share of the task's traffic the canary serves, in (0, 1).")
-
-
-class AdapterChange(BaseModel):
-    """What an admin adapter action did (promote, rollback, canary start, canary promote or abort):
-    the task's route after it, and what the action itself decided."""
-    task: str
-    active: str | None = Field(description="The version the route serves now; null: the base model.")
-    previous: str | None = Field(description="The version a rollback would return to.")
-    canary: str | None = Field(None, description="The canary the route also serves, if one runs.")
-    canary_share: float | None = Field(None, description="Its share of the task's traffic.")
-    rolled_back: str | None = Field(None, description="A canary abort: the version rejected.")
-    examples_retired: Retirement | None = Field(None, description="A promotion: the examples the version absorbed, which "
-                                                                  "retrieval no longer shows.")
 
 
 class Health(BaseModel):

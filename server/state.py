@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from common.lifecycle import AdapterChange
 from common.settings import Settings
 from common.store import Store
 from router.engine_client import EnginePool
@@ -12,7 +13,7 @@ from router.examples import Examples
 from router.route_table import RouteTable
 from tasks import check_settings, examples_tasks
 
-AdapterAction = Callable[[str, str], Awaitable[dict]]  # (action, task or version) -> result
+AdapterAction = Callable[..., Awaitable[AdapterChange]]  # (Action, task or version, share=None) -> what it did: HotSwap.act
 
 
 @dataclass

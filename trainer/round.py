@@ -35,9 +35,10 @@ import msgspec
 from redis.exceptions import LockError
 
 from common import lifecycle
+from common.lifecycle import AdapterChange
 from common.processes import peak_rss_gb
 from common.records import BASE_VERSION, AdapterMeta, TrainedNotServed
-from common.rounds import GateRecord, Outcome, PlanStep, Retirement, RoundSummary, TaskOutcome, TrainingStart, encode_round
+from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
 from router.engine_client import ChatTemplate, EnginePool
@@ -60,11 +61,11 @@ class Fleet(Protocol):
 
     async def unload(self, version: str, kind: str) -> None: ...
 
-    async def promote(self, version: str, reason: str = "promoted") -> dict:
+    async def promote(self, version: str, reason: str = "promoted") -> AdapterChange:
         """Flip the route, mark the statuses (`common.lifecycle`), and retire the examples the
-        version absorbed; the dict holds `examples_retired` (a `Retirement`'s fields)."""
+        version absorbed (`examples_retired`)."""
 
-    async def start_canary(self, version: str, share: float) -> dict: ...
+    async def start_canary(self, version: str, share: float) -> AdapterChange: ...
 
 
 class RoundError(RuntimeError):
@@ -170,7 +171,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         promoted = await fleet.promote(version, f"promoted by round: {reason}")
         entry.outcome = Outcome.PROMOTED
         say(f"{task}: promoted {version} ({reason})")
-        entry.retired = Retirement(**promoted["examples_retired"])
+        entry.retired = promoted.examples_retired
         say(f"{task}: examples retired: {entry.retired.reason}")
     else:
         lifecycle.reject(store, version, reason)

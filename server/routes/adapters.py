@@ -10,10 +10,10 @@ import re
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from common.lifecycle import TransitionRefused
+from common.lifecycle import Action, AdapterChange, TransitionRefused
 from server.deps import Admin, TaskPath, User
 from server.errors import ApiError, unavailable
-from server.schemas import AdapterChange, AdapterList, CanaryRequest, ErrorResponse
+from server.schemas import AdapterList, CanaryRequest, ErrorResponse
 from tasks import TASKS
 
 router = APIRouter(tags=["adapters"])
@@ -29,12 +29,12 @@ async def list_adapters(caller: User) -> AdapterList:
                        routes=routes)
 
 
-async def _act(caller, action: str, target: str, **options) -> dict:
+async def _act(caller, action: Action, target: str, share: float | None = None) -> AdapterChange:
     state = caller.state
     if state.adapter_action is None:
         raise ApiError(501, "not_implemented", f"{action} is not available in this deployment")
     try:
-        return await state.adapter_action(action, target, **options)
+        return await state.adapter_action(action, target, share=share)
     except LookupError as error:
         raise ApiError(404, "unknown_adapter", str(error)) from None
     except TransitionRefused as error:
@@ -44,9 +44,9 @@ async def _act(caller, action: str, target: str, **options) -> dict:
 
 
 @router.post("/v1/adapters/{task}/promote", response_model=AdapterChange, responses=ERRORS)
-async def promote(task: TaskPath, caller: Admin, version: str) -> dict:
+async def promote(task: TaskPath, caller: Admin, version: str) -> AdapterChange:
     _version_of(task, version)
-    return await _act(caller, "promote", version)
+    return await _act(caller, Action.PROMOTE, version)
 
 
 def _known(task: str) -> None:
@@ -61,26 +61,26 @@ def _version_of(task: str, version: str) -> None:
 
 
 @router.post("/v1/adapters/{task}/rollback", response_model=AdapterChange, responses=ERRORS)
-async def rollback(task: TaskPath, caller: Admin) -> dict:
+async def rollback(task: TaskPath, caller: Admin) -> AdapterChange:
     _known(task)
-    return await _act(caller, "rollback", task)
+    return await _act(caller, Action.ROLLBACK, task)
 
 
 @router.post("/v1/adapters/{task}/canary", response_model=AdapterChange, responses=ERRORS)
-async def start_canary(task: TaskPath, body: CanaryRequest, caller: Admin) -> dict:
+async def start_canary(task: TaskPath, body: CanaryRequest, caller: Admin) -> AdapterChange:
     """Serve a candidate version to a share of the task's traffic; it is promoted or rolled back
     automatically on its live reward, or by hand below."""
     _version_of(task, body.version)
-    return await _act(caller, "canary", body.version, share=body.share)
+    return await _act(caller, Action.CANARY, body.version, share=body.share)
 
 
 @router.post("/v1/adapters/{task}/canary/promote", response_model=AdapterChange, responses=ERRORS)
-async def promote_canary(task: TaskPath, caller: Admin) -> dict:
+async def promote_canary(task: TaskPath, caller: Admin) -> AdapterChange:
     _known(task)
-    return await _act(caller, "canary-promote", task)
+    return await _act(caller, Action.CANARY_PROMOTE, task)
 
 
 @router.post("/v1/adapters/{task}/canary/abort", response_model=AdapterChange, responses=ERRORS)
-async def abort_canary(task: TaskPath, caller: Admin) -> dict:
+async def abort_canary(task: TaskPath, caller: Admin) -> AdapterChange:
     _known(task)
-    return await _act(caller, "canary-abort", task)
+    return await _act(caller, Action.CANARY_ABORT, task)

@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 
 from common import lifecycle
-from common.lifecycle import Status, TransitionRefused
+from common.lifecycle import Action, AdapterChange, Status, TransitionRefused
 from common.records import AdapterMeta, Route, StatusChange
 from common.rounds import Retirement
-from server.schemas import AdapterChange
 from tests.unit.test_house import PACKAGES, REPO
 
 
@@ -117,29 +117,29 @@ def swap(monkeypatch):
 
 
 def test_each_promotion_path_retires_the_examples_of_the_version_it_promotes(swap):
-    promoted = asyncio.run(swap.act("promote", "sql-v1"))  # by hand: the admin API and the CLI call act
-    assert promoted["examples_retired"] == {"checked": 4, "retired": 1, "reason": "1 of 4 for sql-v1"}
-    assert AdapterChange.model_validate(promoted).active == "sql-v1"  # the shape the API answers
-    asyncio.run(swap.act("canary", "sql-v2", share=0.2))
+    promoted = asyncio.run(swap.act(Action.PROMOTE, "sql-v1"))  # by hand: the admin API and the CLI call act
+    assert promoted.examples_retired == Retirement(checked=4, retired=1, reason="1 of 4 for sql-v1")
+    assert TypeAdapter(AdapterChange).dump_python(promoted)["active"] == "sql-v1"  # the shape the API answers
+    asyncio.run(swap.act(Action.CANARY, "sql-v2", share=0.2))
     asyncio.run(swap.promote_canary("sql", reason="better on live traffic"))  # the canary watcher's path
     assert swap.retired == ["sql-v1", "sql-v2"]
     canary = swap.store.adapter("sql-v2").canary
     assert (canary.outcome, canary.retired) == ("promoted", Retirement(checked=4, retired=1, reason="1 of 4 for sql-v2"))
     assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2")] == ["retired", "active"]
-    rolled = asyncio.run(swap.act("rollback", "sql"))  # a rollback promotes nothing new: it retires no example
-    assert AdapterChange.model_validate(rolled).examples_retired is None
+    rolled = asyncio.run(swap.act(Action.ROLLBACK, "sql"))  # a rollback promotes nothing new: it retires no example
+    assert rolled.examples_retired is None
     assert swap.retired == ["sql-v1", "sql-v2"] and swap.store.adapter("sql-v1").status == "active"
 
 
 def test_a_refused_transition_changes_nothing_and_retires_nothing(swap):
-    asyncio.run(swap.act("canary", "sql-v1", share=0.2))
-    aborted = AdapterChange.model_validate(asyncio.run(swap.abort_canary("sql", reason="worse")))
+    asyncio.run(swap.act(Action.CANARY, "sql-v1", share=0.2))
+    aborted = asyncio.run(swap.abort_canary("sql", reason="worse"))
     assert (aborted.rolled_back, aborted.canary, aborted.active) == ("sql-v1", None, None)
     with pytest.raises(TransitionRefused, match="sql-v1 is rejected, not a candidate"):
-        asyncio.run(swap.act("canary", "sql-v1", share=0.2))
-    asyncio.run(swap.act("promote", "sql-v2"))
+        asyncio.run(swap.act(Action.CANARY, "sql-v1", share=0.2))
+    asyncio.run(swap.act(Action.PROMOTE, "sql-v2"))
     with pytest.raises(TransitionRefused, match="already the active version"):
-        asyncio.run(swap.act("promote", "sql-v2"))
+        asyncio.run(swap.act(Action.PROMOTE, "sql-v2"))
     assert swap.retired == ["sql-v2"] and swap.store.route("sql").active == "sql-v2"
     assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2", "sql-v3")] == ["rejected", "active", "candidate"]
 
