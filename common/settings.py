@@ -164,7 +164,14 @@ class Settings(BaseSettings):
     dpo_beta: float = Field(0.1, gt=0, description="DPO and KTO beta.")
     preference_learning_rate: LearningRate = Field(1e-4, description="DPO's and KTO's LoRA learning rate, apart from the supervised "
                                                    "methods' (`train_learning_rate`): TRL's own LoRA recipe for both is 1e-4; at "
-                                                   "insights' supervised rate its KTO candidates collapsed (docs/results.md).")
+                                                   "insights' supervised rate (2e-3) a KTO candidate scored 0.017 against the base "
+                                                   "model's 0.335 (docs/training.md).")
+    auto_far_worse_tries: int = Field(2, ge=0, le=10, description="`auto` leaves a method out of a task's plan once this many of "
+                                      "its latest candidates for the task, each trained by that method alone, were far worse than "
+                                      "the incumbent (the gate's whole interval below -auto_far_worse_margin), and says so in the "
+                                      "plan; 0: never. A method named by TUCANO_TRAIN_METHOD always runs.")
+    auto_far_worse_margin: float = Field(0.05, ge=0, le=1, description="How far below the incumbent the gate's interval must lie "
+                                         "for a candidate to count as far worse (`auto_far_worse_tries`).")
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")

@@ -29,7 +29,7 @@ from transformers.trainer_callback import TrainerCallback
 
 from common.processes import bf16_on_cpu, return_freed_memory
 from common.records import AdapterMeta
-from common.rounds import GrpoReport, MethodRun
+from common.rounds import GrpoReport, MethodRun, RoundSummary
 from common.settings import Settings
 from trainer import trl_internals
 from trainer.data import TaskData
@@ -74,24 +74,54 @@ class TrainingRun:
                          phases=self.seconds_by_phase or None, grpo=self.grpo)
 
 
-def plan(setting: str, data: TaskData, settings: Settings) -> list[tuple[str, str]]:
-    """[(method, why)] for the task, in order."""
+def far_worse(history: list[RoundSummary], task: str, settings: Settings) -> dict[str, str]:
+    """The methods `auto` leaves out of `task`'s plan, and why: those whose latest
+    `auto_far_worse_tries` candidates for the task, each trained by that method alone, were far
+    worse than their incumbent (the gate's whole interval below -`auto_far_worse_margin`).
+    `history`: the rounds, newest first. A method that keeps making far worse candidates wastes
+    every round's budget on a version the gate must keep out (KTO on insights: 0.017 against the
+    base model's 0.335, round after round)."""
+    tries, margin = settings.auto_far_worse_tries, settings.auto_far_worse_margin
+    decisions: dict[str, list] = {}
+    for summary in history:
+        entry = summary.tasks.get(task)
+        if entry is not None and entry.gate is not None and len(entry.plan) == 1:
+            decisions.setdefault(entry.plan[0].method, []).append(entry.gate.decision)
+    left_out = {}
+    for method, latest in decisions.items():
+        latest = latest[:tries]
+        if tries and len(latest) == tries and all(d.interval[1] < -margin for d in latest):
+            left_out[method] = (f"its last {tries} candidates were far worse than the incumbent "
+                                f"({', '.join(f'{d.difference:+.3f}' for d in latest)}; each interval below -{margin})")
+    return left_out
+
+
+def plan(setting: str, data: TaskData, settings: Settings, left_out: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """[(method, why)] for the task, in order. `left_out`: methods `auto` must not choose, with
+    why (`far_worse`); a method named by the setting runs whatever they say."""
+    left_out = left_out or {}
     if setting != "auto":
         usable = {"sft": len(data.sft), "dpo": len(data.pairs), "kto": len(data.kto), "grpo": len(data.groups) + len(data.prompts)}[setting]
         return [(setting, f"TUCANO_TRAIN_METHOD={setting}")] if usable else []
-    steps = []
+    steps, skipped = [], []
+
+    def add(method: str, why: str) -> None:
+        if method in left_out:
+            skipped.append(f"{method} left out: {left_out[method]}")
+        else:
+            steps.append((method, why))
     if len(data.sft) >= settings.min_sft_examples:
-        steps.append(("sft", f"{len(data.sft)} supervised examples (corrections and references) >= {settings.min_sft_examples}"))
+        add("sft", f"{len(data.sft)} supervised examples (corrections and references) >= {settings.min_sft_examples}")
     kinds = {e.label for e in data.kto}
     if steps and not settings.preference_after_supervised:
         pass  # preference methods after SFT measured worse here (module docstring)
     elif len(data.pairs) >= settings.min_dpo_pairs:
-        steps.append(("dpo", f"{len(data.pairs)} preference pairs >= {settings.min_dpo_pairs}"))
+        add("dpo", f"{len(data.pairs)} preference pairs >= {settings.min_dpo_pairs}")
     elif len(data.kto) >= settings.min_kto_examples and len(kinds) == 2:
-        steps.append(("kto", f"{len(data.kto)} rated answers of both kinds >= {settings.min_kto_examples}, "
-                             f"too few pairs for DPO ({len(data.pairs)} < {settings.min_dpo_pairs})"))
-    if (data.groups or data.prompts) and (not steps or settings.grpo_after_supervised):
-        why = "no supervised or preference data" if not steps else "TUCANO_GRPO_AFTER_SUPERVISED"
+        add("kto", f"{len(data.kto)} rated answers of both kinds >= {settings.min_kto_examples}, "
+                   f"too few pairs for DPO ({len(data.pairs)} < {settings.min_dpo_pairs})")
+    if (data.groups or data.prompts) and (not steps or settings.grpo_after_supervised) and "grpo" not in left_out:
+        why = ("; ".join(skipped) or "no supervised or preference data") if not steps else "TUCANO_GRPO_AFTER_SUPERVISED"
         if data.groups:
             labelled = sum(1 for g in data.groups if g.reference)
             steps.append(("grpo", f"{why}: GRPO on {len(data.groups)} served groups ({labelled} scored with a label)"))

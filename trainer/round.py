@@ -50,6 +50,7 @@ from trainer.policy import QuantizationUnavailable
 from trainer.rollouts import RolloutFailed
 
 CONSUMER = "trainer"
+HISTORY_ROUNDS = 50  # the latest rounds `auto` reads for methods that kept making far worse candidates (`methods.far_worse`)
 
 
 class Fleet(Protocol):
@@ -206,11 +207,13 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
                             settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels), lineage,
                             settings.grpo_max_groups)
-    steps = methods.plan(settings.train_method, data, settings) if news else []
+    left_out = methods.far_worse(store.rounds(HISTORY_ROUNDS), task, settings) if settings.train_method == "auto" else {}
+    steps = methods.plan(settings.train_method, data, settings, left_out) if news else []
     entry = TaskOutcome(outcome=Outcome.NOT_TRAINED, why=why, labels=len(labels), data=data.summary(),
                         plan=[PlanStep(method=m, why=w) for m, w in steps])
     if not steps:
-        entry.reason = why if not news else "no method has enough data"
+        left = "; ".join(f"{m} left out: {w}" for m, w in left_out.items())
+        entry.reason = why if not news else f"no method has enough data{' (' + left + ')' if left else ''}"
         say(f"{task}: not trained: {entry.reason}")
         return entry
     entry.start = TrainingStart(weights=start, why=start_why)

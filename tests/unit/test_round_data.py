@@ -11,6 +11,7 @@ import pytest
 
 from common.datasets import input_hash, input_key
 from common.records import AdapterMeta, Label, RewardContext, Route
+from common.rounds import GateDecision, GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome
 from common.settings import load_settings
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
@@ -120,6 +121,38 @@ def test_auto_plans_methods_from_what_the_data_holds():
     assert [m for m, _ in methods.plan("auto", traffic, settings)] == ["grpo"]
     assert methods.plan("auto", run([]), settings) == []
     assert [m for m, _ in methods.plan("sft", corrected, settings)] == ["sft"] and methods.plan("kto", corrected, settings) == []
+
+
+def round_with(task: str, method: str, interval: tuple[float, float], methods_run: int = 1) -> RoundSummary:
+    """A saved round in which `task`'s candidate, trained by `method` (alone, or beside GRPO), met the gate at `interval`."""
+    decision = GateDecision(promote=False, reason="worse", n=40, rows={"bootstrap": 40}, candidate_mean=0.1, incumbent_mean=0.3,
+                            difference=sum(interval) / 2, interval=interval)
+    plan = [PlanStep(method=method, why="test")] + [PlanStep(method="grpo", why="test")] * (methods_run - 1)
+    return RoundSummary(round="r", started=0.0, tasks={task: TaskOutcome(outcome=Outcome.REJECTED, why="test", plan=plan,
+                                                                         gate=GateRecord(decision=decision, incumbent="base"))})
+
+
+def test_auto_leaves_out_a_method_whose_latest_candidates_were_far_worse_and_says_why():
+    from trainer import methods
+
+    settings = load_settings(min_sft_examples=2, min_dpo_pairs=2, min_kto_examples=2)
+    far, near = (-0.35, -0.28), (-0.06, 0.01)
+    history = [round_with("sql", "kto", far), round_with("push", "kto", near), round_with("sql", "kto", far)]  # newest first
+    left_out = methods.far_worse(history, "sql", settings)
+    assert list(left_out) == ["kto"] and "-0.315" in left_out["kto"] and "last 2 candidates" in left_out["kto"]
+    assert methods.far_worse(history, "push", settings) == {}  # one candidate, and not far worse
+    # one far worse and one within the margin: kept; a candidate of two methods is no method's alone; 0 turns it off
+    assert methods.far_worse([round_with("sql", "kto", far), round_with("sql", "kto", near)], "sql", settings) == {}
+    assert methods.far_worse([round_with("sql", "kto", far, 2), round_with("sql", "kto", far)], "sql", settings) == {}
+    assert methods.far_worse(history, "sql", load_settings(auto_far_worse_tries=0)) == {}
+    rated = run([label(n, f"Quantos clientes em {uf}?", rating=1 if n % 2 else -1, served=GOOD if n % 2 else BAD)
+                 for n, uf in enumerate(("SP", "RJ", "MG", "BA"))],
+                [(f"{n}-0", make_record(id=f"r{n}", input={"question": f"q{n}"})) for n in range(3)])
+    assert [m for m, _ in methods.plan("auto", rated, settings)] == ["kto"]
+    steps = methods.plan("auto", rated, settings, left_out)
+    assert [m for m, _ in steps] == ["grpo"] and steps[0][1].startswith("kto left out: its last 2 candidates")
+    assert [m for m, _ in methods.plan("kto", rated, settings, left_out)] == ["kto"]  # named by the setting, it runs
+    assert methods.plan("auto", rated, settings, {**left_out, "grpo": "far worse too"}) == []  # nothing else to run
 
 
 @pytest.mark.xdist_group("torch")
