@@ -14,6 +14,7 @@ default, and then each entry's own default holds: the resolvers here (`samples_o
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
@@ -26,6 +27,7 @@ from tasks.definition import TaskDefinition
 _ENTRIES: dict[str, TaskDefinition] = {}
 V = TypeVar("V")
 AUTO_MODEL = "tucano-auto"
+TASK_NAME = re.compile(r"[a-z]+")
 
 
 class UnknownTask(KeyError):
@@ -42,8 +44,9 @@ class UnknownTask(KeyError):
 def register(entry: TaskDefinition) -> TaskDefinition:
     if entry.name in _ENTRIES:
         raise ValueError(f"a task named {entry.name!r} is registered already")
-    if not entry.name.isidentifier() or entry.name == "auto":
-        raise ValueError(f"{entry.name!r} is not a task name (a lowercase identifier, not 'auto')")
+    if not TASK_NAME.fullmatch(entry.name) or entry.name == "auto":
+        raise ValueError(f"{entry.name!r} is not a task name (lowercase letters only, as its versions' names `<task>-v<n>` "
+                         "and its public model `tucano-<task>` need; not 'auto')")
     _ENTRIES[entry.name] = entry
     return entry
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -131,6 +132,9 @@ def gateway(echo):
 def test_the_registry_refuses_a_second_entry_of_a_name_and_names_an_unknown_task(echo):
     with pytest.raises(ValueError, match="registered already"):
         register(ECHO)
+    for bad in ("Echo", "echo_2", "auto", ""):
+        with pytest.raises(ValueError, match="is not a task name"):
+            register(replace(ECHO, name=bad))
     with pytest.raises(KeyError, match="unknown task 'poem'; tasks are extraction, sql, push, insights, echo"):
         definition("poem")
     assert "echo" in TASKS and TASKS[-1] == "echo"
