@@ -50,9 +50,9 @@ def test_successive_rollbacks_walk_back_one_promotion_at_a_time(swap_gateway, bu
     for meta in (first, second):
         asyncio.run(hotswap.promote(meta.version))
     assert store.route("extraction").active == second.version
-    assert asyncio.run(hotswap.rollback("extraction"))["active"] == first.version
+    assert asyncio.run(hotswap.rollback("extraction")).active == first.version
     assert store.adapter(first.version).status == "active" and store.adapter(second.version).status == "retired"
-    assert asyncio.run(hotswap.rollback("extraction"))["active"] is None
+    assert asyncio.run(hotswap.rollback("extraction")).active is None
     with pytest.raises(PromotionRefused, match="no active version"):
         asyncio.run(hotswap.rollback("extraction"))
     assert store.route("extraction").active is None
@@ -193,7 +193,7 @@ def test_engine_killed_mid_promotion_flips_nothing(swap_gateway, built, engines,
         assert response.status_code == 200 and response.json()["route"]["version"] == "base"
         # the fleet without the dead engine promotes the same version cleanly
         survivors = fleet(store, built, [first_url])
-        assert asyncio.run(survivors.promote(meta.version))["active"] == meta.version
+        assert asyncio.run(survivors.promote(meta.version)).active == meta.version
         asyncio.run(survivors.rollback("extraction"))
     finally:
         second.stop()
