@@ -148,7 +148,7 @@ def watch_canaries(settings: Settings, store: Store, fleet: HotSwap, say) -> Non
             store.update_adapter(route.canary, canary=verdict.record)
             if verdict.action == "promote":
                 promoted = asyncio.run(fleet.promote_canary(task, reason=verdict.reason))
-                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {promoted['examples_retired']['reason']}")
+                say(f"{task}: canary {route.canary} promoted ({verdict.reason}); examples retired: {promoted.examples_retired.reason}")
             elif verdict.action == "rollback":
                 asyncio.run(fleet.abort_canary(task, reason=verdict.reason))
                 say(f"{task}: canary {route.canary} rolled back ({verdict.reason})")
