@@ -58,10 +58,10 @@ def test_a_store_written_before_the_registry_loads_as_it_did(tmp_path):
 
         # the labels and the served group become the round's data as before: a supervised example
         # from the correction, a rating each, and the push group as a rollout of the base lineage
-        extraction = data.build("extraction", store.labels("extraction"), [], lambda messages: json.dumps(messages), lambda i: i,
+        extraction = data.build("extraction", store.labels("extraction"), [], lambda messages: json.dumps(messages), RewardContext,
                                 frozenset(), seed=0, unlabelled_limit=0, liked_as_supervised=False)
         assert len(extraction.sft) + len(extraction.validation) == 1 and len(extraction.kto) == 1
-        served = data.build("push", store.labels("push"), [("1-0", push)], lambda messages: json.dumps(messages), lambda i: i,
+        served = data.build("push", store.labels("push"), [("1-0", push)], lambda messages: json.dumps(messages), RewardContext,
                             frozenset(), seed=0, unlabelled_limit=0, liked_as_supervised=False, groups_limit=8)
         assert [g.source for g in served.groups] == ["prev-push"] and served.groups[0].completion_ids == [[11, 12, 2], [12, 12, 2]]
     assert stored_bytes(directory) == before  # nothing was rewritten
