@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from common.records import BASE_VERSION, Group, Record, Reward, Sample, Sampling, Usage, label_of
@@ -28,7 +29,7 @@ from router.prompts import build_messages
 from server import metrics
 from server.errors import ApiError, unavailable
 from server.state import GatewayState
-from tasks import TRAITS, definition, score
+from tasks import TRAITS, definition, score, stored_input
 
 # Set per request by the app's overhead timer (a dict, so that the timer reads what `answer`
 # wrote even if a layer between them copied the context): the task and its engine call's seconds.
@@ -38,7 +39,7 @@ ENGINE_CALL: ContextVar[dict | None] = ContextVar("engine_call", default=None)
 @dataclass
 class Prepared:
     task: str
-    task_input: dict
+    task_input: BaseModel  # the task's input model, as the edge validated it
     prompt: str
     template_sha256: str
     adapter: str | None
@@ -52,19 +53,20 @@ class Prepared:
     repeat: Example | None = None  # an exact repeat of a corrected input: answered with this correction
 
 
-async def prepare(state: GatewayState, task: str, task_input: dict, sampling_overrides: dict, reference, source: str,
+async def prepare(state: GatewayState, task: str, task_input: BaseModel, sampling_overrides: dict, reference, source: str,
                   key_id: str | None = None, samples: int = 1, with_examples: bool = True) -> Prepared:
     """`samples`: completions to sample (1 for a stream); `with_examples` False: the prompt shows
     none of the team's examples and an exact repeat of a corrected input is asked of the model
     too, so the answer is what the weights alone give."""
     started = time.perf_counter()
     spec = definition(task)
+    fields = stored_input(task_input)
     pool = state.pools[spec.engine]
     adapter, arm = state.routes.adapter_for(task)
     repeat, shown = None, []
     if with_examples:  # reads labels from Redis and may re-index them: off the event loop
-        repeat, shown = await run_in_threadpool(state.examples.for_request, task, task_input)
-    prompt = pool.template.render(build_messages(task, task_input, tuple((e.input, e.answer) for e in shown)))
+        repeat, shown = await run_in_threadpool(state.examples.for_request, task, fields)
+    prompt = pool.template.render(build_messages(task, fields, tuple((e.input, e.answer) for e in shown)))
     return Prepared(task, task_input, prompt, pool.template.sha256, adapter, arm,
                     spec.sampling_for(samples, sampling_overrides), reference, source, key_id, started,
                     [e.id for e in shown], repeat)
@@ -103,7 +105,7 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
 
 def _score_and_output(state: GatewayState, prepared: Prepared, completions: list[Completion], execute: bool, include_think: bool):
     """Every completion's score, the index of the best (the first of equals), and its output."""
-    context = state.settings.reward_context(prepared.task_input)
+    context = state.settings.reward_context(stored_input(prepared.task_input))
     scores = [score(prepared.task, c.text, prepared.reference, context) for c in completions]
     best = max(range(len(scores)), key=lambda i: (scores[i].total, -i))
     return scores, best, _output(prepared.task, completions[best].text, scores[best], execute, include_think, state)
@@ -128,7 +130,7 @@ async def finish(state: GatewayState, prepared: Prepared, completions: list[Comp
         scores, best, output = _score_and_output(state, prepared, completions, execute, include_think)
     completion, scored = completions[best], scores[best]
     record = Record(
-        id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=prepared.task_input,
+        id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=stored_input(prepared.task_input),
         prompt=prepared.prompt, chat_template_sha256=prepared.template_sha256, raw=completion.text, output=output,
         valid=scored.valid, sampling=prepared.sampling, engine=completion.engine, model=completion.model,
         adapter=prepared.adapter, arm=prepared.arm,

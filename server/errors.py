@@ -8,6 +8,7 @@ import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.store import StoreUnavailable
@@ -39,6 +40,12 @@ def not_ready(readiness: dict) -> JSONResponse:
 def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
     metrics.ERROR_RESPONSES.labels(str(status), type_).inc()
     return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
+
+
+def invalid_input(error: ValidationError, prefix: str) -> ApiError:
+    """A 422 naming each problem pydantic found in a task's input, under `prefix` (`input`, the message)."""
+    problems = "; ".join(".".join([prefix, *(str(p) for p in e["loc"])]) + f": {e['msg']}" for e in error.errors()[:10])
+    return ApiError(422, "invalid_request", problems)
 
 
 def _field(loc) -> str:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from common.records import RewardContext, Sampling
 from common.tasks import EngineKind, TaskTraits
@@ -23,6 +23,11 @@ Scorer = Callable[[str, object, RewardContext, dict], tuple[dict[str, float], di
 Validity = Callable[[dict[str, float], dict[str, str], object], bool]  # (components, details, output) -> well formed
 ReferenceCheck = Callable[[object], object]  # a reference or correction -> its stored form, or raises InvalidReference
 Makers = Callable[[list], dict[str, Callable[[dict], str]]]  # the task's references -> cheap answers by name
+
+
+def stored_input(task_input: BaseModel) -> dict:
+    """A task input as records, labels and prompts hold it: its fields, without the optional ones left unset."""
+    return task_input.model_dump(exclude_none=True)
 
 
 @dataclass(frozen=True)
@@ -69,16 +74,26 @@ class TaskDefinition:
             sampling = sampling.override(temperature=self.group_temperature)
         return sampling
 
-    def input_from_text(self, text: str) -> dict:
-        """A chat message as the task's input; a task whose trait says so also accepts its input's fields as JSON."""
+    def parse_input(self, value) -> BaseModel:
+        """`value` as the task's input model: what the request path carries from the edge on
+        (pydantic's ValidationError names each problem)."""
+        return self.input_model.model_validate(value)
+
+    def input_from_text(self, text: str) -> BaseModel:
+        """A chat message as the task's input: its input's fields as JSON where the task's trait
+        says so and they make a valid input, else the text as its free-text field (ValidationError
+        where that is not valid either: an empty or too long message)."""
         if self.traits.chat_input_json:
             try:
                 value = json.loads(text)
             except ValueError:
                 value = None
             if isinstance(value, dict) and value:
-                return {str(k): v for k, v in value.items()}
-        return {self.input_field: text}
+                try:
+                    return self.parse_input({str(k): v for k, v in value.items()})
+                except ValidationError:
+                    pass  # JSON, but not this task's fields: the text itself is the input
+        return self.parse_input({self.input_field: text})
 
     def normalise_reference(self, reference):
         """contract §3: a task with an answer field accepts `{field: ...}` or a plain string; a task

@@ -7,9 +7,11 @@ import time
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 
 from server import answering, chat
 from server.deps import User
+from server.errors import invalid_input
 from server.schemas import ChatCompletion, ChatRequest, ErrorResponse, ModelCard, ModelList
 from tasks import AUTO_MODEL, definition, public_models, samples_of
 
@@ -40,8 +42,11 @@ async def chat_completions(body: ChatRequest, caller: User):
     overrides = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_completion_tokens or body.max_tokens,
                  "seed": body.seed, "frequency_penalty": body.frequency_penalty}
     samples = 1 if body.stream else samples_of(caller.state.settings, task, body.temperature)  # the best of the task's group answers
-    prepared = await answering.prepare(caller.state, task, definition(task).input_from_text(text), overrides, None, "chat", caller.key_id,
-                                       samples=samples)
+    try:
+        task_input = definition(task).input_from_text(text)
+    except ValidationError as error:  # an empty or too long message for the task
+        raise invalid_input(error, f"messages: the last user message as {task}'s input") from None
+    prepared = await answering.prepare(caller.state, task, task_input, overrides, None, "chat", caller.key_id, samples=samples)
     if not body.stream:
         return chat.completion(task, await answering.answer(caller.state, prepared, include_think=True))
     events = await chat.chunk_events(caller.state, prepared, task, include_usage=bool((body.stream_options or {}).get("include_usage")))

@@ -7,16 +7,12 @@ from pydantic import ValidationError
 from rewards.references import InvalidReference
 from server import answering
 from server.deps import TaskPath, User
-from server.errors import ApiError
+from server.errors import ApiError, invalid_input
 from server.schemas import ErrorResponse, SampleChoice, Scores, ServedBy, TaskRequest, TaskResponse, Usage
-from tasks import INPUT_MODELS, TASKS, TRAITS, check_reference, samples_of
+from tasks import TASKS, TRAITS, check_reference, definition, samples_of
 
 router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
-
-
-def _problems(error: ValidationError, prefix: str) -> str:
-    return "; ".join(".".join([prefix, *(str(p) for p in e["loc"])]) + f": {e['msg']}" for e in error.errors()[:10])
 
 
 # OpenAPI links: what a client (and a stateful fuzzer) can do next with an answer
@@ -28,9 +24,9 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
     if task not in TASKS:
         raise ApiError(404, "unknown_task", f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
     try:
-        task_input = INPUT_MODELS[task].model_validate(body.input).model_dump(exclude_none=True)
+        task_input = definition(task).parse_input(body.input)
     except ValidationError as error:
-        raise ApiError(422, "invalid_request", _problems(error, "input")) from None
+        raise invalid_input(error, "input") from None
     reference = None
     if body.reference is not None:
         try:

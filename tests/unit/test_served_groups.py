@@ -184,6 +184,17 @@ def test_a_streamed_chat_answer_is_sampled_once(gateway):
     assert store.records[-1].group is not None and response.json()["choices"][0]["message"]["content"] == GOOD
 
 
+def test_a_chat_message_that_is_no_valid_input_of_its_task_is_a_422_that_says_why(gateway):
+    """The chat path validates with the task's input model, as the task route does: nothing reaches
+    the engine or the store."""
+    client, store, _ = gateway
+    too_long = client.post("/v1/chat/completions", json={"model": "tucano-sql", "messages": [{"role": "user", "content": "x" * 2001}]})
+    assert too_long.status_code == 422, too_long.text
+    message = too_long.json()["error"]["message"]
+    assert message.startswith("messages: the last user message as sql's input.question") and "at most 2000 characters" in message
+    assert GroupEngine.bodies == [] and store.records == []
+
+
 def test_a_record_with_a_group_round_trips_and_one_stored_before_groups_reads_without_one():
     sample = Sample(text="SELECT 1", token_ids=[5, 6], logprobs=[-0.1, -0.2], finish_reason="stop", valid=True,
                     reward=Reward(0.4, {"parse": 1.0}, False))

@@ -15,7 +15,7 @@ from router.classify import classify
 from router.prompts import build_messages
 from router.route_table import RouteTable
 from server.schemas import ChatRequest, FeedbackRequest, TaskRequest
-from tasks import INPUT_MODELS, TASK_ENGINE, TASKS, definition
+from tasks import INPUT_MODELS, TASK_ENGINE, TASKS, definition, stored_input
 
 
 def make_record(**changes) -> Record:
@@ -139,11 +139,20 @@ def test_every_task_has_one_entry_with_its_engine_sampling_and_prompt():
 
 def test_a_chat_message_becomes_its_tasks_input_and_only_push_reads_json_fields():
     fields = '{"campaign": "cupom", "customer_name": "Ana"}'
-    assert definition("push").input_from_text(fields) == {"campaign": "cupom", "customer_name": "Ana"}
-    assert definition("push").input_from_text("Ana, cupom de 10%") == {definition("push").input_field: "Ana, cupom de 10%"}
-    assert definition("push").input_from_text("[1, 2]") == {definition("push").input_field: "[1, 2]"}  # JSON, but not fields
-    assert definition("sql").input_from_text(fields) == {"question": fields}
-    assert definition("extraction").input_from_text(fields) == {"review": fields}
+    def chat_input(task: str, text: str) -> dict:
+        return stored_input(definition(task).input_from_text(text))
+
+    assert chat_input("push", fields) == {"campaign": "cupom", "customer_name": "Ana"}
+    assert chat_input("push", "Ana, cupom de 10%") == {"briefing": "Ana, cupom de 10%"}
+    assert chat_input("push", "[1, 2]") == {"briefing": "[1, 2]"}  # JSON, but not fields
+    # JSON of fields push does not take, or of values it refuses, is the text of a briefing
+    assert chat_input("push", '{"cupom": "X"}') == {"briefing": '{"cupom": "X"}'}
+    assert chat_input("push", '{"campaign": "cupom", "discount_pct": 500}') == {"briefing": '{"campaign": "cupom", "discount_pct": 500}'}
+    assert chat_input("sql", fields) == {"question": fields}
+    assert chat_input("extraction", fields) == {"review": fields}
+    assert isinstance(definition("sql").input_from_text("Quantos pedidos?"), definition("sql").input_model)  # typed past the edge
+    with pytest.raises(ValidationError):
+        definition("sql").input_from_text("x" * 2001)  # no valid input of the task: the chat route's 422
 
 
 @pytest.mark.parametrize("text,task", [
