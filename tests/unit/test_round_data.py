@@ -173,9 +173,12 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
 
 @pytest.mark.xdist_group("torch")  # trainer.round imports the trainers
 class NoLabels:
-    """A store with nothing in it yet: no labels, no eval rows, no route, no adapters."""
+    """A store with nothing in it yet: no labels, no eval rows, no route, no adapters, no rounds."""
 
     def labels(self, task):
+        return []
+
+    def rounds(self, count=50):
         return []
 
     def last_trained(self, task):
