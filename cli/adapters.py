@@ -11,6 +11,7 @@ import typer
 
 from cli.shared import console, fail, read_settings, store_url, task_option
 from common.lifecycle import Action
+from tasks import TASKS
 
 app = typer.Typer(no_args_is_help=True, help="List, promote, roll back and canary adapter versions.")
 @app.command("list")
@@ -22,7 +23,7 @@ def adapters_list() -> None:
     settings = read_settings()
     with store_url(settings) as url:
         store = Store(url)
-        console.print(adapters_table(store.adapters()))
+        console.print(adapters_table(store.adapters(*TASKS)))
         for task, route in sorted(store.routes()[1].items()):
             canary = f" canary={route.canary} ({route.canary_share:.0%})" if route.canary else ""
             console.print(f"route {task}: active={route.active} previous={route.previous}{canary}")

@@ -536,9 +536,12 @@ class Store:
         raw = self.redis.get(_adapter_key(version))
         return decode_adapter(raw) if raw else None
 
-    def adapters(self, task: str | None = None) -> list[AdapterMeta]:
-        keys = [f"tucano:adapters:{task}"] if task else [k for k in self.redis.scan_iter("tucano:adapters:*") if k.count(":") == 2]
-        versions = [v for key in keys for v in self.redis.smembers(key)]
+    def adapters(self, *tasks: str) -> list[AdapterMeta]:
+        """The registered versions of `tasks` (each task's set; the caller names the tasks, which
+        the store does not know), by task and age."""
+        if not tasks:
+            raise ValueError("name the tasks whose adapters to list")
+        versions = [v for task in tasks for v in self.redis.smembers(f"tucano:adapters:{task}")]
         metas = [self.adapter(v) for v in versions]
         return sorted((m for m in metas if m), key=lambda m: (m.task, m.created))
 

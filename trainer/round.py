@@ -108,7 +108,7 @@ def _abandon_stale_candidates(store: Store) -> list[str]:
     routed = {version: arm for route in store.routes()[1].values() for arm, version in (("active", route.active), ("canary", route.canary))
               if version}
     stale = []
-    for meta in store.adapters():
+    for meta in store.adapters(*TASKS):
         if meta.status != lifecycle.Status.CANDIDATE:
             continue
         if meta.version in routed:

@@ -23,7 +23,7 @@ VERSION = re.compile(r"^[a-z]+-v\d+$")
 
 @router.get("/v1/adapters", response_model=AdapterList, responses=ERRORS)
 async def list_adapters(caller: User) -> AdapterList:
-    adapters = await run_in_threadpool(caller.state.store.adapters)
+    adapters = await run_in_threadpool(caller.state.store.adapters, *TASKS)
     _, routes = await run_in_threadpool(caller.state.store.routes)
     return AdapterList(adapters=adapters,
                        routes=routes)

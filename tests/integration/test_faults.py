@@ -31,6 +31,7 @@ from common.datasets import load_split
 from common.processes import free_port
 from common.records import Route
 from common.store import Store, content_sha256
+from tasks import TASKS
 from tests.conftest import REPO
 
 REPEATS = int(os.environ.get("TUCANO_FAULT_REPEATS", "1"))
@@ -157,7 +158,7 @@ def invariants(serve: Serve, answered: list[str]) -> list[str]:
                 served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
                 if version not in served:
                     problems.append(f"{task} {arm} {version} is not loaded in {url}")
-    for meta in store.adapters():
+    for meta in store.adapters(*TASKS):
         path = Path(meta.path)
         if not (path / "adapter_config.json").is_file() or not (path / "adapter_model.safetensors").is_file():
             problems.append(f"{meta.version} is registered but its files are incomplete")

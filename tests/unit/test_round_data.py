@@ -190,7 +190,7 @@ class NoLabels:
     def route(self, task):
         return Route()
 
-    def adapters(self, task=None):
+    def adapters(self, *tasks):
         return []
 
 

@@ -89,7 +89,7 @@ def test_an_adapters_sub_records_are_typed_and_read_what_earlier_releases_stored
         decode_adapter(json.dumps({**legacy, "gate": {"incumbent": "base"}}))
     with TestClient(app_for(None, None)) as client:
         store = client.app.state.gateway.store
-        monkeypatch.setattr(store, "adapters", lambda: [old, meta])
+        monkeypatch.setattr(store, "adapters", lambda *tasks: [old, meta])
         monkeypatch.setattr(store, "routes", lambda: (1, {"sql": Route(active="sql-v2")}))
         listed = client.get("/v1/adapters").json()
         schema = client.get("/openapi.json").json()["components"]["schemas"]
