@@ -40,6 +40,7 @@ ENGINE_CALL: ContextVar[dict | None] = ContextVar("engine_call", default=None)
 class Prepared:
     task: str
     task_input: BaseModel  # the task's input model, as the edge validated it
+    fields: dict  # its stored form (`stored_input`): what the examples, the prompt, the reward context and the record read
     prompt: str
     template_sha256: str
     adapter: str | None
@@ -67,7 +68,7 @@ async def prepare(state: GatewayState, task: str, task_input: BaseModel, samplin
     if with_examples:  # reads labels from Redis and may re-index them: off the event loop
         repeat, shown = await run_in_threadpool(state.examples.for_request, task, fields)
     prompt = pool.template.render(build_messages(task, fields, tuple((e.input, e.answer) for e in shown)))
-    return Prepared(task, task_input, prompt, pool.template.sha256, adapter, arm,
+    return Prepared(task, task_input, fields, prompt, pool.template.sha256, adapter, arm,
                     spec.sampling_for(samples, sampling_overrides), reference, source, key_id, started,
                     [e.id for e in shown], repeat)
 
@@ -105,7 +106,7 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
 
 def _score_and_output(state: GatewayState, prepared: Prepared, completions: list[Completion], execute: bool, include_think: bool):
     """Every completion's score, the index of the best (the first of equals), and its output."""
-    context = state.settings.reward_context(stored_input(prepared.task_input))
+    context = state.settings.reward_context(prepared.fields)
     scores = [score(prepared.task, c.text, prepared.reference, context) for c in completions]
     best = max(range(len(scores)), key=lambda i: (scores[i].total, -i))
     return scores, best, _output(prepared.task, completions[best].text, scores[best], execute, include_think, state)
@@ -130,7 +131,7 @@ async def finish(state: GatewayState, prepared: Prepared, completions: list[Comp
         scores, best, output = _score_and_output(state, prepared, completions, execute, include_think)
     completion, scored = completions[best], scores[best]
     record = Record(
-        id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=stored_input(prepared.task_input),
+        id=uuid.uuid4().hex, time=time.time(), task=prepared.task, source=prepared.source, input=prepared.fields,
         prompt=prepared.prompt, chat_template_sha256=prepared.template_sha256, raw=completion.text, output=output,
         valid=scored.valid, sampling=prepared.sampling, engine=completion.engine, model=completion.model,
         adapter=prepared.adapter, arm=prepared.arm,

@@ -49,7 +49,7 @@ def task_of(model: str, text: str) -> str:
     models = public_models()
     if model in models:
         return models[model]
-    raise ApiError(404, "model_not_found", f"unknown model {model!r}; models are {', '.join([*public_models(), AUTO_MODEL])}")
+    raise ApiError(404, "model_not_found", f"unknown model {model!r}; models are {', '.join([*models, AUTO_MODEL])}")
 
 
 def public_model(task: str) -> str:

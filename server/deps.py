@@ -49,7 +49,8 @@ async def get_state(request: Request) -> GatewayState:
 State = Annotated[GatewayState, Depends(get_state)]  # no key needed (health)
 # Documented as an enum so clients see the tasks, but validated by the routes so that an unknown
 # task is a 404 (a missing resource), not a 422.
-TaskPath = Annotated[str, Path(description="extraction, sql, push or insights", json_schema_extra={"enum": list(TASKS)})]
+TaskPath = Annotated[str, Path(description="A task's name (GET /v1/models lists them as tucano-<task>)",
+                                json_schema_extra=lambda schema: schema.update(enum=list(TASKS)))]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 

@@ -178,7 +178,8 @@ def check_settings(settings: Settings) -> Settings:
         if unknown:
             raise ConfigError(f"invalid setting {ENV_PREFIX}{setting.upper()}: no task named {', '.join(map(repr, unknown))} "
                               f"(the tasks: {', '.join(_ENTRIES)})")
-    over = {task: samples_of(settings, task) for task in _ENTRIES if samples_of(settings, task) > settings.serve_samples_cap}
+    samples = {task: samples_of(settings, task) for task in _ENTRIES}
+    over = {task: n for task, n in samples.items() if n > settings.serve_samples_cap}
     if over:
         raise ConfigError(f"invalid setting {ENV_PREFIX}SERVE_SAMPLES_CAP: {settings.serve_samples_cap} is below the "
                           f"completions per request of {over} (serve_samples)")
