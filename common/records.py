@@ -23,7 +23,8 @@ from common.rounds import DOCSTRINGS, CanaryRecord, GateRecord, TrainingData, Tr
 Arm = Literal["base", "active", "canary"]
 BASE_VERSION = "base"  # the version name of an answer no adapter served (`Record.version`)
 Split = Literal["train", "eval"]
-AdapterStatus = Literal["candidate", "canary", "active", "retired", "rejected"]  # as stored; `common.lifecycle` owns what may follow what
+# as stored; `common.lifecycle` owns what may follow what
+AdapterStatus = Literal["candidate", "gated", "shadowed", "canary", "active", "previous", "rejected", "retired", "rolled_back"]
 
 
 class Sampling(msgspec.Struct, frozen=True):

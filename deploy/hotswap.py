@@ -258,7 +258,10 @@ class HotSwap:
         flipped = self.store.change_route(task, flip)
         lifecycle.activate(self.store, version, reason)
         if flipped.previous:
-            lifecycle.retire(self.store, flipped.previous, f"{version} was promoted")
+            lifecycle.supersede(self.store, flipped.previous, f"{version} was promoted")
+        pushed_back = self.store.adapter(flipped.earlier[0]) if flipped.earlier else None
+        if pushed_back and pushed_back.status == lifecycle.Status.PREVIOUS:
+            lifecycle.retire(self.store, pushed_back.version, f"{version} was promoted after {flipped.previous}")
         await self._unload_after_drain(flipped.previous, {version}, kind)
         retired = await self.retire_examples(self.store.adapter(version))
         return _change(task, flipped, examples_retired=retired)
@@ -280,9 +283,12 @@ class HotSwap:
             earlier = route_now.earlier
             return Route(active=previous, previous=earlier[0] if earlier else None, earlier=earlier[1:])
         flipped = self.store.change_route(task, back)
-        lifecycle.retire(self.store, current, "rolled back")
+        lifecycle.roll_back(self.store, current, "rolled back")
         if previous is not None:
             lifecycle.activate(self.store, previous, f"{current} was rolled back")
+        next_back = self.store.adapter(flipped.previous) if flipped.previous else None
+        if next_back and next_back.status == lifecycle.Status.RETIRED:
+            lifecycle.supersede(self.store, next_back.version, f"a rollback of {task} would return to it after {previous}")
         await self._unload_after_drain(current, {previous}, kind)
         return _change(task, flipped)
 
@@ -292,8 +298,9 @@ class HotSwap:
             raise ValueError(f"a canary's share is between 0 and 1 (exclusive), not {share}")
         meta = self._meta(version)
         task, kind = meta.task, TASK_ENGINE[meta.task]
-        if meta.status != "candidate":
-            raise PromotionRefused(f"{version} is {meta.status}, not a candidate: only a candidate can be a canary")
+        if meta.status not in lifecycle.JUDGED:
+            raise PromotionRefused(f"{version} is {meta.status}: only a version not yet served (candidate, gated or shadowed) "
+                                   "can be a canary")
         await self._load_checked(self.urls(kind), version, meta.path, meta)
         since = self.store.last_record_id()
 
@@ -334,7 +341,7 @@ class HotSwap:
         return _change(task, route, rolled_back=version)
 
     async def unload_drained(self) -> list[str]:
-        """Unload from every engine the retired and rejected versions whose drain is over (what a
+        """Unload from every engine the versions off their route (`lifecycle.OFF_ROUTE`) whose drain is over (what a
         round left loaded: it does not wait for drains). A version a route points at stays."""
         routed = {version for route in self.store.routes()[1].values() for version in route.served()}
         now, unloaded = time.time(), []

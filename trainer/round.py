@@ -102,20 +102,21 @@ class _LockKeeper:
 
 
 def _abandon_stale_candidates(store: Store) -> list[str]:
-    """Candidates of a killed round are never promoted: mark them rejected so the registry says so.
+    """Versions a killed round was still judging (`lifecycle.JUDGED`) are never promoted: mark them
+    rejected so the registry says so.
     One that a route already points at (the round died between the flip and the status update)
     gets the status of its route instead."""
     routed = {version: arm for route in store.routes()[1].values() for arm, version in (("active", route.active), ("canary", route.canary))
               if version}
     stale = []
     for meta in store.adapters(*TASKS):
-        if meta.status != lifecycle.Status.CANDIDATE:
+        if meta.status not in lifecycle.JUDGED:
             continue
         if meta.version in routed:
             flip_of = lifecycle.activate if routed[meta.version] == "active" else lifecycle.start_canary
             flip_of(store, meta.version, "its round died after the flip")
         else:
-            lifecycle.reject(store, meta.version, "its round was interrupted before the gate")
+            lifecycle.reject(store, meta.version, "its round was interrupted before its verdict")
             stale.append(meta.version)
     return stale
 
@@ -149,6 +150,8 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
         say(gate.table(task, decision, version, incumbent))
         judged = GateRecord(decision=decision, incumbent=incumbent or BASE_VERSION)
         passed, reason = decision.promote, decision.reason
+        if passed:
+            lifecycle.pass_gate(store, version, decision.reason)
         if passed and settings.shadow_records:
             progress(f"{task} shadow", 0, 1)
             held = gate.held_out_inputs(settings, store, task)
@@ -159,6 +162,8 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
             say(f"{task}: shadow replay {judged.shadow.reason}")
             if judged.shadow.worse:
                 passed, reason = False, f"gate passed ({decision.reason}) but shadow replay: {judged.shadow.reason}"
+            else:
+                lifecycle.pass_shadow(store, version, judged.shadow.reason)
     finally:
         await pool.close()
     store.update_adapter(version, gate=judged)

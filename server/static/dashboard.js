@@ -219,7 +219,7 @@ function renderLineage() {
     const row = document.createElement("tr");
     const decision = (m.gate || {}).decision;
     cell(row, m.version); cell(row, m.parent || "base"); cell(row, m.method || "-");
-    cell(row, m.status, m.status === "active" ? "ok" : m.status === "rejected" ? "bad" : "");
+    cell(row, m.status, m.status === "active" ? "ok" : m.status === "rejected" || m.status === "rolled_back" ? "bad" : "");
     cell(row, decision ? `${signed(decision.difference)} [${signed(decision.interval[0])}, ${signed(decision.interval[1])}] n=${decision.n}` : "-");
     cell(row, when(m.created));
     const actions = cell(row, "");

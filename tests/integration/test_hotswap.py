@@ -51,7 +51,7 @@ def test_successive_rollbacks_walk_back_one_promotion_at_a_time(swap_gateway, bu
         asyncio.run(hotswap.promote(meta.version))
     assert store.route("extraction").active == second.version
     assert asyncio.run(hotswap.rollback("extraction")).active == first.version
-    assert store.adapter(first.version).status == "active" and store.adapter(second.version).status == "retired"
+    assert store.adapter(first.version).status == "active" and store.adapter(second.version).status == "rolled_back"
     assert asyncio.run(hotswap.rollback("extraction")).active is None
     with pytest.raises(PromotionRefused, match="no active version"):
         asyncio.run(hotswap.rollback("extraction"))
@@ -98,7 +98,7 @@ def test_promote_and_rollback_under_load(swap_gateway, built, tmp_path):
             assert version == "base"
         record = store.get_record(record_id).record
         assert record.version == version  # the record names the version that served it
-    assert store.adapter(meta.version).status == "retired"
+    assert store.adapter(meta.version).status == "rolled_back"
     print(f"{len(results)} requests, 0 failed; versions served: {sorted(versions)}")
 
 

@@ -20,25 +20,45 @@ from common.rounds import Retirement
 from tests.unit.test_house import PACKAGES, REPO
 
 
-@pytest.mark.parametrize(("current", "new"), [("candidate", "rejected"), ("candidate", "canary"), ("candidate", "active"),
-                                               ("canary", "active"), ("canary", "rejected"), ("active", "retired"),
-                                               ("retired", "active"), ("rejected", "active")])
+@pytest.mark.parametrize(("current", "new"), [
+    ("candidate", "gated"), ("gated", "shadowed"), ("candidate", "rejected"), ("gated", "rejected"), ("shadowed", "rejected"),
+    ("candidate", "canary"), ("gated", "canary"), ("shadowed", "canary"), ("candidate", "active"), ("gated", "active"),
+    ("shadowed", "active"), ("canary", "active"), ("canary", "rejected"), ("active", "previous"), ("active", "rolled_back"),
+    ("previous", "retired"), ("previous", "active"), ("retired", "previous"), ("retired", "active"), ("rejected", "active"),
+    ("rolled_back", "active")])
 def test_the_transitions_a_version_may_make(current, new):
     lifecycle.check("sql-v1", current, new)
 
 
-@pytest.mark.parametrize(("current", "new"), [("active", "canary"), ("retired", "canary"), ("rejected", "canary"),
-                                               ("active", "active"), ("retired", "rejected"), ("canary", "retired"),
-                                               ("active", "candidate"), ("rejected", "retired")])
+@pytest.mark.parametrize(("current", "new"), [
+    ("active", "canary"), ("retired", "canary"), ("rejected", "canary"), ("active", "active"), ("retired", "rejected"),
+    ("canary", "retired"), ("active", "candidate"), ("rejected", "retired"), ("candidate", "shadowed"), ("shadowed", "gated"),
+    ("canary", "gated"), ("active", "retired"), ("active", "rejected"), ("previous", "rolled_back"), ("rolled_back", "previous"),
+    ("rejected", "gated"), ("canary", "previous")])
 def test_a_transition_its_life_does_not_allow_is_refused_naming_both_ends(current, new):
     with pytest.raises(TransitionRefused, match=f"sql-v1 is {current}: it cannot become {new}"):
         lifecycle.check("sql-v1", current, new)
 
 
-@pytest.mark.parametrize(("current", "new"), [("candidate", "gated"), ("promoted", "active")])
+@pytest.mark.parametrize(("current", "new"), [("candidate", "trained"), ("promoted", "active")])
 def test_an_unknown_status_is_refused_naming_it(current, new):
     with pytest.raises(TransitionRefused, match="unknown status"):
         lifecycle.check("sql-v1", current, new)
+
+
+def test_each_transition_function_gives_its_one_status():
+    """The typed functions walk a version through its whole life, and each writes the status it names."""
+    store = MemoryStore(AdapterMeta(version="sql-v1", task="sql", path="/nowhere"))
+    walk = [(lifecycle.pass_gate, "gated"), (lifecycle.pass_shadow, "shadowed"), (lifecycle.start_canary, "canary"),
+            (lifecycle.activate, "active"), (lifecycle.supersede, "previous"), (lifecycle.retire, "retired"),
+            (lifecycle.supersede, "previous"), (lifecycle.activate, "active"), (lifecycle.roll_back, "rolled_back"),
+            (lifecycle.activate, "active")]
+    for step, status in walk:
+        assert step(store, "sql-v1", f"to {status}").status == status
+    assert [change.status for change in store.adapter("sql-v1").history] == [status for _, status in walk]
+    with pytest.raises(TransitionRefused, match="sql-v1 is active: it cannot become gated"):
+        lifecycle.pass_gate(store, "sql-v1", "again")
+    assert store.adapter("sql-v1").status == "active" and len(store.adapter("sql-v1").history) == len(walk)
 
 
 def test_every_status_the_records_name_has_its_transitions():
@@ -125,17 +145,43 @@ def test_each_promotion_path_retires_the_examples_of_the_version_it_promotes(swa
     assert swap.retired == ["sql-v1", "sql-v2"]
     canary = swap.store.adapter("sql-v2").canary
     assert (canary.outcome, canary.retired) == ("promoted", Retirement(checked=4, retired=1, reason="1 of 4 for sql-v2"))
-    assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2")] == ["retired", "active"]
+    assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2")] == ["previous", "active"]
     rolled = asyncio.run(swap.act(Action.ROLLBACK, "sql"))  # a rollback promotes nothing new: it retires no example
     assert rolled.examples_retired is None
-    assert swap.retired == ["sql-v1", "sql-v2"] and swap.store.adapter("sql-v1").status == "active"
+    assert swap.retired == ["sql-v1", "sql-v2"]
+    assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2")] == ["active", "rolled_back"]
+
+
+def test_promotions_and_rollbacks_keep_one_previous_version(swap):
+    """The version a rollback returns to is `previous`; one pushed further back is `retired`, and a
+    rollback that makes it the next one to return to makes it `previous` again."""
+    def statuses():
+        return [swap.store.adapter(f"sql-v{n}").status for n in (1, 2, 3)]
+    for version in ("sql-v1", "sql-v2", "sql-v3"):
+        asyncio.run(swap.act(Action.PROMOTE, version))
+    assert statuses() == ["retired", "previous", "active"] and swap.store.route("sql").previous == "sql-v2"
+    asyncio.run(swap.act(Action.ROLLBACK, "sql"))
+    assert statuses() == ["previous", "active", "rolled_back"] and swap.store.route("sql").previous == "sql-v1"
+    asyncio.run(swap.act(Action.PROMOTE, "sql-v3"))  # by hand, from rolled back
+    assert statuses() == ["retired", "previous", "active"]
+    asyncio.run(swap.act(Action.PROMOTE, "sql-v2"))  # the previous version, by hand
+    assert statuses() == ["retired", "active", "previous"] and swap.store.route("sql").previous == "sql-v3"
+
+
+def test_a_store_written_before_previous_existed_still_rolls_back(swap):
+    """Older stores hold a superseded version as `retired`: a rollback returns to it as before."""
+    swap.store.metas["sql-v1"] = replace(swap.store.metas["sql-v1"], status="retired")
+    swap.store.metas["sql-v2"] = replace(swap.store.metas["sql-v2"], status="active")
+    swap.store.route_of["sql"] = Route(active="sql-v2", previous="sql-v1")
+    asyncio.run(swap.act(Action.ROLLBACK, "sql"))
+    assert [swap.store.adapter(v).status for v in ("sql-v1", "sql-v2")] == ["active", "rolled_back"]
 
 
 def test_a_refused_transition_changes_nothing_and_retires_nothing(swap):
     asyncio.run(swap.act(Action.CANARY, "sql-v1", share=0.2))
     aborted = asyncio.run(swap.abort_canary("sql", reason="worse"))
     assert (aborted.rolled_back, aborted.canary, aborted.active) == ("sql-v1", None, None)
-    with pytest.raises(TransitionRefused, match="sql-v1 is rejected, not a candidate"):
+    with pytest.raises(TransitionRefused, match="sql-v1 is rejected: only a version not yet served"):
         asyncio.run(swap.act(Action.CANARY, "sql-v1", share=0.2))
     asyncio.run(swap.act(Action.PROMOTE, "sql-v2"))
     with pytest.raises(TransitionRefused, match="already the active version"):
