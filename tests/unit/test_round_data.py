@@ -17,6 +17,10 @@ from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
 from trainer.data import build, no_demonstrations, served_demonstrations
 
+# the round's modules import transformers, PEFT and TRL (about 11 s): every test here runs on the
+# one worker that has them imported already (tests/unit/conftest.py)
+pytestmark = pytest.mark.xdist_group("torch")
+
 GOOD = "SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'"
 BAD = "SELECT 1"
 
@@ -104,7 +108,6 @@ def test_sft_keeps_a_validation_slice_apart():
     assert not {e.source for e in data.validation} & {e.source for e in data.sft}
 
 
-@pytest.mark.xdist_group("torch")  # trainer.methods imports transformers (tests/unit/conftest.py)
 def test_auto_plans_methods_from_what_the_data_holds():
     from trainer import methods
 
@@ -155,7 +158,6 @@ def test_auto_leaves_out_a_method_whose_latest_candidates_were_far_worse_and_say
     assert methods.plan("auto", rated, settings, {**left_out, "grpo": "far worse too"}) == []  # nothing else to run
 
 
-@pytest.mark.xdist_group("torch")
 def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherwise():
     from trainer import methods
 
@@ -171,7 +173,6 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
     assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
 
 
-@pytest.mark.xdist_group("torch")  # trainer.round imports the trainers
 class NoLabels:
     """A store with nothing in it yet: no labels, no eval rows, no route, no adapters, no rounds."""
 
