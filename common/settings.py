@@ -235,7 +235,7 @@ class Settings(BaseSettings):
                                "or tiny (2-layer Qwen3 models trained from scratch, for the fastest tests).")
     bootstrap_lm_steps: int = Field(100, ge=0, description="Language-model steps per tiny model (tiny only).")
     bootstrap_sft_steps: int | None = Field(None, ge=0, description="Supervised steps of the bootstrap on the bootstrap split; "
-                                            "unset: 80 for a pretrained model, 120 for the tiny ones.")
+                                            "unset: 80 for a pretrained model, 120 for the tiny ones; 0: the pretrained weights as they are.")
 
     @field_validator("base_engine_urls")
     @classmethod

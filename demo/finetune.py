@@ -64,6 +64,17 @@ def equal_shares(rows: dict[str, list[dict]], total: int, seed: int) -> list[tup
     return picked
 
 
+def _save(model, tokenizer, out_dir: Path | None, templates: dict[str, str]) -> None:
+    """The model and its tokenizer at out_dir with the `base` template (None: not saved)."""
+    if out_dir is None:
+        return
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.chat_template = templates["base"]
+    tokenizer.save_pretrained(out_dir)
+
+
 def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]], templates: dict[str, str], think_tasks: set[str],
              steps: int, lr: float, seed: int, bf16: bool, on_step: Callable[[int, float], None],
              checkpointing: bool = CHECKPOINTING) -> dict:
@@ -79,6 +90,10 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
     from trainer.methods import ReturnFreedMemory
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if steps == 0:  # TUCANO_BOOTSTRAP_SFT_STEPS=0: the pretrained weights as they are, saved as serving loads them
+        _save(AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"), tokenizer, out_dir, templates)
+        return {"sft_steps": 0, "sft_examples": 0, "sft_seconds": 0.0, "final_sft_loss": None, "trainer": None,
+                "lora_rank_merged": None, "bf16": bf16, "checkpointing": checkpointing, "peak_rss_gb": peak_rss_gb()}
     examples = []
     for task, row in equal_shares(rows, steps * BATCH_SIZE, seed):  # one epoch of these: every example read once
         ids, prompt = example_ids(tokenizer, templates["think" if task in think_tasks else "base"], task, row, task in think_tasks)
@@ -106,13 +121,7 @@ def finetune(model_dir: Path, out_dir: Path | None, rows: dict[str, list[dict]],
                          peft_config=lora, callbacks=[Report(), ReturnFreedMemory()])
     trainer.remove_callback(PrinterCallback)  # a dict per step on stdout otherwise
     trainer.train()
-    if out_dir is not None:
-        merged = trainer.model.merge_and_unload()
-        merged.eval()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        merged.save_pretrained(out_dir)
-        tokenizer.chat_template = templates["base"]
-        tokenizer.save_pretrained(out_dir)
+    _save(trainer.model.merge_and_unload(), tokenizer, out_dir, templates)
     last = losses[-len(rows):]
     return {"sft_steps": steps, "sft_examples": len(examples), "sft_seconds": round(time.perf_counter() - started, 1),
             "final_sft_loss": round(sum(last) / len(last), 4) if last else None, "trainer": "trl.SFTTrainer",

@@ -143,6 +143,8 @@ def test_the_served_model_improves_from_corrections_on_rows_no_round_trained_on(
     assert entry.outcome == Outcome.PROMOTED, entry.reason
     meta = store.adapter(entry.version)
     assert meta.status == "active" and meta.gate.decision.interval[0] > 0
+    walked = [change.status for change in meta.history if change.status != "candidate"]  # its life, as the round gave it
+    assert walked == ["gated", *(["shadowed"] if entry.gate.shadow else []), "active"], walked
     assert entry.retired.checked > 0, entry.retired  # the examples it trained on, asked of it without demonstrations
     assert meta.training.methods[0].method == "sft" and meta.training.steps["sft"]  # per-step metrics kept
     from bench import train as bench_train  # `tucano bench train` reads this round's phases back

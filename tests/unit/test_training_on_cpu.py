@@ -190,3 +190,26 @@ def test_grpo_learns_at_its_own_rate_not_the_supervised_one(monkeypatch):
     assert caught.value.args[0]["learning_rate"] == 2e-4
     assert caught.value.args[0]["warmup_steps"] == 0  # a handful of steps: the first is not spent at rate 0
     assert load_settings().grpo_learning_rate < load_settings().train_learning_rate
+
+
+def test_a_bootstrap_of_zero_steps_saves_the_pretrained_weights_as_they_are(tmp_path):
+    """TUCANO_BOOTSTRAP_SFT_STEPS=0: the demo model is the pretrained checkpoint, untrained, with the
+    template serving renders (it had crashed inside TRL with a StopIteration)."""
+    import torch
+    from tokenizers import Tokenizer, models
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    from demo.finetune import finetune
+
+    source, out = tmp_path / "pretrained", tmp_path / "base_model"
+    model = tiny_model()
+    model.save_pretrained(source)
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")),
+                            unk_token="[UNK]").save_pretrained(source)
+    steps: list[int] = []
+    info = finetune(source, out, {"sql": [{"input": {"question": "q"}, "reference": {"sql": "SELECT 1"}}]},
+                    {"base": "{{ messages }}", "think": "{{ thoughts }}"}, set(), 0, 1e-3, 0, False, lambda step, loss: steps.append(step))
+    assert (info["sft_steps"], info["sft_examples"], steps) == (0, 0, [])
+    saved = AutoModelForCausalLM.from_pretrained(out)
+    assert all(torch.equal(mine, theirs) for mine, theirs in zip(model.state_dict().values(), saved.state_dict().values(), strict=True))
+    assert AutoTokenizer.from_pretrained(out).chat_template == "{{ messages }}"
