@@ -64,17 +64,19 @@ def train_beside(load: str, task: str) -> None:
     if load == "bootstrap":
         from common.processes import bf16_on_cpu
         from demo import finetune, pretrained
-        from demo.bootstrap import FINETUNE_LR, training_rows
+        from demo.bootstrap import DEFAULT_SFT_STEPS, FINETUNE_LR, training_rows
         from demo.templates import TEMPLATES
         from tasks import TASK_ENGINE, TASKS
 
         source = pretrained.SOURCES[settings.bootstrap_model]
         rows, templates = training_rows(settings, TASKS), TEMPLATES[source.chat]
         print(READY_MARK, flush=True)
-        finetune.finetune(settings.models_dir / f"pretrained-{source.name}", None, rows, templates,
-                          {t for t in TASKS if TASK_ENGINE[t] == "think"}, 10**6, FINETUNE_LR, settings.seed,
-                          bf16_on_cpu(settings.train_cpu_precision), lambda *_: step())
-        return
+        # a first serve's fine-tuning, with its default steps and schedule, again and again: it builds
+        # its examples up front, so one endless run would tokenize millions of them before its first step
+        while True:
+            finetune.finetune(settings.models_dir / f"pretrained-{source.name}", None, rows, templates,
+                              {t for t in TASKS if TASK_ENGINE[t] == "think"}, DEFAULT_SFT_STEPS[settings.bootstrap_model],
+                              FINETUNE_LR, settings.seed, bf16_on_cpu(settings.train_cpu_precision), lambda *_: step())
     from bench.learn import reference_examples
     from trainer import methods, sft
     from trainer.policy import load_policy

@@ -33,3 +33,29 @@ def test_every_status_but_200_is_counted_and_a_504_or_a_bare_503_is_a_request_no
     text = table({"settings": {"load": "round", "train_task": "sql", "pairs": 4, "block_rows": 5, "concurrency": 1, "training_nice": 19},
                   "trainer_threads": 1, "tasks": {"sql": {**result, "trainer_steps_while_busy": 7, "busy_seconds": 20.0}}})
     assert "a round's SFT of sql" in text and "| sql |" in text and "504" in text
+
+
+def test_the_bootstrap_load_runs_a_first_serves_fine_tuning_again_and_again_at_its_own_steps(monkeypatch, tmp_path, capsys):
+    """Each run is the fine-tuning a first serve starts (its default steps, the bootstrap rows), and a
+    step mark per step. It had asked for a million steps in one run, whose examples the fine-tuning
+    builds up front: the trainer never reached its first step."""
+    import pytest
+
+    from bench import busy
+    from demo import bootstrap, finetune
+
+    runs: list[int] = []
+
+    def fine_tune(model_dir, out_dir, rows, templates, think_tasks, steps, lr, seed, bf16, on_step):
+        runs.append(steps)
+        on_step(0, 1.0)
+        if len(runs) == 3:
+            raise KeyboardInterrupt  # what stops the loop here; the bench stops the process
+    monkeypatch.setenv("TUCANO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TUCANO_BOOTSTRAP_MODEL", "smollm2")
+    monkeypatch.setattr(finetune, "finetune", fine_tune)
+    monkeypatch.setattr(bootstrap, "training_rows", lambda settings, tasks: {task: [] for task in tasks})
+    with pytest.raises(KeyboardInterrupt):
+        busy.train_beside("bootstrap", "sql")
+    assert runs == [bootstrap.DEFAULT_SFT_STEPS["smollm2"]] * 3
+    assert capsys.readouterr().out.count(busy.STEP_MARK) == 3
