@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
-from bench.busy import LATENCY_TARGET, measure, table
+import pytest
+
+from bench.busy import LATENCY_TARGET, STEP_MARK, measure, table, train_beside
 
 
 def side(rng, seconds: float, statuses: list[int] | None = None, retry_after: bool = True) -> list[dict]:
@@ -39,9 +41,6 @@ def test_the_bootstrap_load_runs_a_first_serves_fine_tuning_again_and_again_at_i
     """Each run is the fine-tuning a first serve starts (its default steps, the bootstrap rows), and a
     step mark per step. It had asked for a million steps in one run, whose examples the fine-tuning
     builds up front: the trainer never reached its first step."""
-    import pytest
-
-    from bench import busy
     from demo import bootstrap, finetune
 
     runs: list[int] = []
@@ -56,6 +55,6 @@ def test_the_bootstrap_load_runs_a_first_serves_fine_tuning_again_and_again_at_i
     monkeypatch.setattr(finetune, "finetune", fine_tune)
     monkeypatch.setattr(bootstrap, "training_rows", lambda settings, tasks: {task: [] for task in tasks})
     with pytest.raises(KeyboardInterrupt):
-        busy.train_beside("bootstrap", "sql")
+        train_beside("bootstrap", "sql")
     assert runs == [bootstrap.DEFAULT_SFT_STEPS["smollm2"]] * 3
-    assert capsys.readouterr().out.count(busy.STEP_MARK) == 3
+    assert capsys.readouterr().out.count(STEP_MARK) == 3
