@@ -69,6 +69,7 @@ UNKNOWN_NUMERICS = "unknown"  # engines given by URL: the service cannot see how
 PRETRAINED = "tucano:engines:pretrained"  # set while the engines serve the demo model's pretrained weights
 ROUND_LOCK = "tucano:lock:round"
 CANARY_LOCK = "tucano:lock:canary"
+ADAPTERS_LOCK = "tucano:lock:adapters"
 ROUND_LAST = "tucano:round:last:{task}"  # when a round last trained the task: labels changed after it are news
 ROUNDS = "tucano:rounds"
 ROUND_TOTALS = "tucano:rounds:totals"  # counters over every saved round, what /metrics exposes
@@ -474,6 +475,13 @@ class Store:
     def canary_lock(self) -> redis.lock.Lock:
         """One canary watcher acts at a time across every `serve` of the fleet; it expires after a minute."""
         return self.redis.lock(CANARY_LOCK, timeout=60, blocking=False)
+
+    def adapters_lock(self, seconds: float) -> redis.lock.Lock:
+        """Held by whoever loads a version to route it (until the route points at it) and by whoever unloads
+        versions off their route, across every process of the fleet: without it, an unload that read the
+        routes before a promotion's flip unloads the version that promotion just loaded. It expires after
+        `seconds`, so a crashed holder never blocks the fleet for longer."""
+        return self.redis.lock(ADAPTERS_LOCK, timeout=seconds, thread_local=False)
 
     def last_trained(self, task: str) -> float:
         """When a round last trained `task` (0 when none has)."""

@@ -145,12 +145,10 @@ async def unload_everywhere(urls: list[str], version: str) -> None:
                 pass  # an engine that is down has nothing loaded
 
 
-async def _drain_then_unload(urls: list[str], version: str, drain_seconds: float) -> None:
-    await asyncio.sleep(drain_seconds)
-    await unload_everywhere(urls, version)
-
-
 ROLLBACK_DEPTH = 16  # how many promotions back successive rollbacks can go
+ADAPTERS_LOCK_S = 300.0
+"""How long a load for a route change may hold the fleet's adapters lock (`Store.adapters_lock`), and how
+long another waits for it: loading checks every engine's logprobs, seconds per engine even on CPUs."""
 
 
 def _earlier_actives(route: Route) -> list[str]:
@@ -228,13 +226,36 @@ class HotSwap:
         check_adapter_files(meta, self.models[TASK_ENGINE[meta.task]])
         return meta
 
+    @contextlib.asynccontextmanager
+    async def _adapters_held(self):
+        """Hold the fleet's adapters lock: a version loaded to be routed is not unloaded by an unload that
+        decided before the route pointed at it (another gateway's `unload_drained`, a drain ending)."""
+        lock = self.store.adapters_lock(ADAPTERS_LOCK_S)
+        if not await asyncio.to_thread(lock.acquire, blocking=True, blocking_timeout=ADAPTERS_LOCK_S):
+            raise PromotionRefused(f"another process held the fleet's adapters lock for {ADAPTERS_LOCK_S:.0f} s: nothing changed")
+        try:
+            yield
+        finally:
+            if lock.owned():
+                lock.release()
+
+    async def _drain_then_unload(self, version: str, kind: str) -> None:
+        """After the drain, unload `version` unless a route points at it again (promoted meanwhile)."""
+        await asyncio.sleep(self.drain_seconds)
+        async with self._adapters_held():
+            if version not in self._routed():
+                await unload_everywhere(self.urls(kind), version)
+
+    def _routed(self) -> set[str]:
+        return {version for route in self.store.routes()[1].values() for version in route.served()}
+
     async def _unload_after_drain(self, version: str | None, keep: set, kind: str) -> None:
         if version is None or version in keep or self.drain == "later":
             return
         if self.drain == "wait":
-            await _drain_then_unload(self.urls(kind), version, self.drain_seconds)
+            await self._drain_then_unload(version, kind)
         else:
-            job = asyncio.get_running_loop().create_task(_drain_then_unload(self.urls(kind), version, self.drain_seconds))
+            job = asyncio.get_running_loop().create_task(self._drain_then_unload(version, kind))
             self._background.add(job)
             job.add_done_callback(self._background.discard)
 
@@ -249,13 +270,14 @@ class HotSwap:
             raise PromotionRefused(f"{version} is already the active version of {task}")
         if route.canary and route.canary != version:
             raise PromotionRefused(f"a canary of {task} ({route.canary}) is running: promote or abort it first")
-        await self._load_checked(self.urls(kind), version, meta.path, meta)
 
         def flip(current: Route) -> Route:
             if current.canary and current.canary != version:
                 raise PromotionRefused(f"a canary of {task} ({current.canary}) started meanwhile")
             return Route(active=version, previous=current.active, earlier=_earlier_actives(current))
-        flipped = self.store.change_route(task, flip)
+        async with self._adapters_held():
+            await self._load_checked(self.urls(kind), version, meta.path, meta)
+            flipped = self.store.change_route(task, flip)
         lifecycle.activate(self.store, version, reason)
         if flipped.previous:
             lifecycle.supersede(self.store, flipped.previous, f"{version} was promoted")
@@ -273,16 +295,17 @@ class HotSwap:
             raise PromotionRefused(f"a canary of {task} ({route.canary}) is running: abort it first")
         if current is None:
             raise PromotionRefused(f"{task} has no active version to roll back from")
-        if previous is not None:
-            meta = self._meta(previous)
-            await self._load_checked(self.urls(kind), previous, meta.path, meta)
+        meta = self._meta(previous) if previous is not None else None
 
         def back(route_now: Route) -> Route:
             if route_now.active != current or route_now.previous != previous or route_now.canary:
                 raise PromotionRefused(f"the route of {task} changed during the rollback: nothing was flipped")
             earlier = route_now.earlier
             return Route(active=previous, previous=earlier[0] if earlier else None, earlier=earlier[1:])
-        flipped = self.store.change_route(task, back)
+        async with self._adapters_held():
+            if meta is not None:
+                await self._load_checked(self.urls(kind), previous, meta.path, meta)
+            flipped = self.store.change_route(task, back)
         lifecycle.roll_back(self.store, current, "rolled back")
         if previous is not None:
             lifecycle.activate(self.store, previous, f"{current} was rolled back")
@@ -301,18 +324,19 @@ class HotSwap:
         if meta.status not in lifecycle.JUDGED:
             raise PromotionRefused(f"{version} is {meta.status}: only a version not yet served (candidate, gated or shadowed) "
                                    "can be a canary")
-        await self._load_checked(self.urls(kind), version, meta.path, meta)
-        since = self.store.last_record_id()
 
         def start(current: Route) -> Route:
             if current.canary:
                 raise PromotionRefused(f"a canary of {task} ({current.canary}) is already running")
             return replace(current, canary=version, canary_share=share, canary_started=time.time(), canary_since=since)
-        try:
-            route = self.store.change_route(task, start)
-        except PromotionRefused:
-            await unload_everywhere(self.urls(kind), version)
-            raise
+        async with self._adapters_held():
+            await self._load_checked(self.urls(kind), version, meta.path, meta)
+            since = self.store.last_record_id()
+            try:
+                route = self.store.change_route(task, start)
+            except PromotionRefused:
+                await unload_everywhere(self.urls(kind), version)
+                raise
         lifecycle.start_canary(self.store, version, f"canary at {share:.0%} of {task} traffic")
         return _change(task, route)
 
@@ -342,8 +366,19 @@ class HotSwap:
 
     async def unload_drained(self) -> list[str]:
         """Unload from every engine the versions off their route (`lifecycle.OFF_ROUTE`) whose drain is over (what a
-        round left loaded: it does not wait for drains). A version a route points at stays."""
-        routed = {version for route in self.store.routes()[1].values() for version in route.served()}
+        round left loaded: it does not wait for drains). A version a route points at stays. While another process
+        loads a version to route it (it holds the adapters lock), this pass does nothing: the next one will."""
+        lock = self.store.adapters_lock(ADAPTERS_LOCK_S)
+        if not lock.acquire(blocking=False):
+            return []
+        try:
+            return await self._unload_off_route()
+        finally:
+            if lock.owned():
+                lock.release()
+
+    async def _unload_off_route(self) -> list[str]:
+        routed = self._routed()
         now, unloaded = time.time(), []
         async with httpx.AsyncClient(timeout=30) as client:
             for kind in TASK_ENGINE_KINDS:

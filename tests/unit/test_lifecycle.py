@@ -112,8 +112,33 @@ class MemoryStore:
         self.route_of[task] = change(self.route(task))
         return self.route_of[task]
 
+    def routes(self):
+        return 0, dict(self.route_of)
+
     def last_record_id(self):
         return "0-0"
+
+    def adapters_lock(self, seconds):
+        return MemoryLock(self)
+
+
+class MemoryLock:
+    """`redis.lock.Lock`'s acquire, owned and release, over one flag of its MemoryStore."""
+
+    def __init__(self, store: MemoryStore):
+        self.store, self.mine = store, False
+
+    def acquire(self, blocking=True, blocking_timeout=None):
+        if getattr(self.store, "locked", False):
+            return False  # nothing else runs in a test to release it: waiting would only wait
+        self.store.locked = self.mine = True
+        return True
+
+    def owned(self):
+        return self.mine
+
+    def release(self):
+        self.store.locked = self.mine = False
 
 
 @pytest.fixture
@@ -211,3 +236,41 @@ def test_the_api_answers_a_refused_transition_with_409_and_an_unknown_version_wi
     assert refused.status_code == 409 and refused.json()["error"] == {"type": "conflict", "message": "sql-v2 is retired: it cannot become canary"}
     unknown = client.post("/v1/adapters/sql/promote", params={"version": "sql-v9"})
     assert unknown.status_code == 404 and "sql-v9" in unknown.json()["error"]["message"]
+
+
+def test_no_unload_acts_between_a_promotions_load_and_its_flip(swap, monkeypatch):
+    """A promotion holds the fleet's adapters lock from its load to its route flip: the periodic unload of
+    versions off their route (another gateway's, say, which read the routes before the flip) does nothing
+    meanwhile, and runs again once the route points at the version."""
+    from deploy import hotswap
+    passes, during = [], []
+
+    async def off_route(self):
+        passes.append(dict(self.store.route_of))
+        return []
+    monkeypatch.setattr(hotswap.HotSwap, "_unload_off_route", off_route)
+
+    async def loading(*args, **kwargs):
+        during.append(await swap.unload_drained())
+    monkeypatch.setattr(hotswap, "load_everywhere", loading)
+    asyncio.run(swap.act(Action.PROMOTE, "sql-v1"))
+    assert during == [[]] and passes == []
+    asyncio.run(swap.unload_drained())
+    assert passes == [{"sql": Route(active="sql-v1")}]
+
+
+def test_a_drain_ending_after_its_version_was_promoted_again_keeps_it_loaded(swap, monkeypatch):
+    """Rolled back, then promoted again before its drain ended: the drain's unload leaves it loaded."""
+    from deploy import hotswap
+    unloaded = []
+
+    async def unload(urls, version):
+        unloaded.append(version)
+    monkeypatch.setattr(hotswap, "unload_everywhere", unload)
+    for version in ("sql-v1", "sql-v2"):
+        asyncio.run(swap.act(Action.PROMOTE, version))
+    asyncio.run(swap.act(Action.ROLLBACK, "sql"))
+    asyncio.run(swap._drain_then_unload("sql-v2", "base"))  # the rollback's drain ends: sql-v2 is off the route
+    asyncio.run(swap.act(Action.PROMOTE, "sql-v2"))
+    asyncio.run(swap._drain_then_unload("sql-v2", "base"))  # a drain that began before the promotion ends after it
+    assert unloaded == ["sql-v2"] and swap.store.route("sql").active == "sql-v2"
