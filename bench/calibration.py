@@ -18,7 +18,7 @@ from pathlib import Path
 from common.settings import Settings
 from common.stats import rank_correlation_interval
 from rewards.calibration import Pair, calibrate, pairs_of
-from tasks import TASKS, score
+from tasks import TASKS, score, typed_input
 
 
 def _interval(pairs: list[Pair]) -> list[float] | None:
@@ -42,7 +42,7 @@ def answer_pairs(settings: Settings, path: Path) -> dict[str, list[Pair]]:
     by_task: dict[str, list[Pair]] = defaultdict(list)
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        context = settings.reward_context(row["input"])
+        context = settings.reward_context(typed_input(row["task"], row["input"]))
         reference = row.get("reference")
         by_task[row["task"]].append(Pair(score(row["task"], row["completion"], None, context).total,
                                          score(row["task"], row["completion"], reference, context).total if reference else None,
@@ -56,7 +56,7 @@ def team_pairs(settings: Settings, store) -> dict[str, dict[str, list[Pair]]]:
     for task in TASKS:
         by_version: dict[str, list[Pair]] = defaultdict(list)
         def scored(completion: str, reference, task_input: dict, task: str = task) -> float:
-            return score(task, completion, reference, settings.reward_context(task_input)).total
+            return score(task, completion, reference, settings.reward_context(typed_input(task, task_input))).total
 
         for label in store.labels(task):
             for pair in pairs_of([label], scored):

@@ -69,9 +69,9 @@ def run(settings: Settings, rows_per_task: int, say=print) -> dict:
                    local_engine("base", settings.base_model_path, "cpu", Path(scratch) / "fine-tuned", settings.engine_cpu_precision)]
         run_engines(stack, servers, say)
         for task in tasks:
-            rows = [gate.EvalRow(r["id"], "bench", r["input"], r.get("reference"))
+            rows = [gate.EvalRow.of(task, r, "bench")
                     for r in load_split(settings.datasets_dir, task, "test")[:rows_per_task]]
-            book = ExampleBook(task, [], bootstrap_examples(load_split(settings.datasets_dir, task, "bootstrap")))
+            book = ExampleBook(task, [], bootstrap_examples(task, load_split(settings.datasets_dir, task, "bootstrap")))
             shown = {row.id: tuple((e.input, e.answer) for e in book.similar(row.input, settings.examples_k)) for row in rows}
             arms = {"pretrained": asyncio.run(_answer(settings, task, servers[0].url, str(early), rows, None)),
                     "pretrained + bootstrap rows": asyncio.run(_answer(settings, task, servers[0].url, str(early), rows, shown)),

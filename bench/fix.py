@@ -42,7 +42,7 @@ from common.store import Store
 from deploy.hotswap import HotSwap
 from rewards import Score
 from router.engine_client import ChatTemplate
-from tasks import TASK_ENGINE, model_path_of, score, training_settings
+from tasks import TASK_ENGINE, model_path_of, score, training_settings, typed_input
 from trainer import data as round_data
 from trainer import gate
 
@@ -105,13 +105,13 @@ async def correct_and_repeat(settings: Settings, url: str, task: str, rows: list
             repeats[-1]["at"] = time.perf_counter()
     seconds = []  # for each repeat that scores better than the first answer did
     for row, answer, again, at in zip(rows, answers, repeats, corrected_at):
-        context = settings.reward_context(row["input"])
+        context = settings.reward_context(typed_input(task, row["input"]))
         if score(task, again["raw"], row["reference"], context).total > score(task, answer["raw"], row["reference"], context).total:
             seconds.append(again["at"] - at)
     better = len(seconds)
     return {"corrections": len(rows), "answered_from_correction": sum(bool(a.get("answered_from")) for a in repeats),
             "repeats_better": better, "seconds_to_better": interval(seconds) if seconds else None,
-            "served_reward_before_correction": round(sum(score(task, a["raw"], r["reference"], settings.reward_context(r["input"])).total
+            "served_reward_before_correction": round(sum(score(task, a["raw"], r["reference"], settings.reward_context(typed_input(task, r["input"]))).total
                                                          for a, r in zip(answers, rows)) / len(rows), 4),
             "retried": len(unavailable)}
 

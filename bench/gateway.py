@@ -210,9 +210,10 @@ class _Sides:
             return {"input": {"review": review}, "options": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.SEED,
                                                             "samples": 1}}  # one completion, as the direct request asks
         from router.prompts import build_messages
+        from tasks import typed_input
 
         # exactly what router.engine_client.EnginePool sends for a task request
-        return {"model": self.served_name, "prompt": self.template.render(build_messages(TASK, {"review": review})),
+        return {"model": self.served_name, "prompt": self.template.render(build_messages(TASK, typed_input(TASK, {"review": review}))),
                 "temperature": 0.0, "top_p": 1.0, "max_tokens": self.max_tokens, "stream": False, "seed": self.SEED,
                 "structured_outputs": {"json": self.schema}}
 

@@ -52,7 +52,7 @@ from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
 from rewards import Score
 from router.engine_client import ChatTemplate, EnginePool
-from tasks import TASK_ENGINE, TRAITS, definition, model_path_of, score, training_settings
+from tasks import TASK_ENGINE, TRAITS, definition, model_path_of, score, training_settings, typed_input
 from trainer import gate
 from trainer.data import GrpoPrompt, SftExample, TaskData, split_validation
 
@@ -120,7 +120,7 @@ class Team:
             feedback = []
             for index in corrected + rated:
                 row, answer = rows[index], answers[index]
-                context = self.settings.reward_context(row["input"])
+                context = self.settings.reward_context(typed_input(task, row["input"]))
                 quality = score(task, answer["raw"], row["reference"], context).total
                 body = {"id": answer["id"], "rating": 1 if quality >= LIKED else -1}
                 if index in corrected:
@@ -192,7 +192,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
     with `examples_from`, each prompt shows that store's examples as the gateway would; with
     `reference_free`, it receives each answer's served (reference-free) score too."""
     kind = TASK_ENGINE[task]
-    eval_rows = [gate.EvalRow(row["id"], "bench", row["input"], row.get("reference")) for row in rows]
+    eval_rows = [gate.EvalRow.of(task, row, "bench") for row in rows]
     shown = gate.demonstrations(settings, examples_from, task, eval_rows)
     pool = EnginePool.for_task(settings, task, fleet.urls(kind))
     try:
@@ -252,7 +252,7 @@ def reference_examples(settings: Settings, task: str, rows: list[dict]) -> list[
     render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import answer_text, build_messages
 
-    return [SftExample(render(build_messages(task, row["input"])),
+    return [SftExample(render(build_messages(task, typed_input(task, row["input"]))),
                        answer_text(task, row["reference"] if TRAITS[task].scored_with_reference else row["target"], think_opened=True),
                        row["id"]) for row in rows]
 
@@ -316,7 +316,8 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import build_messages
 
-    prompts = [GrpoPrompt(render(build_messages(task, row["input"])), task, row["id"], context=settings.reward_context(row["input"]).to_json())
+    prompts = [GrpoPrompt(render(build_messages(task, typed_input(task, row["input"]))), task, row["id"],
+                          context=settings.reward_context(typed_input(task, row["input"])).to_json())
                for row in {r["id"]: r for r in team.sent[task]}.values()][: settings.unlabelled_prompts_per_round]
     active = store.route(task).active
     parent = store.adapter(active) if active else None

@@ -119,7 +119,7 @@ class Requests:
 
     def __init__(self, reviews: list[str]):
         from router.prompts import build_messages
-        from tasks import definition
+        from tasks import definition, typed_input
 
         schema = definition("extraction").json_schema
         self.bodies: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
@@ -132,7 +132,7 @@ class Requests:
                                       ("/v1/chat/completions", {"model": "tucano-extraction", "messages": [{"role": "user", "content": review}]}))
                     elif workload == "extraction":
                         path, body = "/v1/chat/completions", {
-                            "model": "mock", "messages": build_messages("extraction", {"review": review}),
+                            "model": "mock", "messages": build_messages("extraction", typed_input("extraction", {"review": review})),
                             "response_format": {"type": "json_schema", "json_schema": {"name": "extraction", "schema": schema}}}
                     else:
                         path, body = "/v1/chat/completions", {"model": "mock", "messages": [{"role": "user", "content": review}]}

@@ -16,7 +16,7 @@ import time
 from common.datasets import load_split
 from common.settings import Settings
 from rewards.text import clear_caches
-from tasks import OUTPUT_MODELS, TASKS, score
+from tasks import OUTPUT_MODELS, TASKS, score, typed_input
 
 TARGETS = {"extraction": 20_000, "push": 20_000, "sql": None, "sql_simple": 1_000, "insights": None}
 
@@ -48,7 +48,7 @@ def run(settings: Settings, seconds_per_task: float = 3.0) -> dict:
         rows = load_split(settings.datasets_dir, task, "eval")
         if name == "sql_simple":
             rows = [r for r in rows if is_simple(r["reference"]["sql"])]
-        work = [(v, r["reference"], settings.reward_context(r["input"])) for r in rows for v in _variants(r)]
+        work = [(v, r["reference"], settings.reward_context(typed_input(task, r["input"]))) for r in rows for v in _variants(r)]
         for completion, reference, context in work:  # warm-up: imports, reference results, connections
             score(task, completion, reference, context)
         rates, started = [], time.perf_counter()

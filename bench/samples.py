@@ -30,7 +30,7 @@ from bench.learn import interval, post_as_a_client, start_stack
 from common.datasets import load_split
 from common.settings import Settings
 from common.stats import block_interval, percentile
-from tasks import definition, score
+from tasks import definition, score, typed_input
 
 LATENCY_TARGET = 1.5  # p95 at n over p95 at n=1
 BLOCK = 5  # requests per block
@@ -60,7 +60,7 @@ async def answers(url: str, task: str, rows: list[dict], arms: list[int], temper
 
 def measure(settings: Settings, task: str, rows: list[dict], blocks: dict[int, list[list[dict]]]) -> dict:
     arms = list(blocks)
-    rewards = {n: [score(task, a["raw"], row["reference"], settings.reward_context(row["input"])).total
+    rewards = {n: [score(task, a["raw"], row["reference"], settings.reward_context(typed_input(task, row["input"]))).total
                    for a, row in zip([a for b in blocks[n] for a in b], rows)] for n in arms}
 
     def p95(side_blocks) -> float:

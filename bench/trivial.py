@@ -22,7 +22,7 @@ from common.settings import Settings
 from common.stats import mean_interval
 from router.engine_client import EnginePool
 from router.prompts import build_messages
-from tasks import TASK_ENGINE, TASKS, TRAITS, definition, score
+from tasks import TASK_ENGINE, TASKS, TRAITS, definition, score, typed_input
 from trainer.gate import CONCURRENCY, row_seed
 
 MODEL = "the demo model (served)"
@@ -37,7 +37,7 @@ async def served_answers(settings: Settings, urls: dict[str, list[str]], task: s
 
     async def one(row: dict) -> str:
         async with gate:
-            completion = await pool.complete(pool.template.render(build_messages(task, row["input"])), None,
+            completion = await pool.complete(pool.template.render(build_messages(task, typed_input(task, row["input"]))), None,
                                              spec.sampling.override(seed=row_seed(settings.seed, row["id"])), spec.json_schema)
         return completion.text
 
@@ -59,12 +59,12 @@ def compare(settings: Settings, task: str, rows: list[dict], answers: list[str] 
     if answers is not None:
         candidates[MODEL] = answers
     for name, make in definition(task).makers([r.get("reference") for r in rows]).items():
-        candidates[name] = [make(r["input"]) for r in rows]
+        candidates[name] = [make(typed_input(task, r["input"])) for r in rows]
     modes = ("with_reference", "without_reference") if TRAITS[task].scored_with_reference else ("without_reference",)
     out = {}
     for mode in modes:
         out[mode] = {name: _summary([score(task, c, r.get("reference") if mode == "with_reference" else None,
-                                           settings.reward_context(r["input"])).total for c, r in zip(texts, rows)])
+                                           settings.reward_context(typed_input(task, r["input"]))).total for c, r in zip(texts, rows)])
                      for name, texts in candidates.items()}
     return out
 

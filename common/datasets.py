@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
+
+from pydantic import BaseModel
 
 SPLITS = ("bootstrap", "train", "eval", "test", "holdout")
 
@@ -24,12 +27,19 @@ def load_split(datasets_dir: Path, task: str, split: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def input_key(task_input: dict) -> str:
-    """A canonical text of an input: equal inputs, whatever their key order, have equal keys."""
-    return json.dumps(task_input, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def stored_input(task_input: BaseModel) -> dict:
+    """A task input (its model) as records, labels and datasets store it: its fields, without the
+    optional ones left unset (`tasks.typed_input` reads it back as the model)."""
+    return task_input.model_dump(exclude_none=True)
 
 
-def input_hash(task: str, task_input: dict) -> str:
+def input_key(task_input: Mapping | BaseModel) -> str:
+    """A canonical text of an input, stored or its model: equal inputs, whatever their key order, have equal keys."""
+    stored = stored_input(task_input) if isinstance(task_input, BaseModel) else task_input
+    return json.dumps(stored, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def input_hash(task: str, task_input: Mapping | BaseModel) -> str:
     """A stable hash of a task's input (the same on every machine and in every run)."""
     return hashlib.sha256(f"{task}\n{input_key(task_input)}".encode()).hexdigest()
 

@@ -11,11 +11,13 @@ from the one definition.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
+from pydantic import BaseModel
 
 from common.datasets import input_hash, split_of
 from common.rounds import DOCSTRINGS, CanaryRecord, GateRecord, TrainingData, TrainingRecord
@@ -47,22 +49,31 @@ class Sampling(msgspec.Struct, frozen=True):
         )
 
 
-class RewardContext(msgspec.Struct, frozen=True):
-    """What a score depends on besides the completion and its reference: the task's input and, for
-    a task whose answer is a query, the commerce DB and this deployment's limits on one query.
-    `Settings.reward_context` builds it; GRPO's dataset carries it as JSON (`to_json`)."""
-    input: dict
+@dataclass(frozen=True)
+class RewardContext:
+    """What a score depends on besides the completion and its reference: the task's input, as its
+    input model (`common.tasks`), and, for a task whose answer is a query, the commerce DB and this
+    deployment's limits on one query. `Settings.reward_context` builds it; GRPO's dataset carries it
+    as JSON (`to_json`), and the reward function reads it back with the task's input model."""
+    input: BaseModel | None = None  # None: a completion scored without its input (a reference-free check of its form)
     db_path: str | None = None
     timeout_s: float | None = None
     row_cap: int | None = None
 
     def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
+        given = self.input.model_dump(mode="json", exclude_none=True) if self.input is not None else None
+        return json.dumps({"input": given, "db_path": self.db_path, "timeout_s": self.timeout_s, "row_cap": self.row_cap},
+                          ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str) -> RewardContext:
-        """The context `to_json` wrote; "" is a context with an empty input."""
-        return msgspec.json.decode(text, type=cls) if text else cls({})
+    def from_json(cls, text: str, input_model: type[BaseModel]) -> RewardContext:
+        """The context `to_json` wrote, its input read as `input_model` (pydantic's ValidationError where
+        it is not one); "" is a context without an input."""
+        if not text:
+            return cls()
+        raw = json.loads(text)
+        given = raw.get("input")
+        return cls(input_model.model_validate(given) if given else None, raw.get("db_path"), raw.get("timeout_s"), raw.get("row_cap"))
 
 
 class Usage(msgspec.Struct):

@@ -343,8 +343,8 @@ class Settings(BaseSettings):
         except ValueError:
             return False
 
-    def reward_context(self, task_input: dict) -> RewardContext:
-        """What `tasks.score` gets besides the completion: the task's input, and the commerce DB
+    def reward_context(self, task_input: BaseModel) -> RewardContext:
+        """What `tasks.score` gets besides the completion: the task's input (its model), and the commerce DB
         with this deployment's time limit and row cap on a query (rewards read no settings)."""
         return RewardContext(task_input, str(self.db_path), self.sql_time_limit_s, self.sql_row_cap)
 

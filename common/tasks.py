@@ -1,8 +1,10 @@
 """The vocabulary of tasks, shared by every package: the kinds of engine, the traits a task has
-(`TaskTraits`), and the facts of the structured outputs (contract §2): the extraction fields
-and their domains, the push copy rules and campaigns. Pydantic models here are the one source
-of the JSON schemas that vLLM constrains output to, of the prompts' wording of the domains, and
-of the validation a correction must pass. Each task's entry (`tasks/`) holds which of these are
+(`TaskTraits`), each task's input model, and the facts of the structured outputs (contract §2):
+the extraction fields and their domains, the push copy rules and campaigns. Pydantic models here
+are the one source of what a request's input must be, of the JSON schemas that vLLM constrains
+output to, of the prompts' wording of the domains, and of the validation a correction must pass.
+A task input stays its model from the edge (or from the store, `tasks.typed_input`) to the prompt,
+the reward and the review queue, which read its fields by name. Each task's entry (`tasks/`) holds which of these are
 its own; the tasks themselves are there.
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class EngineKind(StrEnum):
@@ -59,6 +61,45 @@ PUSH_CAMPAIGNS = (
     "pedido_entregue", "cupom", "black_friday", "pedir_avaliacao",
 )
 
+
+# --- what a request's `input` must be, per task (contract §2): validated at the edge and carried as
+# these models to the prompt, the reward and the review queue
+
+class ExtractionInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    review: str = Field(min_length=1, max_length=20_000, description="The customer review, PT-BR.")
+
+
+class SqlInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=2_000)
+
+
+class PushInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    campaign: str | None = Field(None, max_length=100)
+    customer_name: str | None = Field(None, max_length=100)
+    product: str | None = Field(None, max_length=200)
+    discount_pct: int | None = Field(None, ge=0, le=100)
+    coupon: str | None = Field(None, max_length=50)
+    deadline: str | None = Field(None, max_length=100)
+    briefing: str | None = Field(None, max_length=2_000)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> PushInput:
+        if not (self.campaign or self.customer_name or self.product or self.briefing):
+            raise ValueError("push needs at least one of campaign, customer_name, product, briefing")
+        return self
+
+
+class InsightsInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=4_000)
+    columns: list[str] | None = Field(None, max_length=50)
+    rows: list[list[str | int | float | bool | None]] | None = Field(None, max_length=500)
+
+
+# --- what a structured task answers
 
 class ExtractionOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -41,7 +41,7 @@ from demo import commerce_db, datasets, pretrained
 from demo.finetune import finetune
 from demo.templates import END_OF_TURN, TEMPLATES
 from router.prompts import build_messages
-from tasks import TASK_ENGINE, TASKS
+from tasks import TASK_ENGINE, TASKS, typed_input
 
 STEPS = ("commerce_db", "datasets", "pretrained", "base_model", "think_model")
 TRAINING_SPLIT = "bootstrap"  # the only split a model step reads
@@ -132,7 +132,7 @@ def _corpus(rows: list[dict]) -> list[str]:
     """What the tokenizer and the LM phase read: every rendered prompt with its target."""
     texts = []
     for row in rows:
-        messages = build_messages(row["task"], row["input"])
+        messages = build_messages(row["task"], typed_input(row["task"], row["input"]))
         texts.append("\n".join(m["content"] for m in messages) + "\n" + row["target"])
     return texts
 
@@ -184,7 +184,7 @@ def _training_fingerprint(settings: Settings) -> str:
     to the other splits does not make a model stale; a change to a prompt's wording does)."""
     rows = training_rows(settings, TASKS)
     return _fingerprint(*(commerce_db.file_sha256(settings.datasets_dir / t / f"{TRAINING_SPLIT}.jsonl") for t in TASKS),
-                        *(json.dumps([build_messages(t, row["input"]) for row in rows[t]], ensure_ascii=False) for t in TASKS))
+                        *(json.dumps([build_messages(t, typed_input(t, row["input"])) for row in rows[t]], ensure_ascii=False) for t in TASKS))
 
 
 def _build_datasets(settings: Settings, manifest: _Manifest) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from common.processes import peak_rss_gb
 from router.prompts import build_messages
+from tasks import typed_input
 
 LORA_RANK, LORA_ALPHA = 32, 64
 BATCH_SIZE = 8
@@ -38,7 +39,7 @@ CHECKPOINTING = True  # `tucano bench finetune`: 4.5 GB peak instead of 9.1, at 
 
 def example_ids(tokenizer, template: str, task: str, row: dict, think: bool) -> tuple[list[int], int]:
     """A row as token ids (prompt, then answer and end of turn, cut at `MAX_TOKENS`) and its prompt's length."""
-    prompt = tokenizer.apply_chat_template(build_messages(task, row["input"]), tokenize=False, add_generation_prompt=True,
+    prompt = tokenizer.apply_chat_template(build_messages(task, typed_input(task, row["input"])), tokenize=False, add_generation_prompt=True,
                                            chat_template=template)
     completion = row["target"].removeprefix("<think>\n") if think else row["target"]
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]

@@ -21,11 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from demo.templates import CHATML, CHATML_THINK
 from router.prompts import build_messages
+from tasks import typed_input
 
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -61,7 +63,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> Qwen3ForCausal
     return Qwen3ForCausalLM(config)
 
 
-def render_example(tokenizer: PreTrainedTokenizerFast, task: str, task_input: dict, target: str,
+def render_example(tokenizer: PreTrainedTokenizerFast, task: str, task_input: BaseModel, target: str,
                    think: bool) -> tuple[list[int], int]:
     """Token ids of prompt + completion and the prompt length; prompt and completion are
     tokenized apart, as vLLM sees them (the prompt alone, then generated tokens)."""
@@ -138,7 +140,7 @@ def build_tiny_model(out_dir: Path, rows: list[dict], corpus: list[str], think: 
     timings["lm_s"] = round(time.perf_counter() - started, 2)
 
     started = time.perf_counter()
-    examples = [render_example(tokenizer, r["task"], r["input"], r["target"], think) for r in rows]
+    examples = [render_example(tokenizer, r["task"], typed_input(r["task"], r["input"]), r["target"], think) for r in rows]
     sft_loss = train(model, examples, sft_steps, lr=2e-3, seed=seed + 1,
                      pad_id=tokenizer.pad_token_id, lm=False, on_step=lambda step, loss: on_step("sft", step, loss))
     timings["sft_s"] = round(time.perf_counter() - started, 2)

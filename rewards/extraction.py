@@ -340,13 +340,12 @@ def valid(output) -> bool:
     return isinstance(output, dict) and set(output) == set(EXTRACTION_FIELDS) and len(valid_fields(output)) == len(output)
 
 
-def score(completion: str, reference: dict | None, task_input: dict, fields: dict | None = None) -> tuple[dict, dict, dict, object]:
-    """`task_input`: the request's input (its review); `fields`, when given, receives each field's credit against the reference (0 for an answer
+def score(completion: str, reference: dict | None, review: str | None, fields: dict | None = None) -> tuple[dict, dict, dict, object]:
+    """`review`: the request's review (None: scored without it); `fields`, when given, receives each field's credit against the reference (0 for an answer
     that cannot be read), so the gate can compare fields one by one."""
     parsed = parse_json_object(completion)
     fmt, fmt_reason = format_score(parsed)
     value = parsed.value
-    review = task_input.get("review")
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS_WITHOUT_REFERENCE
     if value is None:
         if reference and fields is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import re
 
+from common.tasks import InsightsInput
 from rewards.parsing import split_think
 from rewards.text import META_WORDS, content_words, fold, ptbr_score
 
@@ -89,9 +90,9 @@ def _row_values(row) -> list[float]:
     return values
 
 
-def _data_values(context: dict) -> list[float]:
-    values = [v for row in context.get("rows") or [] for v in _row_values(row)]
-    values += [v for token in NUMBER.findall(str(context.get("question", ""))) for v in read_number(token)]
+def _data_values(asked: InsightsInput) -> list[float]:
+    values = [v for row in asked.rows or [] for v in _row_values(row)]
+    values += [v for token in NUMBER.findall(asked.question) for v in read_number(token)]
     return values
 
 
@@ -105,14 +106,14 @@ def prose_lines(answer: str) -> list[str]:
             if len(WORD.findall(line)) >= 2 and line.lstrip()[:1] not in "{[" and '":' not in line and '",' not in line]
 
 
-def grounding(answer: str, context: dict, labels: list[str]) -> tuple[float, str]:
+def grounding(answer: str, asked: InsightsInput, labels: list[str]) -> tuple[float, str]:
     """The figures cited in sentences are the data's, each beside the row it belongs to: a figure
     on a line that names rows must be a value of the row named nearest before it (or after, when
     none is before); on a line that names none, any value of the data."""
-    rows = context.get("rows")
+    rows = asked.rows
     if not rows:
         return 0.0, "no data rows given: nothing to ground in"
-    values = _data_values(context)
+    values = _data_values(asked)
     per_row = [_row_values(r) for r in rows] if len(labels) == len(rows) else None
     cited = good = misplaced = 0
     for line in prose_lines(answer):
@@ -142,10 +143,10 @@ def grounding(answer: str, context: dict, labels: list[str]) -> tuple[float, str
         f" ({misplaced} beside the wrong row)" if misplaced else "")
 
 
-def _labels(context: dict) -> list[str]:
+def _labels(asked: InsightsInput) -> list[str]:
     """The data's row labels (each row's text cells), in order."""
     labels = []
-    for row in context.get("rows") or []:
+    for row in asked.rows or []:
         labels += [str(c) for c in _cells(row) if isinstance(c, str) and c.strip()][:1]
     return labels
 
@@ -218,13 +219,13 @@ def _extreme(index: int, columns: list[list[float | None]], side: str) -> bool:
     return False
 
 
-def claims(answer: str, context: dict, labels: list[str]) -> tuple[int, list[str]]:
+def claims(answer: str, asked: InsightsInput, labels: list[str]) -> tuple[int, list[str]]:
     """The answer's claims about the data that can be checked, and the false ones: a row that
     leads, is the largest, smallest, first or last (of the list), or ahead of another; and how
     many rows there are ("entre os 15 registros"). A superlative is about the row named nearest
     to it, a comparison about the rows named before and after it; either is true when it holds
     in some numeric column."""
-    rows = context.get("rows") or []
+    rows = asked.rows or []
     columns, true, false = _numeric_columns(rows), 0, []
     for line in prose_lines(answer):
         folded = fold(line)
@@ -264,12 +265,12 @@ def claims(answer: str, context: dict, labels: list[str]) -> tuple[int, list[str
     return true, false
 
 
-def relevance(answer: str, context: dict) -> tuple[float, str]:
-    asked = content_words(" ".join([str(context.get("question", ""))] + [str(c) for c in context.get("columns") or []])) - META_WORDS
-    if not asked:
+def relevance(answer: str, asked: InsightsInput) -> tuple[float, str]:
+    words_asked = content_words(" ".join([asked.question, *(asked.columns or [])])) - META_WORDS
+    if not words_asked:
         return 0.0, "no question"
-    shared = asked & content_words(answer)
-    return min(1.0, 3 * len(shared) / len(asked)), f"{len(shared)}/{len(asked)} of the question's words"
+    shared = words_asked & content_words(answer)
+    return min(1.0, 3 * len(shared) / len(words_asked)), f"{len(shared)}/{len(words_asked)} of the question's words"
 
 
 def structure(answer: str) -> tuple[float, str]:
@@ -302,7 +303,9 @@ def thinking(think: str | None, closed: bool, answer: str) -> tuple[float, str]:
     return max(0.0, 1.0 - (share - 0.6) / 0.35), f"thinking eats {share:.0%} of the output"
 
 
-def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
+def score(completion: str, reference: dict | None, task_input: InsightsInput | None) -> tuple[dict, dict, dict, object]:
+    """`task_input`: the request's question and data (None: scored without them, as a question left empty)."""
+    asked = task_input if task_input is not None else InsightsInput.model_construct(question="")
     thought = split_think(completion)
     answer = thought.answer
     components, details = dict.fromkeys(WEIGHTS, 0.0), {}
@@ -310,11 +313,11 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     if not answer:
         details["answer"] = "empty answer"
         return components, WEIGHTS, details, answer
-    labels = _labels(context)
+    labels = _labels(asked)
     named = named_rows(answer, labels)  # read once: entities pay for it, selection for not overdoing it
-    components["grounding"], details["grounding"] = grounding(answer, context, labels)
+    components["grounding"], details["grounding"] = grounding(answer, asked, labels)
     components["entities"], details["entities"] = entities(named, labels)
-    components["relevance"], details["relevance"] = relevance(answer, context)
+    components["relevance"], details["relevance"] = relevance(answer, asked)
     content = sum(components[name] * weight for name, weight in CONTENT.items()) / sum(CONTENT.values())
     structure_credit, details["structure"] = structure(answer)
     form = {"ptbr": ptbr_score(answer), "structure": structure_credit, "length": length(answer), "thinking": thinking_credit}
@@ -322,7 +325,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     components.update({name: credit * content for name, credit in form.items()})
     repeated, details["repetition"] = repetition(answer)
     selective, details["selection"] = selection(named, labels)
-    true, false = claims(answer, context, labels)
+    true, false = claims(answer, asked, labels)
     relation = FALSE_CLAIM_PAID ** len(false) if false else (1.0 if true else UNRELATED_PAID)
     details["claims"] = f"{true} true, {len(false)} false" + (f": {'; '.join(false[:3])}" if false else "") + \
         ("" if true or false else " (it restates the data: no row is placed among the others)")

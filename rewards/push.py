@@ -29,6 +29,7 @@ from common.tasks import (
     PUSH_MAX_EMOJI,
     PUSH_MAX_PAYLOAD_BYTES,
     PUSH_TITLE_MAX,
+    PushInput,
 )
 from rewards.parsing import format_score, parse_json_object
 from rewards.text import content_f1, fold, ptbr_score, unknown_words, words
@@ -79,14 +80,11 @@ def payload_bytes(value: dict) -> int:
         return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
-def key_information(context: dict) -> str | None:
+def key_information(facts: PushInput) -> str | None:
     """What the reader must see first: the discount, else the product, else the coupon."""
-    if context.get("discount_pct") not in (None, ""):
-        return f"{context['discount_pct']}%"
-    for key in ("product", "coupon"):
-        if context.get(key):
-            return str(context[key])
-    return None
+    if facts.discount_pct is not None:
+        return f"{facts.discount_pct}%"
+    return facts.product or facts.coupon or None
 
 
 def _length(text: str, limit: int) -> float:
@@ -108,21 +106,21 @@ def _discount_credit(percent: str, folded_text: str) -> float:
     return 1.0 if DISCOUNT_WORDS.search(near) else 0.5
 
 
-def _offer(context: dict, folded_text: str) -> tuple[float, str]:
+def _offer(facts: PushInput, folded_text: str) -> tuple[float, str]:
     credits = []
-    if context.get("discount_pct") not in (None, ""):
-        credits.append(_discount_credit(fold(f"{context['discount_pct']}%"), folded_text))
-    for key in ("coupon", "deadline"):
-        if context.get(key):
-            credits.append(1.0 if fold(str(context[key])) in folded_text else 0.0)
+    if facts.discount_pct is not None:
+        credits.append(_discount_credit(fold(f"{facts.discount_pct}%"), folded_text))
+    for given in (facts.coupon, facts.deadline):
+        if given:
+            credits.append(1.0 if fold(given) in folded_text else 0.0)
     if not credits:
         return 1.0, "no discount, coupon or deadline to say"
     return sum(credits) / len(credits), f"{sum(credits):g}/{len(credits)} of discount (as a discount)/coupon/deadline said"
 
 
-def _intent(context: dict, folded_text: str) -> tuple[float, str]:
+def _intent(facts: PushInput, folded_text: str) -> tuple[float, str]:
     """The campaign's own message, and no other campaign's."""
-    campaign = str(context.get("campaign", ""))
+    campaign = facts.campaign or ""
     stems = CAMPAIGN_WORDS.get(campaign)
     if not stems:
         return 1.0, "no known campaign"
@@ -133,13 +131,13 @@ def _intent(context: dict, folded_text: str) -> tuple[float, str]:
     for phrase in CAMPAIGN_CLAIMS[campaign] + tuple(said):  # its own words are no other campaign's
         own = own.replace(phrase, " ")
     others = [other for other, claims in CAMPAIGN_CLAIMS.items() if other != campaign
-              and not (other == "cupom" and context.get("coupon")) and any(_said(c, own) for c in claims)]
+              and not (other == "cupom" and facts.coupon) and any(_said(c, own) for c in claims)]
     if others:
         return 1.0 / (1 + 2 * len(others)), f"says {said[0]!r}, and the message of {', '.join(others)} too"
     return 1.0, f"says {said[0]!r}"
 
 
-def _fluency(title: str, body: str, context: dict) -> tuple[float, str]:
+def _fluency(title: str, body: str, facts: PushInput) -> tuple[float, str]:
     """Sentences of real PT-BR words: each word that is no Portuguese word (a garble such as
     "voio"; the context's names and codes aside) halves the credit."""
     text = f"{title} {body}"
@@ -148,7 +146,7 @@ def _fluency(title: str, body: str, context: dict) -> tuple[float, str]:
     body_words = words(body)
     if len(body_words) < 4:
         return 0.0, "the body is not a sentence"
-    given = " ".join(str(context.get(k) or "") for k in ("customer_name", "product", "coupon", "deadline"))
+    given = " ".join(v or "" for v in (facts.customer_name, facts.product, facts.coupon, facts.deadline))
     unknown = unknown_words(text, given)
     if unknown:
         return ptbr_score(text) * 0.5 ** len(unknown), f"not Portuguese words: {unknown[:4]}"
@@ -161,7 +159,9 @@ def valid(output) -> bool:
         and len(output["title"]) <= PUSH_TITLE_MAX and len(output["body"]) <= PUSH_BODY_MAX
 
 
-def score(completion: str, reference: dict | None, context: dict) -> tuple[dict, dict, dict, object]:
+def score(completion: str, reference: dict | None, campaign: PushInput | None) -> tuple[dict, dict, dict, object]:
+    """`campaign`: the request's input, the facts the copy should say (None: scored without them)."""
+    facts = campaign if campaign is not None else PushInput.model_construct()  # no facts: every field unset
     parsed = parse_json_object(completion)
     weights = WEIGHTS_WITH_REFERENCE if reference else WEIGHTS
     components = dict.fromkeys(weights, 0.0)
@@ -176,13 +176,13 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     folded_text = fold(text)
 
     # what the copy says of its context
-    wanted = [str(context[k]) for k in ("customer_name", "product") if context.get(k)]
+    wanted = [v for v in (facts.customer_name, facts.product) if v]
     found = [w for w in wanted if re.search(rf"(?<!\w){re.escape(fold(w))}(?!\w)", folded_text)]
     components["personalised"] = len(found) / len(wanted) if wanted else 1.0
     details["personalised"] = f"{len(found)}/{len(wanted)} of name/product present"
-    components["offer"], details["offer"] = _offer(context, folded_text)
-    components["intent"], details["intent"] = _intent(context, folded_text)
-    components["fluency"], details["fluency"] = _fluency(title, body, context)
+    components["offer"], details["offer"] = _offer(facts, folded_text)
+    components["intent"], details["intent"] = _intent(facts, folded_text)
+    components["fluency"], details["fluency"] = _fluency(title, body, facts)
     # facts dumped without prose are not copy; copy that never says what the campaign is about is weak
     about = 0.25 + 0.75 * components["intent"]
     components["personalised"] *= components["fluency"] * about
@@ -192,7 +192,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
     # the copy rules, paid in proportion to the content
     rules = {"format": fmt, "title_length": _length(title, PUSH_TITLE_MAX), "body_length": _length(body, PUSH_BODY_MAX)}
     details["lengths"] = f"title {len(title)}/{PUSH_TITLE_MAX}, body {len(body)}/{PUSH_BODY_MAX}"
-    key = key_information(context)
+    key = key_information(facts)
     if key is None:
         rules["key_info_early"], details["key_info_early"] = 1.0, "no key information in context"
     else:
@@ -202,7 +202,7 @@ def score(completion: str, reference: dict | None, context: dict) -> tuple[dict,
         details["key_info_early"] = f"{key!r} at body position {position}"
     emoji = len(EMOJI.findall(text))
     rules["emoji"] = 1.0 if emoji <= PUSH_MAX_EMOJI else max(0.0, 1.0 - 0.5 * (emoji - PUSH_MAX_EMOJI))
-    coupon = str(context.get("coupon") or "")
+    coupon = facts.coupon or ""
     shouting = [w for w in SHOUTING.findall(text) if w != coupon]
     rules["caps"] = 1.0 / (1 + len(shouting))
     rules["exclamations"] = 0.0 if "!!" in text else 1.0

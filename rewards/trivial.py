@@ -3,7 +3,7 @@ into a fixed template, one statement looped. Every reward must score them far be
 answer, with a reference and without one; the unit tests hold them to that, and `tucano bench
 rewards --trivial` prints the table the results log (docs/results.md) shows.
 
-Each maker takes a task's input (and, for the constants, the references of the rows being
+Each maker takes a task's input, as its model (and, for the constants, the references of the rows being
 scored, whose most common value per field is the best constant there is) and returns a completion.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from common.tasks import EXTRACTION_FIELDS
+from common.tasks import EXTRACTION_FIELDS, ExtractionInput, InsightsInput, PushInput, SqlInput
 
 
 def _modal_extraction(references: list[dict]) -> dict:
@@ -48,13 +48,13 @@ def _reversed(text: str) -> str:
     return " ".join(reversed(re.findall(r"\w+", text)))[:200]
 
 
-def extraction_makers(references: list[dict]) -> dict[str, Callable[[dict], str]]:
+def extraction_makers(references: list[dict]) -> dict[str, Callable[[ExtractionInput], str]]:
     modal = _modal_extraction(references)
 
-    def holes(task_input: dict, sentiment: str | None = None, phrases: int = 5) -> str:
+    def holes(task_input: ExtractionInput, sentiment: str | None = None, phrases: int = 5) -> str:
         """Every cheap hole at once: a one-letter 'product' found in the review, two-word substrings
         as key phrases, the review's words reversed as its summary."""
-        review = task_input["review"]
+        review = task_input.review
         return json.dumps({**modal, "sentiment": sentiment or modal["sentiment"], "product_mentioned": _shortest_word(review),
                            "key_phrases": _pairs(review)[:phrases], "summary": _reversed(review)}, ensure_ascii=False)
 
@@ -63,9 +63,9 @@ def extraction_makers(references: list[dict]) -> dict[str, Callable[[dict], str]
         "empty object": lambda _: "{}",
         "most common value per field": lambda _: json.dumps(modal, ensure_ascii=False),
         "review echoed (phrases = its sentences, summary = its start)": lambda task_input: json.dumps(
-            {**modal, "key_phrases": _sentences(task_input["review"])[:5], "summary": task_input["review"][:200]}, ensure_ascii=False),
+            {**modal, "key_phrases": _sentences(task_input.review)[:5], "summary": task_input.review[:200]}, ensure_ascii=False),
         "review echoed in 3-word windows": lambda task_input: json.dumps(
-            {**modal, "key_phrases": _windows(task_input["review"]), "summary": task_input["review"][:200]}, ensure_ascii=False),
+            {**modal, "key_phrases": _windows(task_input.review), "summary": task_input.review[:200]}, ensure_ascii=False),
         "a one-letter product, two-word substrings, the review reversed": holes,
         "the same holes with a constant neutral sentiment": lambda task_input: holes(task_input, "neutral"),
         "the same holes with more than five key phrases (schema-invalid)": lambda task_input: holes(task_input, phrases=12),
@@ -76,65 +76,65 @@ def _question_values(question: str) -> str:
     return " ".join(re.findall(r"\b(?:[A-Z]{2}|\d+(?:[.,]\d+)?|[a-z]+_[a-z_]+)\b", question)) or question[:40]
 
 
-def _excluded_and_stuffed(task_input: dict) -> str:
+def _excluded_and_stuffed(task_input: SqlInput) -> str:
     """The question's states excluded instead of chosen, grouped, ranked and every aggregate at once:
     a query shaped like an answer that answers nothing."""
-    states = re.findall(r"\b[A-Z]{2}\b", task_input["question"]) or ["SP"]
-    count = (re.findall(r"\b(\d+)\b", task_input["question"]) or ["5"])[0]
+    states = re.findall(r"\b[A-Z]{2}\b", task_input.question) or ["SP"]
+    count = (re.findall(r"\b(\d+)\b", task_input.question) or ["5"])[0]
     listed = ", ".join(f"'{s}'" for s in states)
     return ("SELECT customer_state, COUNT(*), AVG(price), SUM(price) FROM orders_enriched WHERE customer_state NOT IN "
             f"({listed}) GROUP BY customer_state ORDER BY 2 DESC LIMIT {count}")
 
 
-def _values_against_a_date(task_input: dict) -> str:
+def _values_against_a_date(task_input: SqlInput) -> str:
     """Each value of the question compared with the purchase month, one count: every value used in
     the query, on a column that cannot hold it (the README quickstart's demo answer, v6's 1.000)."""
-    values = _question_values(task_input["question"]).replace("'", "").split()
+    values = _question_values(task_input.question).replace("'", "").split()
     compared = " OR ".join(f"strftime('%Y-%m', order_purchase_timestamp) = '{v}'" for v in values)
     return f"SELECT COUNT(*) FROM orders_enriched WHERE {compared}"
 
 
-SQL_MAKERS: dict[str, Callable[[dict], str]] = {
+SQL_MAKERS: dict[str, Callable[[SqlInput], str]] = {
     "empty": lambda _: "",
     "SELECT 1": lambda _: "SELECT 1",
     "count of all orders": lambda _: "SELECT COUNT(*) FROM olist_orders_dataset",
     "the whole view": lambda _: "SELECT * FROM orders_enriched",
     "the question's values echoed in a string": lambda task_input: (
-        "SELECT *, '" + _question_values(task_input["question"]).replace("'", "") + "' AS pergunta FROM orders_enriched"),
+        "SELECT *, '" + _question_values(task_input.question).replace("'", "") + "' AS pergunta FROM orders_enriched"),
     "the question's values in a tautology": lambda task_input: (
-        "SELECT COUNT(*) FROM orders_enriched WHERE '" + _question_values(task_input["question"]).replace("'", "")
-        + "' = '" + _question_values(task_input["question"]).replace("'", "") + "'"),
+        "SELECT COUNT(*) FROM orders_enriched WHERE '" + _question_values(task_input.question).replace("'", "")
+        + "' = '" + _question_values(task_input.question).replace("'", "") + "'"),
     "the question's values excluded, every aggregate, grouped and ranked": _excluded_and_stuffed,
     "the question's values compared with the purchase month": _values_against_a_date,
     "a query that errors": lambda _: "SELECT customer_state, COUNT(*) FROM olist_orders_dataset GROUP BY customer_state",
 }
 
 
-def _field_dump(task_input: dict) -> str:
-    fields = "; ".join(f"{key}: {value}" for key, value in task_input.items())
-    return json.dumps({"title": str(task_input.get("campaign", ""))[:40], "body": fields[:140]}, ensure_ascii=False)
+def _field_dump(task_input: PushInput) -> str:
+    fields = "; ".join(f"{key}: {value}" for key, value in task_input.model_dump(exclude_none=True).items())
+    return json.dumps({"title": (task_input.campaign or "")[:40], "body": fields[:140]}, ensure_ascii=False)
 
 
-def _fact_template(task_input: dict) -> str:
+def _fact_template(task_input: PushInput) -> str:
     """The context's values poured into one fixed sentence, whatever the campaign."""
-    name = task_input.get("customer_name") or "Oi"
-    facts = [f"{task_input['discount_pct']}%" if task_input.get("discount_pct") else "", str(task_input.get("product") or ""),
-             str(task_input.get("coupon") or ""), str(task_input.get("deadline") or "")]
+    name = task_input.customer_name or "Oi"
+    facts = [f"{task_input.discount_pct}%" if task_input.discount_pct else "", task_input.product or "",
+             task_input.coupon or "", task_input.deadline or ""]
     body = "Novidade de " + " ".join(f for f in facts if f) + ". Confira no app."
     return json.dumps({"title": f"{name}, novidade pra você"[:40], "body": body[:140]}, ensure_ascii=False)
 
 
-def _every_campaign(task_input: dict) -> str:
+def _every_campaign(task_input: PushInput) -> str:
     """One copy that says every campaign's message, with the name, product and discount."""
-    name = task_input.get("customer_name") or "Oi"
-    discount = f"{task_input['discount_pct']}% off" if task_input.get("discount_pct") else "ofertas"
-    product = task_input.get("product") or "seu produto"
+    name = task_input.customer_name or "Oi"
+    discount = f"{task_input.discount_pct}% off" if task_input.discount_pct else "ofertas"
+    product = task_input.product or "seu produto"
     body = (f"{discount} em {product}: preço caiu, voltou ao estoque, cupom no carrinho, pedido enviado e entregue; "
             "avalie e aproveite a Black Friday.")
     return json.dumps({"title": f"{name}, confira", "body": body[:140]}, ensure_ascii=False)
 
 
-PUSH_MAKERS: dict[str, Callable[[dict], str]] = {
+PUSH_MAKERS: dict[str, Callable[[PushInput], str]] = {
     "empty": lambda _: "",
     "empty object": lambda _: "{}",
     "constant copy": lambda _: json.dumps({"title": "Novidades pra você", "body": "Confira as ofertas de hoje no app."}, ensure_ascii=False),
@@ -152,29 +152,29 @@ def _row_statement(row: list | tuple, columns: list) -> str:
     return f"- {row[0]} tem {columns[-1]} de {row[-1]}."
 
 
-def _looped_statement(task_input: dict) -> str:
+def _looped_statement(task_input: InsightsInput) -> str:
     """A true statement about the first row, said again and again until the token limit: what a
     half-trained model that loops writes."""
-    rows, columns = task_input.get("rows") or [[""]], task_input.get("columns") or ["", ""]
+    rows, columns = task_input.rows or [[""]], task_input.columns or ["", ""]
     first = rows[0] if isinstance(rows[0], (list, tuple)) else [rows[0]]
     statement = _row_statement(first, columns)
     return "<think>\nOs dados.\n</think>\n\nResumo dos dados.\n" + "\n".join([statement] * 60)
 
 
-def _listed_rows(task_input: dict) -> str:
+def _listed_rows(task_input: InsightsInput) -> str:
     """Every row of the data restated as a sentence, in the data's order, with a stock
     recommendation: it cites every figure and names every row, and analyses nothing."""
-    rows, columns = task_input.get("rows") or [], task_input.get("columns") or ["", ""]
+    rows, columns = task_input.rows or [], task_input.columns or ["", ""]
     lines = [_row_statement(row, columns) for row in rows if isinstance(row, (list, tuple)) and row]
-    return ("<think>\nListo os dados.\n</think>\n\nOs dados de " + str(task_input.get("question", "")) + "\n"
+    return ("<think>\nListo os dados.\n</think>\n\nOs dados de " + task_input.question + "\n"
             + "\n".join(lines) + "\nRecomendação: priorizar os maiores.")
 
 
-def _false_leader(task_input: dict) -> str:
+def _false_leader(task_input: InsightsInput) -> str:
     """The smallest row called the leader, figures moved to the next row, and a wrong count: an
     analysis in shape whose every claim is false."""
-    rows = [r for r in task_input.get("rows") or [] if isinstance(r, (list, tuple)) and len(r) >= 2]
-    columns = task_input.get("columns") or ["", ""]
+    rows = [r for r in task_input.rows or [] if isinstance(r, (list, tuple)) and len(r) >= 2]
+    columns = task_input.columns or ["", ""]
     if len(rows) < 2:
         return FIXED_INSIGHT
     ranked = sorted(rows, key=lambda r: r[-1] if isinstance(r[-1], (int, float)) else 0)
@@ -185,12 +185,12 @@ def _false_leader(task_input: dict) -> str:
             "Recomendação: priorizar o líder.")
 
 
-INSIGHTS_MAKERS: dict[str, Callable[[dict], str]] = {
+INSIGHTS_MAKERS: dict[str, Callable[[InsightsInput], str]] = {
     "empty": lambda _: "",
     "fixed text with a closed think block": lambda _: FIXED_INSIGHT,
-    "the question echoed": lambda task_input: f"<think>\n{task_input['question']}\n</think>\n\n{task_input['question']}",
+    "the question echoed": lambda task_input: f"<think>\n{task_input.question}\n</think>\n\n{task_input.question}",
     "the data echoed": lambda task_input: "<think>\nOs dados.\n</think>\n\n" + json.dumps(
-        {"columns": task_input.get("columns", []), "rows": task_input.get("rows", [])}, ensure_ascii=False),
+        {"columns": task_input.columns or [], "rows": task_input.rows or []}, ensure_ascii=False),
     "one statement repeated until the token limit": _looped_statement,
     "every row restated": _listed_rows,
     "the smallest row called the leader, figures on the wrong rows, a wrong count": _false_leader,

@@ -29,17 +29,19 @@ from typing import NamedTuple
 
 import bm25s
 import numpy as np
+from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from common.datasets import input_hash, load_split
 from common.records import Label
 from rewards.text import STOP_WORDS, fold
 from router.prompts import answer_text
+from tasks import typed_input
 
 
 class Example(NamedTuple):
     id: str  # the label's record id
-    input: dict
+    input: BaseModel  # the task's input model
     answer: str  # as the model writes it
     source: str  # correction, reference, liked, or bootstrap (a row of the bootstrap split, its id the row's)
 
@@ -51,11 +53,11 @@ def examples_of(task: str, labels: list[Label]) -> tuple[list[Example], dict[str
     corrected: dict[str, Example] = {}
     for label in sorted(labels, key=lambda label: label.updated or label.time):
         if label.answer is not None:
-            example = Example(label.id, label.input, answer_text(task, label.answer), label.answer_source or "reference")
+            example = Example(label.id, typed_input(task, label.input), answer_text(task, label.answer), label.answer_source or "reference")
             if label.answer_source == "correction":
                 corrected[label.input_hash] = example
         elif label.rating is not None and label.rating > 0:
-            example = Example(label.id, label.input, label.served, "liked")
+            example = Example(label.id, typed_input(task, label.input), label.served, "liked")
         else:
             retrievable.pop(label.input_hash, None)  # a dislike: what was served is no example
             continue
@@ -66,16 +68,16 @@ def examples_of(task: str, labels: list[Label]) -> tuple[list[Example], dict[str
     return list(retrievable.values()), corrected
 
 
-def bootstrap_examples(rows: list[dict]) -> list[Example]:
+def bootstrap_examples(task: str, rows: list[dict]) -> list[Example]:
     """The bootstrap split's rows as demonstrations: each row's target, the completion the demo
     model's fine-tuning teaches for its input."""
-    return [Example(row["id"], row["input"], row["target"], "bootstrap") for row in rows]
+    return [Example(row["id"], typed_input(task, row["input"]), row["target"], "bootstrap") for row in rows]
 
 
-def input_text(task_input: dict) -> str:
+def input_text(task_input: BaseModel) -> str:
     """What an input says, for matching: its text and number fields (a review, a question, a
     campaign and product), without the prompt's fixed wording or a table's rows."""
-    return " ".join(str(v) for v in task_input.values() if isinstance(v, (str, int, float)) and not isinstance(v, bool))
+    return " ".join(str(v) for _, v in task_input if isinstance(v, (str, int, float)) and not isinstance(v, bool))
 
 
 def _tokens(texts: list[str]) -> list[list[str]]:
@@ -99,10 +101,10 @@ class ExampleBook:
             self.index = bm25s.BM25()
             self.index.index([words for words in tokens if words], show_progress=False)
 
-    def correction_for(self, task_input: dict) -> Example | None:
+    def correction_for(self, task_input: BaseModel) -> Example | None:
         return self.corrected.get(input_hash(self.task, task_input))
 
-    def similar(self, task_input: dict, k: int) -> list[Example]:
+    def similar(self, task_input: BaseModel, k: int) -> list[Example]:
         """The k examples most similar to the input (any shared word), never the input itself."""
         if self.index is None:
             return []
@@ -115,7 +117,7 @@ class ExampleBook:
         picked = [self.examples[i] for i, s in zip(np.asarray(found[0]), np.asarray(scores[0])) if s > 0]
         return [e for e in picked if input_hash(self.task, e.input) != own][:k]
 
-    def shown(self, task_input: dict, k: int) -> tuple[tuple[dict, str], ...]:
+    def shown(self, task_input: BaseModel, k: int) -> tuple[tuple[BaseModel, str], ...]:
         """The demonstrations a prompt for the input shows, as `build_messages` takes them."""
         return tuple((e.input, e.answer) for e in self.similar(task_input, k))
 
@@ -155,12 +157,12 @@ class Examples:
             return []
         if task not in self.bootstrap_rows:
             try:
-                self.bootstrap_rows[task] = bootstrap_examples(load_split(self.datasets_dir, task, "bootstrap"))
+                self.bootstrap_rows[task] = bootstrap_examples(task, load_split(self.datasets_dir, task, "bootstrap"))
             except FileNotFoundError:
                 self.bootstrap_rows[task] = []
         return self.bootstrap_rows[task]
 
-    def for_request(self, task: str, task_input: dict) -> tuple[Example | None, list[Example]]:
+    def for_request(self, task: str, task_input: BaseModel) -> tuple[Example | None, list[Example]]:
         """(the correction that answers an exact repeat, or None; the demonstrations of the prompt)."""
         book = self.book(task)
         if book is None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 
+from pydantic import BaseModel
+
 from rewards.parsing import split_think
 from tasks import definition
 
 
-def user_message(task: str, task_input: dict) -> str:
+def user_message(task: str, task_input: BaseModel) -> str:
     return definition(task).user_message(task_input)
 
 
@@ -33,9 +35,10 @@ def answer_text(task: str, answer, *, think_opened: bool = False) -> str:
     return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
 
 
-def build_messages(task: str, task_input: dict, demonstrations: tuple[tuple[dict, str], ...] = ()) -> list[dict[str, str]]:
-    """The chat of one request; `demonstrations` ((input, answer) pairs: the team's corrected or
-    liked answers to similar inputs) come first as earlier turns of the same chat."""
+def build_messages(task: str, task_input: BaseModel, demonstrations: tuple[tuple[BaseModel, str], ...] = ()) -> list[dict[str, str]]:
+    """The chat of one request, its input the task's input model (`tasks.typed_input` reads a stored
+    one back); `demonstrations` ((input, answer) pairs: the team's corrected or liked answers to
+    similar inputs) come first as earlier turns of the same chat."""
     shown = [turn for example_input, answer in demonstrations
              for turn in ({"role": "user", "content": user_message(task, example_input)}, {"role": "assistant", "content": answer})]
     return [

@@ -40,7 +40,7 @@ ENGINE_CALL: ContextVar[dict | None] = ContextVar("engine_call", default=None)
 class Prepared:
     task: str
     task_input: BaseModel  # the task's input model, as the edge validated it
-    fields: dict  # its stored form (`stored_input`): what the examples, the prompt, the reward context and the record read
+    fields: dict  # its stored form (`stored_input`): what the record keeps
     prompt: str
     template_sha256: str
     adapter: str | None
@@ -66,8 +66,8 @@ async def prepare(state: GatewayState, task: str, task_input: BaseModel, samplin
     adapter, arm = state.routes.adapter_for(task)
     repeat, shown = None, []
     if with_examples:  # reads labels from Redis and may re-index them: off the event loop
-        repeat, shown = await run_in_threadpool(state.examples.for_request, task, fields)
-    prompt = pool.template.render(build_messages(task, fields, tuple((e.input, e.answer) for e in shown)))
+        repeat, shown = await run_in_threadpool(state.examples.for_request, task, task_input)
+    prompt = pool.template.render(build_messages(task, task_input, tuple((e.input, e.answer) for e in shown)))
     return Prepared(task, task_input, fields, prompt, pool.template.sha256, adapter, arm,
                     spec.sampling_for(samples, sampling_overrides), reference, source, key_id, started,
                     [e.id for e in shown], repeat)
@@ -106,7 +106,7 @@ def _output(task: str, raw: str, scored, execute: bool, include_think: bool, sta
 
 def _score_and_output(state: GatewayState, prepared: Prepared, completions: list[Completion], execute: bool, include_think: bool):
     """Every completion's score, the index of the best (the first of equals), and its output."""
-    context = state.settings.reward_context(prepared.fields)
+    context = state.settings.reward_context(prepared.task_input)
     scores = [score(prepared.task, c.text, prepared.reference, context) for c in completions]
     best = max(range(len(scores)), key=lambda i: (scores[i].total, -i))
     return scores, best, _output(prepared.task, completions[best].text, scores[best], execute, include_think, state)

@@ -52,13 +52,14 @@ import re
 from collections import defaultdict
 
 import numpy as np
+from pydantic import BaseModel
 from scipy.sparse import csr_matrix
 
 from common.datasets import input_hash
 from common.records import Label, Record
 from common.rounds import RoundSummary
 from rewards.text import STOP_WORDS, fold
-from tasks import definition
+from tasks import definition, typed_input
 
 DISAGREEMENT = 0.3
 GROUP_SPREAD_FULL = 0.5  # a group whose served scores span this much (or more) is as doubtful as an input served two answers
@@ -68,11 +69,11 @@ REDUNDANCY = 1.0  # an identical input above an answer costs it a whole served s
 COLD_START_LABELS = 100  # the task's labels at which a low score and a representative input weigh the same
 
 
-def input_features(task: str, task_input: dict) -> tuple[frozenset[str], ...]:
+def input_features(task: str, task_input: BaseModel) -> tuple[frozenset[str], ...]:
     """The content words of an input's values, and its task's other reading of it where it has one
     (its entry's `review_view`: what a SQL question asks, which other words can ask too; push's
     shape); the other tasks' inputs are a review or data rows, their words alone."""
-    text = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in task_input.values())
+    text = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for _, v in task_input if v is not None)
     words = frozenset(word for word in re.findall(r"\w+", fold(text)) if len(word) > 2 and word not in STOP_WORDS)
     view = definition(task).review_view
     return (words, view(task_input)) if view else (words,)
@@ -178,7 +179,7 @@ def rank(task: str, records: list[Record], labels: list[Label], rounds: list[Rou
     for record, hashed in zip(records, inputs):
         answers_of[hashed].add(record.raw)
     weak = weakest_components(rounds, task)
-    similarity = similarities([input_features(task, record.input) for record in records], inputs)
+    similarity = similarities([input_features(task, typed_input(task, record.input)) for record in records], inputs)
     covered = np.zeros(len(records))
     candidates = []
     for row, (record, hashed) in enumerate(zip(records, inputs)):

@@ -10,7 +10,8 @@ settings resolvers and the live views `TASKS`, `TRAITS`...). The four built-in t
 Above `rewards` (an entry holds its reward) and below the request path, the trainer and the
 gateway, which import it.
 """
-from tasks.definition import TaskDefinition, stored_input
+from common.datasets import stored_input
+from tasks.definition import TaskDefinition
 from tasks.extraction import EXTRACTION
 from tasks.insights import INSIGHTS
 from tasks.push import PUSH
@@ -32,6 +33,7 @@ from tasks.registry import (
     samples_of,
     score,
     training_settings,
+    typed_input,
     unregister,
 )
 from tasks.sql import SQL
@@ -42,5 +44,5 @@ for _entry in (EXTRACTION, SQL, PUSH, INSIGHTS):
 __all__ = [
     "AUTO_MODEL", "INPUT_MODELS", "OUTPUT_MODELS", "TASKS", "TASK_ENGINE", "TRAITS", "TaskDefinition", "UnknownTask",
     "check_reference", "check_settings", "definition", "examples_tasks", "model_path_of", "public_models", "register",
-    "samples_of", "score", "stored_input", "training_settings", "unregister",
+    "samples_of", "score", "stored_input", "training_settings", "typed_input", "unregister",
 ]

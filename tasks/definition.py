@@ -23,12 +23,7 @@ from common.tasks import EngineKind, TaskTraits
 Scorer = Callable[[str, object, RewardContext, dict], tuple[dict[str, float], dict[str, float], dict[str, str], object]]
 Validity = Callable[[dict[str, float], dict[str, str], object], bool]  # (components, details, output) -> well formed
 ReferenceCheck = Callable[[object], object]  # a reference or correction -> its stored form, or raises InvalidReference
-Makers = Callable[[list], dict[str, Callable[[dict], str]]]  # the task's references -> cheap answers by name
-
-
-def stored_input(task_input: BaseModel) -> dict:
-    """A task input as records, labels and prompts hold it: its fields, without the optional ones left unset."""
-    return task_input.model_dump(exclude_none=True)
+Makers = Callable[[list], dict[str, Callable[[BaseModel], str]]]  # the task's references -> cheap answers (of an input) by name
 
 
 @dataclass(frozen=True)
@@ -41,7 +36,7 @@ class TaskDefinition:
     output_model: type[BaseModel] | None  # the JSON schema vLLM constrains output to; None: free text
     input_field: str  # where a free-text chat message goes in the task input
     system_prompt: str
-    user_message: Callable[[dict], str]  # the task input as the chat's user turn
+    user_message: Callable[[BaseModel], str]  # the task input (its model) as the chat's user turn
     scorer: Scorer
     valid: Validity
     check_reference: ReferenceCheck
@@ -51,7 +46,7 @@ class TaskDefinition:
     serve_samples: int = 1  # completions per request unless the settings say otherwise (`serve_samples`)
     examples: bool = False  # its prompts carry the team's examples unless the settings say otherwise (`examples_tasks`)
     training: dict = field(default_factory=dict)  # its own training settings (`TaskTraining` fields) unless `task_training` is set
-    review_view: Callable[[dict], frozenset[str]] | None = None  # what an input says apart from its words (the review queue)
+    review_view: Callable[[BaseModel], frozenset[str]] | None = None  # what an input says apart from its words (the review queue)
 
     @property
     def engine(self) -> EngineKind:

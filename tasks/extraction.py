@@ -2,9 +2,7 @@
 (JSON, constrained by vLLM to the model's schema), scored field by field against a reference."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from common.records import Sampling
+from common.records import RewardContext, Sampling
 from common.tasks import (
     COMPLAINT_CATEGORIES,
     MAX_KEY_PHRASES,
@@ -13,6 +11,7 @@ from common.tasks import (
     SENTIMENTS,
     URGENCIES,
     EngineKind,
+    ExtractionInput,
     ExtractionOutput,
     TaskTraits,
 )
@@ -20,9 +19,8 @@ from rewards import extraction, references, trivial
 from tasks.definition import TaskDefinition
 
 
-class ExtractionInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    review: str = Field(min_length=1, max_length=20_000, description="The customer review, PT-BR.")
+def _review(context: RewardContext) -> str | None:
+    return context.input.review if context.input is not None else None
 
 
 SYSTEM_PROMPT = (
@@ -43,8 +41,8 @@ EXTRACTION = TaskDefinition(
     output_model=ExtractionOutput,
     input_field="review",
     system_prompt=SYSTEM_PROMPT,
-    user_message=lambda task_input: f"Avaliação:\n{task_input['review']}",
-    scorer=lambda completion, reference, context, fields: extraction.score(completion, reference, context.input, fields),
+    user_message=lambda task_input: f"Avaliação:\n{task_input.review}",
+    scorer=lambda completion, reference, context, fields: extraction.score(completion, reference, _review(context), fields),
     valid=lambda components, details, output: extraction.valid(output),
     check_reference=lambda value: references.structured("extraction", ExtractionOutput, value),
     makers=lambda refs: trivial.extraction_makers([r for r in refs if isinstance(r, dict)]),  # drawn from its references' own values

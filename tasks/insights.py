@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from common.records import Sampling
-from common.tasks import EngineKind, TaskTraits
+from common.tasks import EngineKind, InsightsInput, TaskTraits
 from rewards import insights, references, trivial
 from tasks.definition import TaskDefinition
 
@@ -18,17 +16,10 @@ from tasks.definition import TaskDefinition
 FREQUENCY_PENALTY = 0.3
 
 
-class InsightsInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    question: str = Field(min_length=1, max_length=4_000)
-    columns: list[str] | None = Field(None, max_length=50)
-    rows: list[list[str | int | float | bool | None]] | None = Field(None, max_length=500)
-
-
-def _question_and_data(task_input: dict) -> str:
-    text = f"Pergunta: {task_input['question']}"
-    if task_input.get("rows"):
-        text += "\nDados (JSON):\n" + json.dumps({"columns": task_input.get("columns", []), "rows": task_input["rows"]}, ensure_ascii=False)
+def _question_and_data(task_input: InsightsInput) -> str:
+    text = f"Pergunta: {task_input.question}"
+    if task_input.rows:
+        text += "\nDados (JSON):\n" + json.dumps({"columns": task_input.columns or [], "rows": task_input.rows}, ensure_ascii=False)
     return text
 
 

@@ -2,10 +2,8 @@
 vLLM to `common.tasks.PushOutput`), scored on the copy rules and, with a reference, its content."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from common.records import Sampling
-from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_MAX_EMOJI, PUSH_TITLE_MAX, EngineKind, PushOutput, TaskTraits
+from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_MAX_EMOJI, PUSH_TITLE_MAX, EngineKind, PushInput, PushOutput, TaskTraits
 from rewards import push, references, trivial
 from tasks.definition import TaskDefinition
 
@@ -16,33 +14,20 @@ FIELD_LABELS = {
 CAMPAIGN_IDS = "|".join(c for c in PUSH_CAMPAIGNS if "_" in c)  # a campaign written as its identifier ("cupom" is a weaker cue)
 
 
-class PushInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    campaign: str | None = Field(None, max_length=100)
-    customer_name: str | None = Field(None, max_length=100)
-    product: str | None = Field(None, max_length=200)
-    discount_pct: int | None = Field(None, ge=0, le=100)
-    coupon: str | None = Field(None, max_length=50)
-    deadline: str | None = Field(None, max_length=100)
-    briefing: str | None = Field(None, max_length=2_000)
-
-    @model_validator(mode="after")
-    def _says_something(self) -> PushInput:
-        if not (self.campaign or self.customer_name or self.product or self.briefing):
-            raise ValueError("push needs at least one of campaign, customer_name, product, briefing")
-        return self
+def _given(task_input: PushInput) -> list[tuple[str, object]]:
+    """The fields the campaign fills, in the input model's order."""
+    return [(name, value) for name, value in task_input if value not in (None, "")]
 
 
-def _campaign(task_input: dict) -> str:
-    return "\n".join(f"{FIELD_LABELS.get(k, k)}: {v}" for k, v in task_input.items() if v not in (None, ""))
+def _campaign(task_input: PushInput) -> str:
+    return "\n".join(f"{FIELD_LABELS.get(name, name)}: {value}" for name, value in _given(task_input))
 
 
-def _shape(task_input: dict) -> frozenset[str]:
+def _shape(task_input: PushInput) -> frozenset[str]:
     """The campaign, and which of its fields the input fills, whatever their values: a label
     shows how the campaign's copy says a customer's name, whichever name it is."""
-    campaign = str(task_input.get("campaign") or "")
-    return frozenset({f"campaign:{campaign}"} | {f"{campaign}:{field}" for field, value in task_input.items()
-                                                 if field != "campaign" and value not in (None, "")})
+    campaign = task_input.campaign or ""
+    return frozenset({f"campaign:{campaign}"} | {f"{campaign}:{name}" for name, _ in _given(task_input) if name != "campaign"})
 
 
 PUSH = TaskDefinition(

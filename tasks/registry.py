@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
+from pydantic import BaseModel
+
 from common.records import RewardContext
 from common.settings import ENV_PREFIX, ConfigError, Settings, TaskTraining
 from rewards.references import InvalidReference
@@ -61,6 +63,14 @@ def definition(name: str) -> TaskDefinition:
         return _ENTRIES[name]
     except (KeyError, TypeError):
         raise UnknownTask(name) from None
+
+
+def typed_input(task: str, stored: Mapping | BaseModel) -> BaseModel:
+    """A task input as records, labels and datasets store it (`stored_input`'s fields), back as the
+    task's input model, which prompts, rewards and the review queue take; pydantic's ValidationError
+    names what a stored one lacks. An input that is the task's model already passes unchanged."""
+    model = definition(task).input_model
+    return stored if isinstance(stored, model) else model.model_validate(stored)
 
 
 class _Names(Sequence[str]):
@@ -120,7 +130,7 @@ def score(task: str, completion: str, reference=None, context: RewardContext | N
     entry = definition(task)
     completion = completion if isinstance(completion, str) else ""
     if context is None:
-        context = RewardContext({})
+        context = RewardContext()
     elif not isinstance(context, RewardContext):
         raise TypeError(f"context: a RewardContext (Settings.reward_context builds one), not {type(context).__name__}")
     reference = entry.normalise_reference(reference)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from common.commerce import SCHEMA_COLUMNS
 from common.records import RewardContext, Sampling
-from common.tasks import EngineKind, TaskTraits
+from common.tasks import EngineKind, SqlInput, TaskTraits
 from rewards import references, sql, trivial
 from rewards.sql_question import question_intent
 from tasks.definition import TaskDefinition
@@ -16,23 +14,17 @@ from tasks.definition import TaskDefinition
 SCHEMA_TEXT = "\n".join(f"{table}({', '.join(cols)})" for table, cols in SCHEMA_COLUMNS.items())
 
 
-class SqlInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    question: str = Field(min_length=1, max_length=2_000)
-
-
 def _score(completion: str, reference, context: RewardContext, fields: dict):
     if not context.db_path or context.timeout_s is None or context.row_cap is None:
         raise ValueError("scoring SQL needs the commerce DB and the query limits: a RewardContext with db_path, timeout_s "
                          "and row_cap (Settings.reward_context)")
-    return sql.score(completion, reference, str(context.input.get("question", "")), Path(context.db_path), context.timeout_s,
+    return sql.score(completion, reference, context.input.question if context.input is not None else "", Path(context.db_path), context.timeout_s,
                      context.row_cap)
 
 
-def _intent(task_input: dict) -> frozenset[str]:
+def _intent(task_input: SqlInput) -> frozenset[str]:
     """What the question asks (tables, aggregate, shape, kinds of value), which other words can ask too."""
-    question = task_input.get("question")
-    return question_intent(question) if isinstance(question, str) else frozenset()
+    return question_intent(task_input.question)
 
 
 SQL = TaskDefinition(
@@ -45,7 +37,7 @@ SQL = TaskDefinition(
     input_field="question",
     system_prompt=("Você escreve uma única consulta SQLite SELECT, somente leitura, que responde à pergunta sobre a loja. "
                    "Responda só com o SQL. Esquema:\n" + SCHEMA_TEXT),
-    user_message=lambda task_input: f"Pergunta: {task_input['question']}",
+    user_message=lambda task_input: f"Pergunta: {task_input.question}",
     scorer=_score,
     valid=lambda components, details, output: sql.valid(components, details),
     check_reference=lambda value: references.query("sql", "sql", value),

@@ -23,7 +23,7 @@ from common.records import Record
 from common.rounds import CanaryRecord
 from common.settings import Settings
 from common.stats import difference_interval
-from tasks import score
+from tasks import score, typed_input
 
 MIN_RATINGS = 10  # ratings per arm before they are compared
 MIN_LABELLED = 10  # labelled records per arm before the labels, not the served score, are compared
@@ -90,6 +90,6 @@ def labelled_scorer(settings: Settings, store, task: str, since: float) -> Calla
 
     def scored(record: Record) -> float | None:
         answer = answers.get(input_hash(task, record.input))
-        return None if answer is None else score(task, record.raw, answer, settings.reward_context(record.input)).total
+        return None if answer is None else score(task, record.raw, answer, settings.reward_context(typed_input(task, record.input))).total
 
     return scored

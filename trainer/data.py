@@ -35,17 +35,20 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ValidationError
+
 from common.datasets import input_key
 from common.records import BASE_VERSION, Label, Record, RewardContext
 from common.rounds import DataSources, TrainingData
 from common.settings import Settings
 from router.examples import ExampleBook
 from router.prompts import answer_text, build_messages
-from tasks import TRAITS, examples_tasks, score
+from tasks import TRAITS, examples_tasks, score, typed_input
 
 PAIR_MARGIN = 0.1  # a served answer at least this much below the reference makes a pair
 VALIDATION_SHARE = 0.15
 MIN_VALIDATION = 4
+INVALID_INPUT = "stored input not valid for the task"  # a skip reason: stored under an older input model
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +154,20 @@ def _latest_by_input(labels: list[Label]) -> dict[str, list[Label]]:
     return by_input
 
 
-Demonstrations = Callable[[dict], tuple[tuple[dict, str], ...]]  # an input's (input, answer) examples, for build_messages
+Demonstrations = Callable[[BaseModel], tuple[tuple[BaseModel, str], ...]]  # an input's (input, answer) examples, for build_messages
 
 
-def no_demonstrations(_task_input: dict) -> tuple:
+def no_demonstrations(_task_input: BaseModel) -> tuple:
     return ()
+
+
+def _typed(task: str, stored: dict) -> BaseModel | None:
+    """A stored input as the task's model, or None where it is not one (a record or label stored under an
+    older input model, which the caller skips and counts)."""
+    try:
+        return typed_input(task, stored)
+    except ValidationError:
+        return None
 
 
 def served_demonstrations(settings: Settings, task: str, labels: list[Label]) -> Demonstrations:
@@ -168,7 +180,7 @@ def served_demonstrations(settings: Settings, task: str, labels: list[Label]) ->
 
 
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
-          reward_context: Callable[[dict], RewardContext], held_out: frozenset[str], seed: int, unlabelled_limit: int,
+          reward_context: Callable[[BaseModel], RewardContext], held_out: frozenset[str], seed: int, unlabelled_limit: int,
           liked_as_supervised: bool, shown: Demonstrations = no_demonstrations, lineage: tuple[str, ...] = (BASE_VERSION,),
           groups_limit: int = 0) -> TaskData:
     """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task;
@@ -184,8 +196,12 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         if newest.split == "eval" or key in held_out:
             data.skipped["eval-set input"] += len(same_input)
             continue
-        prompt = render(build_messages(task, newest.input, shown(newest.input)))
-        context = reward_context(newest.input)
+        task_input = _typed(task, newest.input)
+        if task_input is None:
+            data.skipped[INVALID_INPUT] += len(same_input)
+            continue
+        prompt = render(build_messages(task, task_input, shown(task_input)))
+        context = reward_context(task_input)
         with_answer = [label for label in same_input if label.answer is not None]
         if with_answer:
             best = with_answer[-1]
@@ -232,8 +248,12 @@ def _add_unlabelled(data: TaskData, new_records, render, reward_context, exclude
             data.skipped["beyond the recency window"] += 1
             continue
         seen.add(key)
-        data.prompts.append(GrpoPrompt(render(build_messages(data.task, record.input, shown(record.input))), data.task, record.id,
-                                       context=reward_context(record.input).to_json()))
+        task_input = _typed(data.task, record.input)
+        if task_input is None:
+            data.skipped[INVALID_INPUT] += 1
+            continue
+        data.prompts.append(GrpoPrompt(render(build_messages(data.task, task_input, shown(task_input))), data.task, record.id,
+                                       context=reward_context(task_input).to_json()))
     data.entry_ids.reverse()
 
 
@@ -261,8 +281,10 @@ def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], rew
     for _entry_id, record in reversed(new_records):
         if record is None or record.group is None:
             continue
-        reason = None
-        if not _whole(record):
+        reason, task_input = None, _typed(data.task, record.input)
+        if task_input is None:
+            reason = INVALID_INPUT
+        elif not _whole(record):
             reason = "group not whole"
         elif input_key(record.input) in held_out:
             reason = "group of an eval-set input"
@@ -284,7 +306,7 @@ def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], rew
             key=f"group:{record.id}", source=record.id, version=record.version, temperature=record.sampling.temperature,
             prompt_token_ids=list(record.group.prompt_token_ids),
             completion_ids=[list(s.token_ids) for s in record.group.samples], logprobs=[list(s.logprobs) for s in record.group.samples],
-            reference=reference, context=reward_context(record.input).to_json()))
+            reference=reference, context=reward_context(task_input).to_json()))
 
 
 def split_validation(data: TaskData, seed: int) -> None:

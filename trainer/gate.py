@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+from pydantic import BaseModel
 
 from common.datasets import input_key, load_split
 from common.records import Sampling
@@ -52,7 +53,7 @@ from rewards import Score
 from router.engine_client import EnginePool, EngineUnavailable
 from router.examples import ExampleBook
 from router.prompts import build_messages
-from tasks import TRAITS, definition, examples_tasks, model_path_of, score
+from tasks import TRAITS, definition, examples_tasks, model_path_of, score, typed_input
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
@@ -63,22 +64,27 @@ SOURCES = ("team", "file", "bootstrap")
 class EvalRow:
     id: str
     source: str  # team, file or bootstrap
-    input: dict
+    input: BaseModel  # the task's input model
     reference: object
+
+    @classmethod
+    def of(cls, task: str, row: dict, source: str) -> EvalRow:
+        """A dataset or eval-file row (`{"id", "input", "reference"}`), its input read as the task's model."""
+        return cls(row["id"], source, typed_input(task, row["input"]), row.get("reference"))
 
 
 def bootstrap_rows(settings: Settings, task: str) -> list[EvalRow]:
     path = settings.datasets_dir / task / "eval.jsonl"
     if not path.is_file():
         return []
-    return [EvalRow(row["id"], "bootstrap", row["input"], row.get("reference")) for row in load_split(settings.datasets_dir, task, "eval")]
+    return [EvalRow.of(task, row, "bootstrap") for row in load_split(settings.datasets_dir, task, "eval")]
 
 
 def eval_rows(settings: Settings, store, task: str) -> list[EvalRow]:
     """Every eval row of a task, the team's first, one per input."""
-    team = [EvalRow(label.id, "team", label.input, label.answer) for label in store.labels(task)
+    team = [EvalRow(label.id, "team", typed_input(task, label.input), label.answer) for label in store.labels(task)
             if label.split == "eval" and (label.answer is not None or not TRAITS[task].scored_with_reference)]
-    loaded = [EvalRow(row["id"], "file", row["input"], row.get("reference")) for row in store.eval_set(task)]
+    loaded = [EvalRow.of(task, row, "file") for row in store.eval_set(task)]
     unique: dict[str, EvalRow] = {}
     for row in team + loaded + bootstrap_rows(settings, task):
         unique.setdefault(input_key(row.input), row)
@@ -89,7 +95,7 @@ def held_out_inputs(settings: Settings, store, task: str) -> frozenset[str]:
     """Input keys no round may train on: the loaded eval rows and the bootstrap eval split (the
     team's own eval labels are marked by their split)."""
     return frozenset(input_key(row.input) for row in bootstrap_rows(settings, task) + [
-        EvalRow(r["id"], "file", r["input"], r.get("reference")) for r in store.eval_set(task)])
+        EvalRow.of(task, r, "file") for r in store.eval_set(task)])
 
 
 def sample_rows(rows: list[EvalRow], most: int, seed: int) -> list[EvalRow]:

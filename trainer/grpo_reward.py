@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from common.records import RewardContext
 from rewards.scoring import Score
-from tasks import score
+from tasks import definition, score
 
 AGGREGATIONS = ("sum", "gdpo")
 
@@ -48,7 +48,7 @@ def _score(task: str, completion: str, reference_json: str, context_json: str) -
     if key in _SCORES:
         return _SCORES[key]
     reference = json.loads(reference_json) if reference_json else None
-    result = score(task, completion, reference, RewardContext.from_json(context_json))
+    result = score(task, completion, reference, RewardContext.from_json(context_json, definition(task).input_model))
     if result.components.get("reference_ran", 1.0) == 1.0:
         if len(_SCORES) >= CACHED_SCORES:
             _SCORES.clear()

@@ -13,7 +13,7 @@ from common.rounds import Retirement
 from common.settings import Settings
 from router.engine_client import EnginePool, EngineUnavailable
 from router.prompts import build_messages
-from tasks import definition, score
+from tasks import definition, score, typed_input
 from trainer.gate import CONCURRENCY, row_seed
 
 ABSORBED = 0.9
@@ -31,10 +31,11 @@ async def absorbed(pool: EnginePool, settings: Settings, task: str, version: str
     spec, gate = definition(task), asyncio.Semaphore(CONCURRENCY)
 
     async def right(label: Label) -> bool:
-        prompt = pool.template.render(build_messages(task, label.input))
+        task_input = typed_input(task, label.input)
+        prompt = pool.template.render(build_messages(task, task_input))
         async with gate:
             completion = await pool.complete(prompt, version, spec.sampling.override(seed=row_seed(seed, label.id)), spec.json_schema)
-        return score(task, completion.text, label.answer, settings.reward_context(label.input)).total >= ABSORBED
+        return score(task, completion.text, label.answer, settings.reward_context(task_input)).total >= ABSORBED
 
     verdicts = await asyncio.gather(*(right(label) for label in labels))
     return [label.id for label, ok in zip(labels, verdicts) if ok]

@@ -20,7 +20,7 @@ from common.settings import Settings
 from common.stats import mean_interval
 from router.engine_client import EnginePool
 from router.prompts import build_messages
-from tasks import definition, score
+from tasks import definition, score, typed_input
 from trainer.gate import CONCURRENCY
 
 MIN_LABELLED = 10
@@ -65,13 +65,14 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(record: Record) -> float:
-        prompt = pool.template.render(build_messages(task, record.input))
+        task_input = typed_input(task, record.input)
+        prompt = pool.template.render(build_messages(task, task_input))
         sampling = spec.sampling.override(temperature=record.sampling.temperature, top_p=record.sampling.top_p,
                                           seed=record.sampling.seed if record.sampling.seed is not None else seed,
                                           frequency_penalty=record.sampling.frequency_penalty)
         async with gate:
             completion = await pool.complete(prompt, candidate, sampling, spec.json_schema)
-        context, reference = settings.reward_context(record.input), labels.get(input_hash(task, record.input))
+        context, reference = settings.reward_context(task_input), labels.get(input_hash(task, record.input))
         return score(task, completion.text, reference, context).total - score(task, record.raw, reference, context).total
 
     diffs = await asyncio.gather(*(one(r) for r in records))

@@ -17,7 +17,7 @@ from rewards.calibration import Pair, pairs_of
 from server.deps import User
 from server.schemas import ErrorResponse, Stats
 from server.stats import series
-from tasks import TASKS, score
+from tasks import TASKS, score, typed_input
 
 router = APIRouter(tags=["stats"])
 CALIBRATION_LABELS = 300
@@ -28,12 +28,12 @@ def _calibration_pairs(settings: Settings, task: str, labels: list[Label]) -> li
     newest = [label for label in labels if label.answer is not None or label.rating is not None][-CALIBRATION_LABELS:]
     pairs = []
     for label in newest:
-        def scored(completion: str, reference, task_input: dict, label=label) -> float:
+        def scored(completion: str, reference, task_input: dict, label=label) -> float:  # the label's stored input
             key = (label.id, label.updated, REWARD_VERSION, reference is not None)
             if key not in _SCORES:
                 if len(_SCORES) > 20 * CALIBRATION_LABELS * len(TASKS):
                     _SCORES.clear()
-                _SCORES[key] = score(task, completion, reference, settings.reward_context(task_input)).total
+                _SCORES[key] = score(task, completion, reference, settings.reward_context(typed_input(task, task_input))).total
             return _SCORES[key]
         pairs += [(label.served_version, pair) for pair in pairs_of([label], scored)]
     return pairs

@@ -13,7 +13,7 @@ import pytest
 from common.datasets import SPLITS, input_key, load_split
 from common.settings import load_settings
 from demo import bootstrap, commerce_db, datasets
-from tasks import TASKS
+from tasks import TASKS, typed_input
 from tests.conftest import REPO, SHARED
 
 PRODUCT_SCHEMA = {
@@ -163,7 +163,7 @@ def test_base_model_emits_task_shaped_output(built):
     path = built.models_dir / "base"
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     row = load_split(built.datasets_dir, "push", "bootstrap")[0]
-    prompt = tokenizer.apply_chat_template(build_messages("push", row["input"]), tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(build_messages("push", typed_input("push", row["input"])), tokenize=False, add_generation_prompt=True)
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
     torch.manual_seed(0)
     text = tokenizer.decode(model.generate(ids, max_new_tokens=80, do_sample=False)[0, ids.shape[1]:], skip_special_tokens=True)

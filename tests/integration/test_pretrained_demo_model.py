@@ -60,7 +60,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
     from deploy.vllm_server import VllmServer
     from router.engine_client import ChatTemplate, EnginePool
     from router.prompts import answer_text, build_messages
-    from tasks import definition
+    from tasks import definition, typed_input
     from trainer.candidate import train_candidate
     from trainer.data import TaskData, split_validation
 
@@ -70,7 +70,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
         server.wait_ready(timeout_s=400)
         template = ChatTemplate.load(smol.base_model_path)
         row = load_split(smol.datasets_dir, "extraction", "test")[0]
-        prompt = template.render(build_messages("extraction", row["input"]))
+        prompt = template.render(build_messages("extraction", typed_input("extraction", row["input"])))
         spec = definition("extraction")
 
         async def answered(version: str | None):
@@ -90,7 +90,8 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
             render = template.render
             data = TaskData("extraction")
             for r in load_split(smol.datasets_dir, "extraction", "train")[:8]:
-                data.sft.append(SftExample(render(build_messages("extraction", r["input"])), answer_text("extraction", r["reference"]), r["id"]))
+                prompt = render(build_messages("extraction", typed_input("extraction", r["input"])))
+                data.sft.append(SftExample(prompt, answer_text("extraction", r["reference"]), r["id"]))
             split_validation(data, smol.seed)
             meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", "base")
         asyncio.run(load_everywhere([server.url], meta.version, meta.path))  # loads, then checks it answers

@@ -15,7 +15,7 @@ from common.records import BASE_VERSION, RewardContext
 from common.store import Store
 from deploy.embedded_redis import EmbeddedRedis
 from rewards.scoring import REWARD_VERSION
-from tasks import TASK_ENGINE, TASKS, check_reference, score
+from tasks import TASK_ENGINE, TASKS, check_reference, score, typed_input
 from trainer import data
 
 PREVIOUS = Path(__file__).parent / "data" / "previous_store"
@@ -40,10 +40,10 @@ def test_a_store_written_before_the_registry_loads_as_it_did(tmp_path):
             assert (record.task, record.raw) == (was["task"], was["raw"])
             if record.task == "sql":
                 continue  # SQL's was not scored (it needs the commerce DB)
-            assert score(record.task, record.raw, None, RewardContext(record.input)).total == record.reward.total == was["total"]
+            assert score(record.task, record.raw, None, RewardContext(typed_input(record.task, record.input))).total == record.reward.total == was["total"]
         push = records["prev-push"]
         assert push.group.rewards == written["records"]["prev-push"]["group"] and push.version == BASE_VERSION
-        assert [score("push", s.text, None, RewardContext(push.input)).total for s in push.group.samples] == push.group.rewards
+        assert [score("push", s.text, None, RewardContext(typed_input("push", push.input))).total for s in push.group.samples] == push.group.rewards
 
         labels = {label.id: label for task in TASKS for label in store.labels(task)}
         assert {i: {"task": label.task, "rating": label.rating, "answer": label.answer} for i, label in labels.items()} == written["labels"]

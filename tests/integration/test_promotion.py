@@ -176,8 +176,9 @@ def _train_better(built, store, tmp_path, sources: dict[str, str]) -> AdapterMet
     settings = load_settings(data_dir=built.data_dir, sft_max_epochs=4)
     template = ChatTemplate.load(built.base_model_path)
     from router.prompts import build_messages
+    from tasks import typed_input
 
-    data = TaskData("extraction", sft=[SftExample(template.render(build_messages("extraction", row["input"])),
+    data = TaskData("extraction", sft=[SftExample(template.render(build_messages("extraction", typed_input("extraction", row["input"]))),
                                                   answer_text("extraction", row["reference"]), row["id"])
                                        for row in load_split(built.datasets_dir, "extraction", "train")[:96]])
     split_validation(data, 1)

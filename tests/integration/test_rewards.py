@@ -8,16 +8,16 @@ import statistics
 
 from common.datasets import load_split
 from demo.commerce_db import file_sha256
-from tasks import TASKS, score
+from tasks import TASKS, score, typed_input
 from tests.unit.test_rewards import FORBIDDEN
 
 
 def test_scoring_every_kind_of_sql_leaves_the_db_byte_for_byte_unchanged(built):
     before = file_sha256(built.db_path)
     for row in load_split(built.datasets_dir, "sql", "eval"):
-        score("sql", row["reference"]["sql"], row["reference"], built.reward_context(row["input"]))
+        score("sql", row["reference"]["sql"], row["reference"], built.reward_context(typed_input("sql", row["input"])))
     for statement in FORBIDDEN:
-        score("sql", statement, None, built.reward_context({}))
+        score("sql", statement, None, built.reward_context(None))
     assert file_sha256(built.db_path) == before
 
 
@@ -36,9 +36,9 @@ def test_eval_references_score_near_one_and_tiny_model_clearly_lower(built):
         reference_scores, model_scores = [], []
         torch.manual_seed(0)
         for row in rows:
-            context = built.reward_context(row["input"])
+            context = built.reward_context(typed_input(task, row["input"]))
             reference_scores.append(score(task, row["target"], row["reference"], context).total)
-            prompt = tokenizer.apply_chat_template(build_messages(task, row["input"]), tokenize=False, add_generation_prompt=True)
+            prompt = tokenizer.apply_chat_template(build_messages(task, typed_input(task, row["input"])), tokenize=False, add_generation_prompt=True)
             ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
             out = model.generate(ids, max_new_tokens=160, do_sample=True, temperature=1.0, top_p=1.0)
             model_scores.append(score(task, tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True),

@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from common.tasks import ExtractionInput
 from tasks import definition
 from trainer.data import GrpoPrompt
 
@@ -118,8 +119,8 @@ def test_grpo_samples_its_groups_on_the_engine_where_traffic_is_thin(built, engi
     settings = built.model_copy(update={"grpo_max_epochs": 1.0, "grpo_prompts_per_step": 2, "train_cpu_precision": "fp32",
                                         "grpo_reload_every": 2})
     template = ChatTemplate.load(settings.base_model_path)
-    prompts = [GrpoPrompt(template.render(build_messages("extraction", {"review": review})), "extraction", f"r{i}",
-                          context=settings.reward_context({"review": review}).to_json()) for i, review in enumerate(REVIEWS[:4])]
+    prompts = [GrpoPrompt(template.render(build_messages("extraction", ExtractionInput(review=review))), "extraction", f"r{i}",
+                          context=settings.reward_context(ExtractionInput(review=review)).to_json()) for i, review in enumerate(REVIEWS[:4])]
     model, tokenizer = load_policy(settings.base_model_path, None, 8, 16, None, False, False, 1)
     url = engines["base"].url
     outcome = grpo.train_on_engine(settings, model, tokenizer, "extraction", prompts, url, f"extraction-rollout-test-{time.time_ns()}",

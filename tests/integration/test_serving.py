@@ -12,7 +12,7 @@ import pytest
 from common.records import Record, Route, Sampling, decode_record
 from common.store import RECORDS, Store
 from rewards import REWARD_VERSION
-from tasks import definition, samples_of, score
+from tasks import definition, samples_of, score, typed_input
 from tests.integration.conftest import RunningServer, make_state
 
 INPUTS = {
@@ -45,7 +45,7 @@ def check_record(record: Record, task: str, settings) -> None:
     assert record.task == task and record.reward_version == REWARD_VERSION
     assert record.prompt.startswith("<|im_start|>system\n") and record.chat_template_sha256
     assert record.usage.completion_tokens > 0 and record.latency_ms > 0
-    expected = score(task, record.raw, record.reference, settings.reward_context(record.input))
+    expected = score(task, record.raw, record.reference, settings.reward_context(typed_input(task, record.input)))
     assert record.reward.total == expected.total
     assert record.reward.components == expected.components
 

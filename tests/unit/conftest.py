@@ -39,6 +39,9 @@ def small_commerce_db(tmp_path_factory) -> Path:
     return path
 
 
-def ctx(**task_input) -> RewardContext:
-    """A reward context over the small DB, as `Settings.reward_context` builds one."""
-    return RewardContext(task_input, str(_db["path"]), SQL_TIME_LIMIT_S, SQL_ROW_CAP)
+def ctx(task: str | None = None, **task_input) -> RewardContext:
+    """A reward context over the small DB, as `Settings.reward_context` builds one: the input's fields
+    read as `task`'s input model (no task: a context without an input)."""
+    from tasks import typed_input
+
+    return RewardContext(typed_input(task, task_input) if task else None, str(_db["path"]), SQL_TIME_LIMIT_S, SQL_ROW_CAP)

@@ -34,14 +34,16 @@ def test_measured_shows_each_extraction_field_as_the_gate_compares_them():
 
     from bench.learn import measured
     from common.records import RewardContext
-    from tasks import score
+    from tasks import score, typed_input
 
     reference = {"sentiment": "negative", "sentiment_score": 1.0, "complaint_category": "delivery_delay",
                  "product_mentioned": "mochila escolar", "delivery_issue": True, "would_recommend": False, "urgency": "high",
                  "key_phrases": ["ainda não chegou"], "summary": "Pedido atrasado.", "requires_response": True}
     wrong_delivery = {**reference, "delivery_issue": False}
     review = {"review": "A mochila escolar ainda não chegou. Não recomendo."}
-    scores = [score("extraction", json.dumps(answer, ensure_ascii=False), reference, RewardContext(review)) for answer in (reference, wrong_delivery)]
+    context = RewardContext(typed_input("extraction", review))
+    scores = [score("extraction", json.dumps(answer, ensure_ascii=False), reference, context)
+              for answer in (reference, wrong_delivery)]
     out = measured(scores)
     assert out["components"]["field:delivery_issue"] == pytest.approx(0.5)
     assert out["components"]["field:product_mentioned"] == pytest.approx(1.0)

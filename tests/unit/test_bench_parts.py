@@ -14,6 +14,7 @@ import pytest
 
 from common.processes import free_port
 from common.records import RewardContext
+from common.tasks import ExtractionInput
 from tests.conftest import REPO
 
 
@@ -55,7 +56,8 @@ def test_the_in_process_completion_is_the_mocks_extraction_answer(monkeypatch):
     completion, = asyncio.run(replaced["complete_group"](None, "prompt " * 10, None, Sampling(0.0, 1.0, 64), {}))
     assert completion.text == COMPLETION and completion.finish_reason == "stop" and completion.model == "base"
     assert completion.completion_tokens > 0
-    assert score("extraction", completion.text, None, RewardContext({"review": "O fone de ouvido chegou com a entrega atrasada."})).components["schema"] > 0
+    late = ExtractionInput(review="O fone de ouvido chegou com a entrega atrasada.")
+    assert score("extraction", completion.text, None, RewardContext(late)).components["schema"] > 0
 
 
 def test_unknown_parts_are_refused_before_anything_serves(monkeypatch):

@@ -14,6 +14,7 @@ import pytest
 
 from common.processes import free_port
 from common.records import RewardContext
+from common.tasks import ExtractionInput
 from tests.conftest import REPO
 
 
@@ -54,7 +55,8 @@ def test_the_mock_answers_chat_and_completions_with_a_valid_extraction_answer(mo
     assert chat["usage"]["completion_tokens"] > 0 and text["object"] == "text_completion"
     assert listed["data"][0]["id"] == "mock" and listed["data"][0]["parent"] is None
     assert missing.status_code == 404
-    assert score("extraction", COMPLETION, None, RewardContext({"review": "O fone de ouvido chegou com a entrega atrasada."})).components["schema"] > 0
+    late = ExtractionInput(review="O fone de ouvido chegou com a entrega atrasada.")
+    assert score("extraction", COMPLETION, None, RewardContext(late)).components["schema"] > 0
 
 
 @pytest.mark.parametrize("path,field", [("/v1/chat/completions", "delta"), ("/v1/completions", "text")])

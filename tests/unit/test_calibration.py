@@ -59,8 +59,8 @@ def test_stats_break_calibration_down_per_version():
 @pytest.mark.parametrize("task", ["extraction", "sql", "push"])
 def test_the_served_score_ranks_the_demo_models_answers_as_their_references_do(task):
     rows = _model_rows()[task]
-    pairs = [Pair(score(task, r["completion"], None, ctx(**r["input"])).total,
-                  score(task, r["completion"], r["reference"], ctx(**r["input"])).total, None) for r in rows]
+    pairs = [Pair(score(task, r["completion"], None, ctx(task, **r["input"])).total,
+                  score(task, r["completion"], r["reference"], ctx(task, **r["input"])).total, None) for r in rows]
     result = calibrate(pairs)
     assert result.rank_correlation >= 0.7, f"{task}: {result}"
 

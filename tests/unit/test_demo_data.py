@@ -15,6 +15,7 @@ import tasks
 from common.datasets import SPLITS, input_key, load_split
 from common.records import RewardContext
 from common.settings import load_settings
+from common.tasks import ExtractionInput
 from demo import bootstrap, commerce_db, datasets
 from demo.reviews import TEAM_ONLY_SCENARIOS, TEAM_PRODUCTS
 from demo.sql_patterns import TEAM_PATTERNS
@@ -157,7 +158,7 @@ def test_a_new_user_message_template_makes_the_demo_models_stale(built_datasets,
         return rendered(task, task_input).replace("Avaliação:", "Comentário do cliente:")
 
     monkeypatch.setattr(prompts, "user_message", reworded)
-    assert prompts.build_messages("extraction", {"review": "ok"})[-1]["content"].startswith("Comentário do cliente:")
+    assert prompts.build_messages("extraction", ExtractionInput(review="ok"))[-1]["content"].startswith("Comentário do cliente:")
     assert bootstrap._training_fingerprint(settings) != before
 
 
@@ -189,8 +190,9 @@ def test_the_stores_insights_analyses_are_what_the_bootstrap_style_is_not(built_
         advice = queries[question.split(" (dados")[0]]
         columns, rows = row["input"]["columns"], row["input"]["rows"]
         assert row["target"] == datasets.team_insights_demonstration(question, columns, rows, advice)
-        team.append(tasks.score("insights", row["target"], None, RewardContext(row["input"])).total)
-        general.append(tasks.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None, RewardContext(row["input"])).total)
+        team.append(tasks.score("insights", row["target"], None, RewardContext(tasks.typed_input("insights", row["input"]))).total)
+        general.append(tasks.score("insights", datasets.insights_demonstration(question, columns, rows, advice), None,
+                                   RewardContext(tasks.typed_input("insights", row["input"]))).total)
     assert min(team) >= 0.95
     assert sum(team) / len(team) - sum(general) / len(general) >= 0.08
     for row in load_split(built_datasets / "datasets", "insights", "bootstrap"):

@@ -6,6 +6,7 @@ import json
 
 from common.datasets import input_hash, load_split
 from common.records import Label, RewardContext
+from common.tasks import ExtractionInput, SqlInput
 from router import examples as examples_module
 from router.examples import ExampleBook, Examples
 from router.prompts import build_messages
@@ -32,12 +33,12 @@ LABELS = [
 def test_similar_inputs_retrieve_the_teams_answers_but_never_eval_or_retired_ones():
     book = ExampleBook("extraction", LABELS)
     assert {e.id for e in book.examples} == {"r1", "r2", "r3"}  # r4 is eval, r5 retired, r6 disliked
-    similar = book.similar({"review": "Meu fone de ouvido chegou quebrado."}, k=2)
+    similar = book.similar(ExtractionInput(review="Meu fone de ouvido chegou quebrado."), k=2)
     assert similar[0].id == "r1" and similar[0].answer == json.dumps(FIXED, ensure_ascii=False)
-    liked = book.similar({"review": "Amei a cadeira nova."}, k=1)
+    liked = book.similar(ExtractionInput(review="Amei a cadeira nova."), k=1)
     assert liked[0].id == "r3" and liked[0].source == "liked" and liked[0].answer == '{"sentiment": "neutral"}'
-    assert book.similar({"review": "xyz"}, k=3) == []  # nothing in common: nothing shown
-    assert all(e.id != "r1" for e in book.similar({"review": "O fone chegou quebrado e não liga."}, k=3))  # never itself
+    assert book.similar(ExtractionInput(review="xyz"), k=3) == []  # nothing in common: nothing shown
+    assert all(e.id != "r1" for e in book.similar(ExtractionInput(review="O fone chegou quebrado e não liga."), k=3))  # never itself
 
 
 def test_inputs_without_a_word_to_match_are_never_retrieved_and_break_nothing():
@@ -45,21 +46,21 @@ def test_inputs_without_a_word_to_match_are_never_retrieved_and_break_nothing():
     example is such an input once made bm25s fail on an empty vocabulary, and every request a 500."""
     wordless = [label(8, "e o a", FIXED, "correction"), label(9, "?!...", FIXED, "correction")]
     book = ExampleBook("extraction", wordless)
-    assert book.examples == [] and book.similar({"review": "O fone chegou quebrado."}, k=2) == []
-    assert book.correction_for({"review": "e o a"}).id == "r8"  # its exact repeat still gets the correction
+    assert book.examples == [] and book.similar(ExtractionInput(review="O fone chegou quebrado."), k=2) == []
+    assert book.correction_for(ExtractionInput(review="e o a")).id == "r8"  # its exact repeat still gets the correction
     mixed = ExampleBook("extraction", LABELS + wordless)
     assert {e.id for e in mixed.examples} == {"r1", "r2", "r3"}
-    assert mixed.similar({"review": "Meu fone de ouvido chegou quebrado."}, k=1)[0].id == "r1"
+    assert mixed.similar(ExtractionInput(review="Meu fone de ouvido chegou quebrado."), k=1)[0].id == "r1"
 
 
 def test_an_exact_repeat_of_a_corrected_input_is_answered_by_its_newest_correction():
     newer = label(7, "O fone chegou quebrado e não liga.", {"sentiment": "negative", "complaint_category": "wrong_item"},
                   "correction", at=10)
     book = ExampleBook("extraction", LABELS + [newer])
-    repeat = book.correction_for({"review": "O fone chegou quebrado e não liga."})
+    repeat = book.correction_for(ExtractionInput(review="O fone chegou quebrado e não liga."))
     assert repeat.id == "r7" and "wrong_item" in repeat.answer
-    assert book.correction_for({"review": "O relógio veio com defeito na pulseira."}).id == "r4"  # eval: still answered
-    assert book.correction_for({"review": "A entrega atrasou duas semanas."}) is None  # a reference, not a correction
+    assert book.correction_for(ExtractionInput(review="O relógio veio com defeito na pulseira.")).id == "r4"  # eval: still answered
+    assert book.correction_for(ExtractionInput(review="A entrega atrasou duas semanas.")) is None  # a reference, not a correction
 
 
 class CountingStore:
@@ -77,15 +78,15 @@ class CountingStore:
 def test_the_index_is_rebuilt_only_when_the_labels_change():
     store = CountingStore(LABELS)
     examples = Examples(store, ["extraction"], k=2, exact_repeats=True, poll_s=0.0)
-    repeat, shown = examples.for_request("extraction", {"review": "O fone chegou quebrado e não liga."})
+    repeat, shown = examples.for_request("extraction", ExtractionInput(review="O fone chegou quebrado e não liga."))
     assert repeat.id == "r1" and shown == []
-    repeat, shown = examples.for_request("extraction", {"review": "Meu fone veio quebrado."})
+    repeat, shown = examples.for_request("extraction", ExtractionInput(review="Meu fone veio quebrado."))
     assert repeat is None and shown[0].id == "r1" and store.reads == 1
     store.version = 2
     store.labels_list = LABELS + [label(8, "Meu fone veio quebrado.", FIXED, "correction")]
-    assert examples.for_request("extraction", {"review": "Meu fone veio quebrado."})[0].id == "r8" and store.reads == 2
+    assert examples.for_request("extraction", ExtractionInput(review="Meu fone veio quebrado."))[0].id == "r8" and store.reads == 2
     off = Examples(store, [], k=2, exact_repeats=True, poll_s=0.0)  # retrieval off: repeats still answered
-    assert off.for_request("extraction", {"review": "Meu fone de ouvido veio quebrado."}) == (None, [])
+    assert off.for_request("extraction", ExtractionInput(review="Meu fone de ouvido veio quebrado.")) == (None, [])
 
 
 def test_the_pretrained_weights_are_shown_the_bootstrap_rows_until_the_fine_tuned_model_serves(tmp_path, monkeypatch):
@@ -102,30 +103,30 @@ def test_the_pretrained_weights_are_shown_the_bootstrap_rows_until_the_fine_tune
     split_reads = []
     monkeypatch.setattr(examples_module, "load_split", lambda *args: split_reads.append(args) or load_split(*args))
     examples = Examples(store, ["extraction"], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path)
-    _, shown = examples.for_request("extraction", {"review": "Minha cadeira quebrou."})
+    _, shown = examples.for_request("extraction", ExtractionInput(review="Minha cadeira quebrou."))
     assert shown[0].id == "extraction-bootstrap-00000" and shown[0].source == "bootstrap"
     assert shown[0].answer == '{"sentiment": "negative"}'  # the row's target, as the fine-tuning teaches it
-    _, shown = examples.for_request("extraction", {"review": "O fone chegou quebrado, não liga mais."})
-    assert [e.id for e in shown if e.input == LABELS[0].input] == ["r1"]  # the team's answer, not the row's
+    _, shown = examples.for_request("extraction", ExtractionInput(review="O fone chegou quebrado, não liga mais."))
+    assert [e.id for e in shown if e.input == ExtractionInput(**LABELS[0].input)] == ["r1"]  # the team's answer, not the row's
     store.version += 1  # a new label: the book is rebuilt, the split is not read again
-    assert examples.for_request("extraction", {"review": "Minha cadeira quebrou."})[1][0].id == "extraction-bootstrap-00000"
+    assert examples.for_request("extraction", ExtractionInput(review="Minha cadeira quebrou."))[1][0].id == "extraction-bootstrap-00000"
     assert len(split_reads) == 1 and store.reads == 2
     store.pretrained = False  # the fine-tuned weights serve now
-    _, shown = examples.for_request("extraction", {"review": "Minha cadeira quebrou."})
+    _, shown = examples.for_request("extraction", ExtractionInput(review="Minha cadeira quebrou."))
     assert all(e.source != "bootstrap" for e in shown) and store.reads == 3
     store.pretrained = True
     assert Examples(store, [], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path).for_request(
-        "extraction", {"review": "Minha cadeira quebrou."}) == (None, [])  # retrieval off for the task: no rows either
+        "extraction", ExtractionInput(review="Minha cadeira quebrou.")) == (None, [])  # retrieval off for the task: no rows either
     no_split = Examples(store, ["extraction"], k=3, exact_repeats=True, poll_s=0.0, datasets_dir=tmp_path / "elsewhere")
-    assert all(e.source != "bootstrap" for e in no_split.for_request("extraction", {"review": "Minha cadeira quebrou."})[1])
+    assert all(e.source != "bootstrap" for e in no_split.for_request("extraction", ExtractionInput(review="Minha cadeira quebrou."))[1])
 
 
 def test_demonstrations_come_before_the_request_as_earlier_turns():
-    messages = build_messages("sql", {"question": "Quantos pedidos em SP?"}, (({"question": "Quantos pedidos em RJ?"},
+    messages = build_messages("sql", SqlInput(question="Quantos pedidos em SP?"), ((SqlInput(question="Quantos pedidos em RJ?"),
                                                                                "SELECT COUNT(*) FROM orders_enriched WHERE customer_state = 'RJ'"),))
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[1]["content"] == "Pergunta: Quantos pedidos em RJ?" and messages[-1]["content"] == "Pergunta: Quantos pedidos em SP?"
-    assert build_messages("sql", {"question": "x"}) == [messages[0], {"role": "user", "content": "Pergunta: x"}]
+    assert build_messages("sql", SqlInput(question="x")) == [messages[0], {"role": "user", "content": "Pergunta: x"}]
 
 
 def test_a_promoted_version_retires_the_examples_it_answers_right_on_its_own():
@@ -192,7 +193,8 @@ def test_the_gate_shows_each_row_the_examples_serving_would_show():
         def labels(self, task):
             return LABELS
 
-    rows = [EvalRow("e1", "team", {"review": "Meu fone veio quebrado."}, None), EvalRow("e2", "bootstrap", {"review": "xyz"}, None)]
+    rows = [EvalRow("e1", "team", ExtractionInput(review="Meu fone veio quebrado."), None),
+            EvalRow("e2", "bootstrap", ExtractionInput(review="xyz"), None)]
     shown = demonstrations(load_settings(examples_k=1), Store(), "extraction", rows)
-    assert [inp for inp, _ in shown["e1"]] == [LABELS[0].input] and shown["e2"] == ()
+    assert [inp for inp, _ in shown["e1"]] == [ExtractionInput(**LABELS[0].input)] and shown["e2"] == ()
     assert demonstrations(load_settings(examples_tasks=[]), Store(), "extraction", rows) == {}

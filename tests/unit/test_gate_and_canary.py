@@ -14,6 +14,7 @@ from common.records import Feedback, Label, Reward
 from common.rounds import StopCondition
 from common.settings import load_settings
 from common.stats import mean_interval
+from common.tasks import ExtractionInput, PushInput
 from rewards import Score
 from tests.unit.test_shapes_and_routing import make_record
 from trainer import canary, gate
@@ -24,7 +25,7 @@ SETTINGS = load_settings(gate_min_rows=16, promote_margin=0.0, component_toleran
 
 
 def rows(n: int) -> list[EvalRow]:
-    return [EvalRow(f"row-{i}", ("team", "bootstrap")[i % 2], {"review": f"r{i}"}, {}) for i in range(n)]
+    return [EvalRow(f"row-{i}", ("team", "bootstrap")[i % 2], ExtractionInput(review=f"r{i}"), {}) for i in range(n)]
 
 
 def scored(total: float, **fields) -> Score:
@@ -264,7 +265,7 @@ def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(
     from trainer import gate
 
     settings = load_settings(data_dir=tmp_path)
-    push_rows = [EvalRow(f"row-{i}", "bootstrap", {"campaign": "carrinho_abandonado", "customer_name": f"Ana{i}"}, None)
+    push_rows = [EvalRow(f"row-{i}", "bootstrap", PushInput(campaign="carrinho_abandonado", customer_name=f"Ana{i}"), None)
                  for i in range(6)]
     store, pool = DictStore(), CountingPool()
     first = asyncio.run(gate.answer(pool, settings, "push", "push-v1", push_rows[:4], settings.seed, store))

@@ -3,11 +3,10 @@ Every hole a cheap answer used to pass through is here, next to the honest answe
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-from msgspec.structs import replace
 
-from common.records import RewardContext
 from rewards import review_cues
 from rewards.sql import extract_sql
 from tasks import score
@@ -20,7 +19,7 @@ HONEST_COPY = {"title": "Ana, voltou ao estoque", "body": "15% off em fone de ou
 
 
 def _push(copy: dict, context: dict = BACK_IN_STOCK):
-    return score("push", json.dumps(copy, ensure_ascii=False), None, RewardContext(context))
+    return score("push", json.dumps(copy, ensure_ascii=False), None, ctx("push", **context))
 
 
 def test_garbled_push_copy_that_does_not_say_its_campaign_scores_low():
@@ -65,7 +64,7 @@ HONEST_EXTRACTION = {"sentiment": "neutral", "sentiment_score": 3.0, "complaint_
 
 
 def _extraction(**changes):
-    return score("extraction", json.dumps({**HONEST_EXTRACTION, **changes}, ensure_ascii=False), None, RewardContext({"review": REVIEW}))
+    return score("extraction", json.dumps({**HONEST_EXTRACTION, **changes}, ensure_ascii=False), None, ctx("extraction", review=REVIEW))
 
 
 def test_the_review_is_read_for_its_complaints_polarity_and_delivery():
@@ -100,7 +99,7 @@ def test_a_summary_of_the_reviews_words_reversed_or_of_a_complaint_it_does_not_m
 def test_sentiment_and_category_follow_the_review():
     assert _extraction(sentiment="positive").components["sentiment_cue"] == 0.5  # a mixed review
     praise = "Produto de ótima qualidade, chegou antes do prazo. Recomendo!"
-    said = lambda **c: score("extraction", json.dumps({**HONEST_EXTRACTION, **c}, ensure_ascii=False), None, RewardContext({"review": praise}))
+    said = lambda **c: score("extraction", json.dumps({**HONEST_EXTRACTION, **c}, ensure_ascii=False), None, ctx("extraction", review=praise))
     assert said(sentiment="negative").components["sentiment_cue"] == 0.0
     assert said(sentiment="positive").components["sentiment_cue"] == 1.0
     assert said(complaint_category="none").components["category_cue"] == 1.0
@@ -111,9 +110,9 @@ def test_sentiment_and_category_follow_the_review():
 def test_more_than_five_key_phrases_do_not_beat_five_with_a_reference():
     phrases = ["chegou com a caixa amassada", "funciona bem", "o som é ótimo", "só demorou 12 dias", "fone de ouvido"]
     five = score("extraction", json.dumps({**HONEST_EXTRACTION, "key_phrases": phrases}, ensure_ascii=False),
-                 {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, RewardContext({"review": REVIEW}))
+                 {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, ctx("extraction", review=REVIEW))
     seven = score("extraction", json.dumps({**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, ensure_ascii=False),
-                  {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, RewardContext({"review": REVIEW}))
+                  {**HONEST_EXTRACTION, "key_phrases": phrases + ["caixa", "amassada"]}, ctx("extraction", review=REVIEW))
     assert not seven.valid and seven.total <= five.total
 
 
@@ -123,7 +122,7 @@ CITIES_OF_MS = "Liste as cinco cidades de MS que mais compraram."
 
 
 def _sql(query: str, question: str = CITIES_OF_MS, **limits):
-    return score("sql", query, None, replace(ctx(question=question), **limits))
+    return score("sql", query, None, replace(ctx("sql", question=question), **limits))
 
 
 def test_a_query_shaped_like_an_answer_that_answers_nothing_scores_low():
@@ -196,7 +195,7 @@ TRUE_ANALYSIS = ("<think>\nSP lidera.\n</think>\n\nResumo: entre os 4 registros,
 
 
 def test_true_claims_about_the_data_are_paid_in_full():
-    result = score("insights", TRUE_ANALYSIS, None, RewardContext(STATES))
+    result = score("insights", TRUE_ANALYSIS, None, ctx("insights", **STATES))
     assert result.details["claims"] == "4 true, 0 false" and result.total > 0.9, result.details
 
 
@@ -206,16 +205,16 @@ def test_true_claims_about_the_data_are_paid_in_full():
     (("à frente de RJ", "atrás de RJ"), "SP behind RJ"),
 ])
 def test_a_false_claim_costs_more_than_no_claim(false, why):
-    claimed = score("insights", TRUE_ANALYSIS.replace(*false), None, RewardContext(STATES))
+    claimed = score("insights", TRUE_ANALYSIS.replace(*false), None, ctx("insights", **STATES))
     assert why in claimed.details["claims"]
     silent = score("insights", "<think>\nOs dados.\n</think>\n\nReceita por estado:\n- SP tem 293.568,79.\n- RJ tem 86.627,69.\n"
-                   "- MG tem 82.682,02.\nRecomendação: priorizar campanhas em SP.", None, RewardContext(STATES))
-    assert claimed.total < silent.total < score("insights", TRUE_ANALYSIS, None, RewardContext(STATES)).total
+                   "- MG tem 82.682,02.\nRecomendação: priorizar campanhas em SP.", None, ctx("insights", **STATES))
+    assert claimed.total < silent.total < score("insights", TRUE_ANALYSIS, None, ctx("insights", **STATES)).total
 
 
 def test_a_figure_must_sit_beside_the_row_it_belongs_to():
     moved = TRUE_ANALYSIS.replace("- MG soma 82.682,02.", "- MG soma 86.627,69.")
-    result = score("insights", moved, None, RewardContext(STATES))
+    result = score("insights", moved, None, ctx("insights", **STATES))
     assert "beside the wrong row" in result.details["grounding"] and result.components["grounding"] < 1.0
 
 

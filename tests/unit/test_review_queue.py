@@ -12,6 +12,7 @@ from common.datasets import input_hash
 from common.records import Label, Record, Reward
 from common.rounds import ComponentDifference, GateDecision, GateRecord, Outcome, RoundSummary, TaskOutcome, decode_round, encode_round
 from server.review import COLD_START_LABELS, coverage_gains, doubt_weight, input_features, rank, similarities, weakest_components
+from tasks import typed_input
 from tests.unit.test_access import app_for
 from tests.unit.test_shapes_and_routing import make_record
 
@@ -80,7 +81,7 @@ def test_similarities_are_the_share_of_an_input_another_shows_with_identical_inp
     inputs = [{"question": q} for q in ("quantos pedidos foram entregues em sao paulo", "quantos pedidos foram entregues no parana",
                                         "quantos pedidos foram cancelados em sao paulo", "qual vendedor vendeu mais cadeiras gamer",
                                         "?", "!", "pedidos entregues")]  # "?" and "!" have no content words, and are different inputs
-    features = [input_features("insights", i) for i in inputs]  # a task whose inputs are their words alone
+    features = [input_features("insights", typed_input("insights", i)) for i in inputs]  # a task whose inputs are their words alone
     words = [only for only, in features]
     hashes = [input_hash("insights", i) for i in inputs]
     similarity = similarities(features, hashes)
@@ -129,7 +130,7 @@ def test_without_labels_the_queue_labels_a_named_input_where_most_inputs_carry_a
     nameless = [push(f"nameless-{i}", deadline="hoje") for i in range(2)]
     order = [record.id for record, _, _ in rank("push", nameless + named, [], [], "k1", False, 6)]
     assert order[0].startswith("named-")
-    features = [input_features("push", record.input) for record in (named[0], named[1], nameless[0])]
+    features = [input_features("push", typed_input("push", record.input)) for record in (named[0], named[1], nameless[0])]
     assert features[0][1] == features[1][1] != features[2][1]  # the same shape, whatever the name
     similarity = similarities(features, ["n0", "n1", "d0"])
     assert similarity[0, 1] > similarity[2, 1] and similarity[0, 1] > shown(features[1][0], features[0][0])
@@ -284,14 +285,14 @@ def test_two_wordings_of_one_query_are_alike_and_the_queue_lists_each_query_befo
     questions = [("weight", q) for q in weight] + [("orders", q) for q in orders] + [("cities", q) for q in cities]
     records = [served(f"{query}-{i}", 0.2, question) for i, (query, question) in enumerate(questions)]
     inputs = [{"question": q} for q in (weight[0], weight[4], orders[0], cities[0], "Quanto pesa, em gramas, um produto de bebes em média?")]
-    features = [input_features("sql", i) for i in inputs]
+    features = [input_features("sql", typed_input("sql", i)) for i in inputs]
     assert shown(features[0][0], features[1][0]) == 0.0  # the two wordings share no content word
     similarity = similarities(features, [input_hash("sql", i) for i in inputs])
     assert similarity[0, 1] >= 0.5 > similarity[0, 2] and similarity[0, 3] == 0.0 and similarity[0, 4] > similarity[0, 1]
     unread = [{"question": "o que voce acha do site da loja"}, {"question": "o que voce acha do site novo da loja"}]
-    assert all(input_features("sql", i)[1] == frozenset() for i in unread)
-    words = [input_features("sql", i)[0] for i in unread]  # neither says what it asks: its words alone judge the pair
-    similarity = similarities([input_features("sql", i) for i in unread], ["h1", "h2"])
+    assert all(input_features("sql", typed_input("sql", i))[1] == frozenset() for i in unread)
+    words = [input_features("sql", typed_input("sql", i))[0] for i in unread]  # neither says what it asks: its words alone judge the pair
+    similarity = similarities([input_features("sql", typed_input("sql", i)) for i in unread], ["h1", "h2"])
     assert similarity[0, 1] == pytest.approx(shown(words[1], words[0])) and similarity[1, 0] == pytest.approx(shown(words[0], words[1]))
     ranked = rank("sql", records, [], [], "k1", False, len(records))
     first = [record.id.split("-")[0] for record, _, _ in ranked[:3]]

@@ -3,6 +3,7 @@ the SQL reward and its sandbox over a small commerce DB, the TRL reward function
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 
@@ -46,7 +47,7 @@ REFERENCE_ANSWERS = {
 
 def score(task: str, completion: str, reference=None, context: dict | None = None):
     """tasks.score with the small DB and the query limits in the context, as the service passes them."""
-    return tasks.score(task, completion, reference, ctx(**(context or {})))
+    return tasks.score(task, completion, reference, ctx(task, **context) if context else ctx())
 
 
 def _check_ranges(result):
@@ -379,7 +380,7 @@ def test_runaway_queries_are_stopped_within_the_limit(small_commerce_db):
     assert run_readonly(small_commerce_db, blowup, timeout_s=2.0, row_cap=1000).error  # length limit, not memory exhaustion
     cross = "SELECT COUNT(*) FROM olist_orders_dataset a, olist_orders_dataset b, olist_orders_dataset c"
     assert run_readonly(small_commerce_db, cross, timeout_s=0.2, row_cap=1000).error == "time limit exceeded"
-    assert score("sql", runaway, SQL_REF, {"timeout_s": 0.1}).components["executes"] == 0.0
+    assert tasks.score("sql", runaway, SQL_REF, dataclasses.replace(ctx(), timeout_s=0.1)).components["executes"] == 0.0
 
 
 def test_row_cap(small_commerce_db):
@@ -394,11 +395,11 @@ def test_the_grpo_reward_is_the_scored_total_with_the_scoring_weights():
     whatever its task and whether it has a reference."""
     completions = [[{"role": "assistant", "content": REFERENCE_ANSWERS[t][0] + ("" if k else " x")}] for t in TASKS for k in (0, 1)]
     kwargs = {"task": [t for t in TASKS for _ in (0, 1)], "reference": [REFERENCE_ANSWERS[t][1] for t in TASKS for _ in (0, 1)],
-              "context": [ctx(**REFERENCE_ANSWERS[t][2]).to_json() for t in TASKS for _ in (0, 1)]}
+              "context": [(ctx(t, **REFERENCE_ANSWERS[t][2]) if REFERENCE_ANSWERS[t][2] else ctx()).to_json() for t in TASKS for _ in (0, 1)]}
     log = StepLog()
     values = reward_function("sum", 2, 0.1, log)(completions=completions, **kwargs)
     for value, completion, task, reference, context in zip(values, completions, kwargs["task"], kwargs["reference"], kwargs["context"]):
-        assert value == tasks.score(task, completion[0]["content"], reference, RewardContext.from_json(context)).total
+        assert value == tasks.score(task, completion[0]["content"], reference, RewardContext.from_json(context, tasks.definition(task).input_model)).total
     assert log.batches[0]["groups"] == 4 and 0.0 <= log.batches[0]["zero_variance_share"] <= 1.0
 
 

@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from common.datasets import input_hash, input_key
+from common.datasets import input_hash, input_key, stored_input
 from common.records import AdapterMeta, Label, RewardContext, Route
 from common.rounds import GateDecision, GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome
 from common.settings import load_settings
+from common.tasks import SqlInput
 from tests.unit.conftest import ctx
 from tests.unit.test_shapes_and_routing import make_record
 from trainer.data import build, no_demonstrations, served_demonstrations
@@ -32,12 +33,17 @@ def label(n: int, question: str, *, answer=None, rating=None, split="train", ser
                  rating=rating, updated=float(n))
 
 
+def ctx_of_sql(task_input) -> RewardContext:
+    """The round's reward context of a SQL input (its model), over the small DB."""
+    return ctx("sql", **stored_input(task_input))
+
+
 def render(messages: list[dict]) -> str:
     return json.dumps(messages, ensure_ascii=False)
 
 
 def run(labels, records=(), held_out=frozenset(), limit=64):
-    return build("sql", labels, list(records), render, lambda i: ctx(**i), held_out, seed=1, unlabelled_limit=limit,
+    return build("sql", labels, list(records), render, ctx_of_sql, held_out, seed=1, unlabelled_limit=limit,
                  liked_as_supervised=True)
 
 
@@ -90,7 +96,7 @@ def test_liked_answers_join_sft_only_beside_corrections_and_never_the_validation
     data = run(corrected + rated_only)
     assert {e.source for e in data.sft if e.liked} == {"l0", "l1", "l2"}
     assert not any(e.liked for e in data.validation) and len(data.validation) == 4
-    without = build("sql", corrected + rated_only, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64,
+    without = build("sql", corrected + rated_only, [], render, ctx_of_sql, frozenset(), seed=1, unlabelled_limit=64,
                     liked_as_supervised=False)
     assert not any(e.liked for e in without.sft) and len(without.sft) == 26
 
@@ -237,7 +243,7 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
     settings = load_settings(examples_k=2, examples_tasks=["sql"], train_with_examples=True)
     shown = served_demonstrations(settings, "sql", labels)
     data = build("sql", labels, [("1-0", make_record(id="r1", input={"question": "Quantos clientes em SC?"}))], render,
-                 lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True, shown=shown)
+                 ctx_of_sql, frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True, shown=shown)
     for example in data.sft + data.validation + data.prompts:
         turns = json.loads(example.prompt)
         if example.source == "l8":  # no word in common with any other input: no demonstration, as serving
@@ -252,7 +258,7 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
             assert answer == GOOD.replace("'SP'", f"'{question.removesuffix('?').split()[-1]}'")
     assert served_demonstrations(load_settings(examples_tasks=["push"], train_with_examples=True), "sql", labels) is no_demonstrations
     assert served_demonstrations(load_settings(examples_tasks=["sql"]), "sql", labels) is no_demonstrations  # off by default
-    plain = build("sql", labels, [], render, lambda i: ctx(**i), frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True)
+    plain = build("sql", labels, [], render, ctx_of_sql, frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True)
     assert all(len(json.loads(e.prompt)) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
 
 
@@ -286,7 +292,7 @@ def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_sign
     versions = lineage(v2, {"sql-v1": v1, "sql-v2": v2})
     assert versions == ("sql-v2", "sql-v1", "base")
     held = frozenset({input_key({"question": "Quantos pedidos em 2016?"})})
-    data = build("sql", [corrected], records, render, lambda i: ctx(**i), held, seed=1, unlabelled_limit=64,
+    data = build("sql", [corrected], records, render, ctx_of_sql, held, seed=1, unlabelled_limit=64,
                  liked_as_supervised=True, lineage=versions, groups_limit=10)
     assert data.policy == "sql-v2"
     assert [g.source for g in data.groups] == ["r2", "r1", "r0"]  # the newest first
@@ -294,14 +300,14 @@ def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_sign
     by_source = {g.source: g for g in data.groups}
     assert json.loads(by_source["r1"].reference) == {"sql": GOOD} and by_source["r0"].reference == ""
     assert by_source["r0"].completion_ids == [[10, 2], [11, 2], [12, 2], [13, 2]] and by_source["r0"].prompt_token_ids == [1, 2, 3]
-    assert by_source["r0"].temperature == 0.7 and RewardContext.from_json(by_source["r0"].context).input["question"] == "Quantos pedidos?"
+    assert by_source["r0"].temperature == 0.7 and RewardContext.from_json(by_source["r0"].context, SqlInput).input.question == "Quantos pedidos?"
     assert data.skipped == {"group of a version outside the lineage": 1, "group of identical completions": 1,
                             "group of invalid completions only": 1, "group not whole": 1, "group of an eval-set input": 1,
                             "eval-set or labelled input": 2}
     summary = data.summary()
     assert summary.groups == 3 and summary.labelled_groups == 1 and summary.sources.groups == ["r0", "r1", "r2"]
     assert [m for m, _ in methods_plan(data)] == ["grpo"] and "3 served groups (1 scored with a label)" in methods_plan(data)[0][1]
-    fresh = build("sql", [], records, render, lambda i: ctx(**i), held, seed=1, unlabelled_limit=64, liked_as_supervised=True,
+    fresh = build("sql", [], records, render, ctx_of_sql, held, seed=1, unlabelled_limit=64, liked_as_supervised=True,
                   lineage=lineage(None, {}), groups_limit=1)
     assert [g.source for g in fresh.groups] == ["r1"] and fresh.skipped["group beyond the round's limit"] == 1
     assert fresh.skipped["group of a version outside the lineage"] == 2  # a fresh LoRA is the base model's policy

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from common.records import AdapterMeta, Record, Reward, Route, Sampling, Usage, adapter_version_name, decode_adapter, decode_record, encode
-from common.tasks import ExtractionOutput
+from common.tasks import ExtractionOutput, SqlInput
 from router.classify import classify
 from router.prompts import build_messages
 from router.route_table import RouteTable
@@ -134,7 +134,7 @@ def test_every_task_has_one_entry_with_its_engine_sampling_and_prompt():
     schema = definition("extraction").json_schema["properties"]
     for value in schema["complaint_category"]["enum"]:
         assert value in definition("extraction").system_prompt
-    assert build_messages("sql", {"question": "x"})[1]["content"] == "Pergunta: x"
+    assert build_messages("sql", SqlInput(question="x"))[1]["content"] == "Pergunta: x"
 
 
 def test_a_chat_message_becomes_its_tasks_input_and_only_push_reads_json_fields():

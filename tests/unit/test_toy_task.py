@@ -28,7 +28,7 @@ from router.engine_client import EnginePool
 from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
-from tasks import TASKS, TaskDefinition, check_reference, definition, register, score, unregister
+from tasks import TASKS, TaskDefinition, check_reference, definition, register, score, typed_input, unregister
 from tests.unit.test_engine_client import MODELS, FixedPrompt, send
 from tests.unit.test_served_groups import MemoryStore, NoExamples
 
@@ -43,9 +43,10 @@ class EchoInput(BaseModel):
     word: str = Field(min_length=1, max_length=20)
 
 
-def echo_score(completion: str, reference, context: dict, fields: dict):
+def echo_score(completion: str, reference, context: RewardContext, fields: dict):
     said = completion.split()
-    share = sum(w == context.input.get("word") for w in said) / len(said) if said else 0.0
+    word = context.input.word if context.input is not None else None
+    share = sum(w == word for w in said) / len(said) if said else 0.0
     return {"echo": share}, {"echo": 1.0}, {"echo": f"{share:.0%} of the words are the word"}, completion.strip()
 
 
@@ -58,7 +59,7 @@ ECHO = TaskDefinition(
     output_model=None,
     input_field="word",
     system_prompt="Repita a palavra.",
-    user_message=lambda task_input: f"Palavra: {task_input['word']}",
+    user_message=lambda task_input: f"Palavra: {task_input.word}",
     scorer=echo_score,
     valid=lambda components, details, output: bool(output),
     check_reference=lambda value: references.text("echo", value, max_chars=40),
@@ -164,10 +165,10 @@ def test_a_toy_task_is_served_from_its_entry_alone(gateway):
 
 
 def test_a_toy_task_is_scored_and_its_references_checked_by_the_same_entry_points(echo):
-    assert score("echo", "t7 t7", None, RewardContext({"word": "t7"})).total == 1.0
-    scored = score("echo", "t7 t9", "t7", RewardContext({"word": "t7"}))
+    assert score("echo", "t7 t7", None, RewardContext(typed_input("echo", {"word": "t7"}))).total == 1.0
+    scored = score("echo", "t7 t9", "t7", RewardContext(typed_input("echo", {"word": "t7"})))
     assert scored.total == 0.5 and not scored.reference_used  # its traits say no reference scores it
-    assert score("echo", "", None, RewardContext({"word": "t7"})).valid is False
+    assert score("echo", "", None, RewardContext(typed_input("echo", {"word": "t7"}))).valid is False
     assert check_reference("echo", "t7") == "t7"
     with pytest.raises(InvalidReference, match="at most 40 characters"):
         check_reference("echo", "t7 " * 20)
@@ -194,7 +195,7 @@ def test_a_toy_task_trains_with_grpo_on_the_groups_the_gateway_recorded(gateway,
     built = data.build("echo", [], records, FixedPrompt().render, settings.reward_context, frozenset(), seed=0,
                        unlabelled_limit=0, liked_as_supervised=False, groups_limit=10)
     assert len(built.groups) == 4 and all(g.completion_ids[0] == GOOD for g in built.groups)
-    assert RewardContext.from_json(built.groups[0].context).input["word"] == "t7"
+    assert RewardContext.from_json(built.groups[0].context, definition("echo").input_model).input.word == "t7"
     before = sum(logprobs_of(model, PROMPT, GOOD)) - sum(logprobs_of(model, PROMPT, BAD))
     trained = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=1, grpo_max_epochs=3,
                             train_cpu_precision="fp32")

@@ -16,7 +16,7 @@ import pytest
 import tasks
 from demo import datasets
 from demo.reviews import make_review
-from tasks import definition
+from tasks import definition, typed_input
 from tests.unit.conftest import ctx
 
 MODEL_ANSWERS = Path(__file__).parent / "data" / "demo_model_answers.jsonl"
@@ -42,7 +42,7 @@ def rows(small_commerce_db) -> dict[str, list[dict]]:
 
 
 def _mean(task: str, completions: list[str], task_rows: list[dict], with_reference: bool) -> float:
-    return statistics.fmean(tasks.score(task, c, r["reference"] if with_reference else None, ctx(**r["input"])).total
+    return statistics.fmean(tasks.score(task, c, r["reference"] if with_reference else None, ctx(task, **r["input"])).total
                             for c, r in zip(completions, task_rows))
 
 
@@ -56,7 +56,7 @@ def test_every_trivial_answer_scores_far_below_the_references(rows, task, with_r
     references = _mean(task, [r["target"] for r in task_rows], task_rows, with_reference)
     assert references >= 0.7, f"the references themselves score {references:.3f}"
     for name, make in definition(task).makers([r["reference"] for r in task_rows]).items():
-        trivial = _mean(task, [make(r["input"]) for r in task_rows], task_rows, with_reference)
+        trivial = _mean(task, [make(typed_input(task, r["input"])) for r in task_rows], task_rows, with_reference)
         assert trivial <= FAR_BELOW * references, f"{task} ({'with' if with_reference else 'without'} reference): " \
                                                   f"{name!r} scores {trivial:.3f} against the references' {references:.3f}"
 
@@ -75,5 +75,5 @@ def test_every_trivial_answer_scores_below_the_demo_models_answers(task, with_re
     assert len(task_rows) >= 10
     model = _mean(task, [r["completion"] for r in task_rows], task_rows, with_reference)
     for name, make in definition(task).makers([r["reference"] for r in task_rows]).items():
-        trivial = _mean(task, [make(r["input"]) for r in task_rows], task_rows, with_reference)
+        trivial = _mean(task, [make(typed_input(task, r["input"])) for r in task_rows], task_rows, with_reference)
         assert trivial < model, f"{task}: {name!r} scores {trivial:.3f}, the demo model {model:.3f}"
