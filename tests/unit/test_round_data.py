@@ -317,3 +317,25 @@ def methods_plan(data):
     from trainer import methods
 
     return methods.plan("auto", data, load_settings(min_sft_examples=1000))
+
+
+def test_a_stored_input_the_task_no_longer_accepts_is_skipped_and_counted_never_trained():
+    """Records and labels keep their inputs as stored; a round reads each back as the task's input model.
+    One that is no longer a valid input (stored under an older model) is left out and counted."""
+    labels = [label(0, "", answer={"sql": GOOD}), label(1, "Quantos pedidos existem?", answer={"sql": GOOD})]
+    records = [("0-0", make_record(id="r0", input={"pergunta": "Quantos?"})), ("1-0", make_record(id="r1", input={"question": "Quantos?"}))]
+    data = run(labels, records)
+    assert [e.source for e in data.sft] == ["l1"]
+    assert sorted(p.source for p in data.prompts) == ["l1", "r1"]
+    assert data.skipped["stored input not valid for the task"] == 2
+
+
+def test_the_reward_context_goes_to_json_and_back_with_the_tasks_input_model():
+    from tasks import definition
+
+    context = ctx("sql", question="Quantos pedidos?")
+    back = RewardContext.from_json(context.to_json(), definition("sql").input_model)
+    assert back == context and isinstance(back.input, SqlInput)
+    assert RewardContext.from_json("", SqlInput) == RewardContext()  # a context without an input
+    with pytest.raises(ValueError, match="question"):
+        RewardContext.from_json('{"input": {"pergunta": "x"}}', SqlInput)
