@@ -115,6 +115,8 @@ def table(results: dict) -> str:
         lines.append(f"| {arm} | {e['seconds_per_step']:.2f} [{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}] | {e['steps']} | "
                      f"{e['optimisation_tokens_per_s']} |")
     s = results["speedup"]
-    lines.append(f"\nSteps {s['ratio']:.2f} times as fast with each prompt run once [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]; "
-                 f"the two arms' losses differ by at most {results['same_losses']:.2g} (bf16 autocast rounds the two orders apart).")
+    same = results["same_losses"]
+    losses = ("the two arms' losses are the same" if same == 0 else
+              f"the two arms' losses differ by at most {same:.2g} (bf16 autocast rounds the two orders apart)")
+    lines.append(f"\nSteps {s['ratio']:.2f} times as fast with each prompt run once [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]; {losses}.")
     return "\n".join(lines)

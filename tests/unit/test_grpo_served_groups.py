@@ -147,3 +147,15 @@ def test_grpo_runs_each_prompt_once_and_trains_the_weights_trls_own_forward_trai
     for name, value in plain_weights.items():
         assert torch.allclose(value, shared_weights[name], atol=1e-5), name
     assert any(not torch.allclose(value, torch.zeros_like(value)) for name, value in shared_weights.items() if "lora_B" in name)
+
+
+def test_bench_grpos_report_says_whether_the_arms_losses_are_the_same():
+    """fp32 (a CPU without bf16) gives both arms the same losses; bf16 autocast rounds them apart."""
+    from bench.grpo import table
+
+    arm = {"seconds_per_step": 12.57, "ci95": [11.62, 13.54], "steps": 16, "optimisation_tokens_per_s": 145.4}
+    results = {"task": "push", "groups": 8, "group_size": 4, "repeats": 2, "prompts_per_step": 2,
+               "arms": {"shared prompts": arm, "TRL forward": {**arm, "seconds_per_step": 19.8}},
+               "speedup": {"ratio": 1.575, "ci95": [1.41, 1.77]}, "same_losses": 0.0}
+    assert "Steps 1.57 times as fast with each prompt run once [1.41, 1.77]; the two arms' losses are the same." in table(results)
+    assert "differ by at most 0.003 (bf16 autocast" in table({**results, "same_losses": 0.003})
