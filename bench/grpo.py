@@ -42,13 +42,14 @@ async def _sample(settings: Settings, task: str, url: str, count: int) -> list[R
         gate = asyncio.Semaphore(4)
 
         async def one(i: int, row: dict) -> RolloutGroup:
+            task_input = typed_input(task, row["input"])
             async with gate:
-                prompt = pool.template.render(build_messages(task, typed_input(task, row["input"])))
+                prompt = pool.template.render(build_messages(task, task_input))
                 samples = await pool.complete_group(prompt, None, sampling.override(seed=settings.seed + i), spec.json_schema)
             return RolloutGroup(key=f"group:{row['id']}", source=row["id"], version="base", temperature=sampling.temperature,
                                 prompt_token_ids=list(samples[0].prompt_token_ids), completion_ids=[list(s.token_ids) for s in samples],
                                 logprobs=[list(s.logprobs) for s in samples], reference="",
-                                context=settings.reward_context(typed_input(task, row["input"])).to_json())
+                                context=settings.reward_context(task_input).to_json())
         rows = load_split(settings.datasets_dir, task, "train")[:count]
         return list(await asyncio.gather(*(one(i, row) for i, row in enumerate(rows))))
     finally:

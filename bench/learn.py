@@ -316,9 +316,9 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     render = ChatTemplate.load(model_path_of(settings, task)).render
     from router.prompts import build_messages
 
-    prompts = [GrpoPrompt(render(build_messages(task, typed_input(task, row["input"]))), task, row["id"],
-                          context=settings.reward_context(typed_input(task, row["input"])).to_json())
-               for row in {r["id"]: r for r in team.sent[task]}.values()][: settings.unlabelled_prompts_per_round]
+    sent = list({r["id"]: r for r in team.sent[task]}.values())[: settings.unlabelled_prompts_per_round]
+    prompts = [GrpoPrompt(render(build_messages(task, task_input)), task, row["id"], context=settings.reward_context(task_input).to_json())
+               for row, task_input in zip(sent, [typed_input(task, row["input"]) for row in sent])]
     active = store.route(task).active
     parent = store.adapter(active) if active else None
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}

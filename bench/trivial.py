@@ -58,13 +58,14 @@ def compare(settings: Settings, task: str, rows: list[dict], answers: list[str] 
     candidates = {REFERENCE: [r["target"] for r in rows]}
     if answers is not None:
         candidates[MODEL] = answers
+    inputs = [typed_input(task, r["input"]) for r in rows]
     for name, make in definition(task).makers([r.get("reference") for r in rows]).items():
-        candidates[name] = [make(typed_input(task, r["input"])) for r in rows]
+        candidates[name] = [make(task_input) for task_input in inputs]
     modes = ("with_reference", "without_reference") if TRAITS[task].scored_with_reference else ("without_reference",)
     out = {}
     for mode in modes:
         out[mode] = {name: _summary([score(task, c, r.get("reference") if mode == "with_reference" else None,
-                                           settings.reward_context(typed_input(task, r["input"]))).total for c, r in zip(texts, rows)])
+                                           settings.reward_context(task_input)).total for c, r, task_input in zip(texts, rows, inputs)])
                      for name, texts in candidates.items()}
     return out
 

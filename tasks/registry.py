@@ -65,12 +65,11 @@ def definition(name: str) -> TaskDefinition:
         raise UnknownTask(name) from None
 
 
-def typed_input(task: str, stored: Mapping | BaseModel) -> BaseModel:
+def typed_input(task: str, stored: Mapping) -> BaseModel:
     """A task input as records, labels and datasets store it (`stored_input`'s fields), back as the
     task's input model, which prompts, rewards and the review queue take; pydantic's ValidationError
-    names what a stored one lacks. An input that is the task's model already passes unchanged."""
-    model = definition(task).input_model
-    return stored if isinstance(stored, model) else model.model_validate(stored)
+    names what a stored one lacks."""
+    return definition(task).parse_input(stored)
 
 
 class _Names(Sequence[str]):
