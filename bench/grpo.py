@@ -28,7 +28,9 @@ from trainer.data import RolloutGroup
 ARMS = ("shared prompts", "TRL forward")
 
 
-async def _sample(settings: Settings, task: str, url: str, count: int) -> list[RolloutGroup]:
+async def sample_groups(settings: Settings, task: str, url: str, count: int) -> list[RolloutGroup]:
+    """One group for each of the task's first `count` train rows, sampled as the gateway samples a
+    served group, scored later without a reference (traffic carries none)."""
     from router.engine_client import EnginePool
     from router.prompts import build_messages
     from tasks import definition, typed_input
@@ -85,7 +87,7 @@ def run(settings: Settings, task: str, groups: int, steps: int, repeats: int, sa
         server = local_engine(TASK_ENGINE[task], model_path_of(own, task), "cpu", scratch,
                               settings.engine_cpu_precision)
         run_engines(stack, [server], say)
-        sampled = asyncio.run(_sample(own, task, server.url, max(groups, needed)))
+        sampled = asyncio.run(sample_groups(own, task, server.url, max(groups, needed)))
     sampled = [g for g in sampled if len({tuple(c) for c in g.completion_ids}) > 1][:needed]
     arms: dict[str, dict] = {arm: {"steps": [], "tokens_per_s": []} for arm in ARMS}
     losses: dict[str, list] = {}

@@ -1,0 +1,163 @@
+"""`tucano bench grpo-gain`: what a round's GRPO learns from reference-free groups, and nothing
+else, measured on held-out rows with their references.
+
+This is issue 64's traffic-only question with the rest of a round taken away (traffic through the
+gateway, the gate, shadow replay, promotions), so that one task's answer costs minutes, not a
+`bench learn` of hours:
+
+1. One vLLM engine (the task's model, as `serve` starts it, with runtime LoRA) samples one group
+   for each of the first `--groups` train rows, as the gateway samples a served group: `n`
+   completions in one request, with their logprobs, at the task's group temperature and with its
+   JSON schema. Each group is scored by the served score, without a reference, as traffic is.
+2. For each learning rate asked, a fresh LoRA from the same seed trains on those groups with the
+   round's own GRPO on served groups (`trainer.grpo.train_on_groups`: the task's training
+   settings, `--epochs` passes, no time budget).
+3. The LoRA is loaded into the engine under a fresh name, never reused, and answers the first
+   `--measure-rows` test rows as the gate answers: the task's serving prompt and sampling, and
+   each row's seed. The test rows are never traffic, never in the bootstrap, and never the gate's.
+   Each answer is scored with the row's reference and paired with the base model's answer to the
+   same row.
+
+Reported per arm:
+- steps and seconds;
+- groups dropped (equal rewards);
+- KL to the parent, and the clip ratio;
+- the held-out mean, and its paired difference from the base model, with a 95% interval;
+- the reference-free difference beside it. A policy that learns to please the scorer gains there
+  and not on the references.
+- the served score's rank correlation with the reference score on the arm's answers;
+- every component's mean.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+from bench.grpo import sample_groups
+from bench.learn import interval, measured, paired_gain, scorer_check
+from common.datasets import load_split
+from common.settings import Settings
+from rewards import Score
+from tasks import TASK_ENGINE, TRAITS, model_path_of, training_settings
+from trainer import gate
+from trainer.data import RolloutGroup
+
+REFERENCE_FREE_LEAD = 0.05  # issue 64: the reference-free gain exceeds the reference-scored one by at most this
+
+
+async def _answers(settings: Settings, task: str, url: str, version: str | None, rows: list[gate.EvalRow]) -> tuple[list[Score], list]:
+    """Each row answered by `version` (None: the base model) as the gate answers, scored with its
+    reference and, beside it, without one (the served score)."""
+    from router.engine_client import EnginePool
+
+    pool = EnginePool.for_task(settings, task, [url])
+    free: list = []
+    try:
+        scores = await gate.answer(pool, settings, task, version, rows, settings.seed, reference_free=free,
+                                   free_sources=frozenset({"bench"}))
+    finally:
+        await pool.close()
+    return scores, free
+
+
+def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path) -> dict:
+    """A fresh LoRA trained on the groups, saved to `out`; the run's watch list."""
+    from trainer import grpo, methods
+    from trainer.policy import load_policy
+
+    model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
+                                   methods.bf16(settings), methods.checkpointing(settings), settings.seed)
+    outcome = grpo.train_on_groups(settings, model, tokenizer, task, groups, float("inf"), "bench grpo-gain", policy="base")
+    model.save_pretrained(out)
+    report = outcome.grpo
+    return {"steps": outcome.steps, "seconds": round(outcome.seconds, 1), "groups_seen": report.groups,
+            "groups_dropped": report.groups_dropped, "kl_to_parent": report.kl_to_parent, "clip_ratio": report.clip_ratio,
+            "reward_mean": report.reward_mean, "reward_std": report.reward_std, "entropy": report.entropy,
+            "capped_tokens": [report.importance_clipped, report.importance_tokens]}
+
+
+def _engine(settings: Settings, task: str, scratch: Path, stack: ExitStack, say) -> str:
+    """The URL of the engine the task is served by where the settings name one (it must serve the
+    task's model with runtime LoRA), else of one started here, as `serve` starts it."""
+    kind = TASK_ENGINE[task]
+    configured = settings.base_engine_urls if kind == "base" else [settings.think_engine_url] if settings.think_engine_url else []
+    if configured:
+        return configured[0]
+    from deploy.vllm_server import local_engine, run_engines
+
+    server = local_engine(kind, model_path_of(settings, task), "cpu", scratch, settings.engine_cpu_precision)
+    run_engines(stack, [server], say)
+    return server.url
+
+
+def _free_mean(free: list) -> float:
+    return statistics.fmean(s.total for s in free if s is not None)
+
+
+def _free_gain(after: list, before: list) -> dict:
+    return interval([a.total - b.total for a, b in zip(after, before) if a is not None and b is not None])
+
+
+def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[float], measure_rows: int, say=print) -> dict:
+    from deploy.hotswap import load_everywhere, unload_everywhere
+
+    if not TRAITS[task].scored_with_reference:
+        raise ValueError(f"{task} has no references to measure a gain with")
+    own = training_settings(settings, task).model_copy(update={"grpo_max_epochs": epochs})
+    rates = rates or [own.grpo_learning_rate]
+    rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
+    if len(rows) < 3:
+        raise ValueError(f"{task}'s test split has {len(rows)} rows; at least 3 are needed for an interval")
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-gain-")))
+        url = _engine(own, task, scratch, stack, say)
+        sampled = asyncio.run(sample_groups(own, task, url, groups))
+        say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} without references")
+        base, base_free = asyncio.run(_answers(own, task, url, None, rows))
+        say(f"{task} base model: {statistics.fmean(s.total for s in base):.3f} on {len(rows)} held-out rows")
+        arms = []
+        for rate in rates:
+            version = f"{task}-gain-{uuid.uuid4().hex[:8]}"  # fresh: vLLM keeps a reused name's cached blocks
+            trained = _train(own.model_copy(update={"grpo_learning_rate": rate}), task, sampled, scratch / version)
+            asyncio.run(load_everywhere([url], version, str(scratch / version)))
+            try:
+                scores, free = asyncio.run(_answers(own, task, url, version, rows))
+            finally:
+                asyncio.run(unload_everywhere([url], version))
+            arm = {"learning_rate": rate, **trained, "held_out": measured(scores), "gain": paired_gain(scores, base),
+                   "reference_free_gain": _free_gain(free, base_free), "scorer": scorer_check(free, scores),
+                   "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
+            arms.append(arm)
+            say(f"{task} at {rate:g}: {trained['steps']} steps in {trained['seconds']} s, held-out "
+                f"{arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
+    return {"task": task, "groups": len(sampled), "group_size": own.grpo_num_generations, "epochs": epochs,
+            "temperature": sampled[0].temperature if sampled else None, "measure_rows": len(rows),
+            "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base),
+                     "reference_free_mean": round(_free_mean(base_free), 4)},
+            "arms": arms, "minutes": round((time.perf_counter() - started) / 60, 1)}
+
+
+def table(results: dict) -> str:
+    base = results["base"]
+    rho = (base["scorer"] or {}).get("rank_correlation")
+    lines = [f"GRPO on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
+             f"{results['epochs']:g} epoch(s)), measured on {results['measure_rows']} held-out test rows with their references; "
+             f"the base model: {base['held_out']['mean']:.3f}, rank correlation of its served score {rho}.", "",
+             "| learning rate | steps (s) | groups dropped / seen | KL to the parent | clip ratio | held-out mean | gain [95%] | "
+             "reference-free gain | rank correlation | answers as the base model's |", "|---:|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for arm in results["arms"]:
+        gain, free = arm["gain"], arm["reference_free_gain"]
+        lead = free["mean"] - gain["mean"]
+        flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
+        lines.append(f"| {arm['learning_rate']:g} | {arm['steps']} ({arm['seconds']:.0f}) | {arm['groups_dropped']} / {arm['groups_seen']} | "
+                     f"{arm['kl_to_parent']} | {arm['clip_ratio']:.3f} | {arm['held_out']['mean']:.3f} | "
+                     f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {free['mean']:+.3f}{flag} | "
+                     f"{(arm['scorer'] or {}).get('rank_correlation')} | {arm['same_answer_as_base']} of {results['measure_rows']} |")
+    lines.append(f"\nTook {results['minutes']} minutes.")
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""`tucano bench grpo-gain` end to end on the session's base engine with the tiny models: groups
+sampled there without references, a fresh LoRA trained on them per learning rate, loaded under a
+fresh name, measured on held-out rows against the base model, then unloaded. A small run: it
+checks what was trained and measured, and that the engine is left as it was, not the figures."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+
+from tests.conftest import REPO
+
+
+def _bench(built, engines, *args: str) -> subprocess.CompletedProcess:
+    env = {"TUCANO_DATA_DIR": str(built.data_dir), "TUCANO_BASE_ENGINE_URLS": json.dumps([engines["base"].url]),
+           "TUCANO_THINK_ENGINE_URL": engines["think"].url, "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "cli", "bench", "grpo-gain", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_it_on_held_out_rows(built, engines):
+    before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
+    result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "5", "--lr", "1e-4", "--lr", "1e-3")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
+    assert written["groups"] == 4 and written["group_size"] == 4 and written["measure_rows"] == 5
+    assert written["base"]["held_out"]["n"] == 5
+    assert [arm["learning_rate"] for arm in written["arms"]] == [1e-4, 1e-3]
+    for arm in written["arms"]:
+        # 4 groups, 2 a step, each batch optimised twice, one epoch: 4 steps, unless every group was flat
+        assert arm["groups_seen"] == 4 and 0 <= arm["groups_dropped"] <= 4
+        assert arm["steps"] == 4
+        assert arm["gain"]["n"] == 5 and arm["gain"]["ci95"][0] <= arm["gain"]["mean"] <= arm["gain"]["ci95"][1]
+        assert abs(arm["held_out"]["mean"] - written["base"]["held_out"]["mean"] - arm["gain"]["mean"]) < 2e-3
+        assert arm["reference_free_gain"]["n"] == 5 and 0 <= arm["same_answer_as_base"] <= 5
+    after = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
+    assert after == before  # each arm's LoRA unloaded
+    table = (built.bench_dir / "grpo-gain-push.md").read_text()
+    assert "| 0.0001 | 4 (" in table and "| 0.001 | 4 (" in table
+
+
+def test_bench_grpo_gain_refuses_a_task_without_references_and_too_few_groups(built, engines):
+    insights = _bench(built, engines, "--task", "insights")
+    assert insights.returncode == 2 and "insights has no references" in insights.stdout + insights.stderr
+    few = _bench(built, engines, "--groups", "1")
+    assert few.returncode == 2 and "--groups" in few.stdout + few.stderr
