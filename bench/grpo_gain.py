@@ -39,11 +39,11 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench.grpo import sample_groups
-from bench.learn import interval, measured, paired_gain, scorer_check
+from bench.learn import bench_engines, interval, measured, paired_gain, scorer_check
 from common.datasets import load_split
 from common.settings import Settings
 from rewards import Score
-from tasks import TASK_ENGINE, TRAITS, model_path_of, training_settings
+from tasks import TASK_ENGINE, model_path_of, training_settings
 from trainer import gate
 from trainer.data import RolloutGroup
 
@@ -81,33 +81,14 @@ def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path)
             "capped_tokens": [report.importance_clipped, report.importance_tokens]}
 
 
-def _engine(settings: Settings, task: str, scratch: Path, stack: ExitStack, say) -> str:
-    """The URL of the engine the task is served by where the settings name one (it must serve the
-    task's model with runtime LoRA), else of one started here, as `serve` starts it."""
-    kind = TASK_ENGINE[task]
-    configured = settings.base_engine_urls if kind == "base" else [settings.think_engine_url] if settings.think_engine_url else []
-    if configured:
-        return configured[0]
-    from deploy.vllm_server import local_engine, run_engines
-
-    server = local_engine(kind, model_path_of(settings, task), "cpu", scratch, settings.engine_cpu_precision)
-    run_engines(stack, [server], say)
-    return server.url
-
-
-def _free_mean(free: list) -> float:
-    return statistics.fmean(s.total for s in free if s is not None)
-
-
 def _free_gain(after: list, before: list) -> dict:
     return interval([a.total - b.total for a, b in zip(after, before) if a is not None and b is not None])
 
 
 def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[float], measure_rows: int, say=print) -> dict:
+    """`task` is one scored with references (the command checks it before anything starts)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
 
-    if not TRAITS[task].scored_with_reference:
-        raise ValueError(f"{task} has no references to measure a gain with")
     own = training_settings(settings, task).model_copy(update={"grpo_max_epochs": epochs})
     rates = rates or [own.grpo_learning_rate]
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
@@ -116,7 +97,8 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
     started = time.perf_counter()
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-gain-")))
-        url = _engine(own, task, scratch, stack, say)
+        kind = TASK_ENGINE[task]
+        url = bench_engines(own, scratch, stack, say, (kind,))[kind][0][0]
         sampled = asyncio.run(sample_groups(own, task, url, groups))
         say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} without references")
         base, base_free = asyncio.run(_answers(own, task, url, None, rows))
@@ -138,8 +120,7 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
                 f"{arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
     return {"task": task, "groups": len(sampled), "group_size": own.grpo_num_generations, "epochs": epochs,
             "temperature": sampled[0].temperature if sampled else None, "measure_rows": len(rows),
-            "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base),
-                     "reference_free_mean": round(_free_mean(base_free), 4)},
+            "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
             "arms": arms, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
 

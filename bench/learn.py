@@ -317,8 +317,9 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     from router.prompts import build_messages
 
     sent = list({r["id"]: r for r in team.sent[task]}.values())[: settings.unlabelled_prompts_per_round]
+    inputs = [typed_input(task, row["input"]) for row in sent]
     prompts = [GrpoPrompt(render(build_messages(task, task_input)), task, row["id"], context=settings.reward_context(task_input).to_json())
-               for row, task_input in zip(sent, [typed_input(task, row["input"]) for row in sent])]
+               for row, task_input in zip(sent, inputs)]
     active = store.route(task).active
     parent = store.adapter(active) if active else None
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}
@@ -356,7 +357,7 @@ def start_stack(settings: Settings, scratch: Path, stack: ExitStack, say, update
     the fleet and the gateway's URL; `stack` stops them all."""
     _link_bootstrap(settings, scratch)
     redis_url = stack.enter_context(EmbeddedRedis(scratch / "redis"))
-    engines = _engines(settings, scratch, stack, say)
+    engines = bench_engines(settings, scratch, stack, say)
     urls = {kind: kind_urls for kind, (kind_urls, _) in engines.items()}
     bench = settings.model_copy(update={"data_dir": scratch, "redis_url": redis_url, "base_engine_urls": urls["base"],
                                         "think_engine_url": urls["think"][0], "train_enabled": False, "canary_share": 0.0,
@@ -528,14 +529,16 @@ def bench_env(settings: Settings) -> dict[str, str]:
             "TUCANO_MAX_CORRECTIONS_PER_RECORD": str(settings.max_corrections_per_record)}
 
 
-def _engines(settings: Settings, scratch: Path, stack: ExitStack, say) -> dict[str, tuple[list[str], str]]:
-    """Each kind's engine URLs and numerics (`VllmServer.numerics`)."""
-    if settings.base_engine_urls and settings.think_engine_url:
-        return {"base": (settings.base_engine_urls, UNKNOWN_NUMERICS), "think": ([settings.think_engine_url], UNKNOWN_NUMERICS)}
+def bench_engines(settings: Settings, scratch: Path, stack: ExitStack, say,
+                  kinds: tuple[str, ...] = ("base", "think")) -> dict[str, tuple[list[str], str]]:
+    """Each kind's engine URLs and numerics (`VllmServer.numerics`): the configured ones where the
+    settings name every kind asked for, else one of each started here, as `serve` starts them."""
+    configured = {"base": settings.base_engine_urls, "think": [settings.think_engine_url] if settings.think_engine_url else []}
+    if all(configured[kind] for kind in kinds):
+        return {kind: (configured[kind], UNKNOWN_NUMERICS) for kind in kinds}
     from deploy.vllm_server import local_engine, run_engines
 
-    servers = [local_engine("base", settings.base_model_path, "cpu", scratch, settings.engine_cpu_precision),
-               local_engine("think", settings.think_model_path, "cpu", scratch, settings.engine_cpu_precision)]
+    servers = [local_engine(kind, settings.model_path_for(kind), "cpu", scratch, settings.engine_cpu_precision) for kind in kinds]
     run_engines(stack, servers, say)
     return {server.name: ([server.url], server.numerics) for server in servers}
 
