@@ -28,15 +28,16 @@ from trainer.data import RolloutGroup
 ARMS = ("shared prompts", "TRL forward")
 
 
-async def sample_groups(settings: Settings, task: str, url: str, count: int) -> list[RolloutGroup]:
+async def sample_groups(settings: Settings, task: str, url: str, count: int, temperature: float | None = None) -> list[RolloutGroup]:
     """One group for each of the task's first `count` train rows, sampled as the gateway samples a
-    served group, scored later without a reference (traffic carries none)."""
+    served group (at `temperature` where given, else the task's group temperature), scored later
+    without a reference (traffic carries none)."""
     from router.engine_client import EnginePool
     from router.prompts import build_messages
     from tasks import definition, typed_input
 
     spec = definition(task)
-    sampling = spec.sampling_for(settings.grpo_num_generations, {})
+    sampling = spec.sampling_for(settings.grpo_num_generations, {} if temperature is None else {"temperature": temperature})
     pool = EnginePool.for_task(settings, task, [url])
     try:
         if not await pool.check():

@@ -7,8 +7,11 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
 
 1. One vLLM engine (the task's model, as `serve` starts it, with runtime LoRA) samples one group
    for each of the first `--groups` train rows, as the gateway samples a served group: `n`
-   completions in one request, with their logprobs, at the task's group temperature and with its
-   JSON schema. Each group is scored by the served score, without a reference, as traffic is.
+   completions in one request, with their logprobs, at the task's group temperature (or at each
+   `--temperature` asked, each its own groups) and with its JSON schema. Each group is scored by
+   the served score, without a reference, as traffic is. The temperature is the question for a
+   greedy task: its groups must vary to carry a signal, yet samples far from the greedy answer
+   teach which of several worse answers is least bad.
 2. For each learning rate asked, a fresh LoRA from the same seed trains on those groups with the
    round's own GRPO on served groups (`trainer.grpo.train_on_groups`: the task's training
    settings, `--epochs` passes, no time budget).
@@ -18,8 +21,9 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
    Each answer is scored with the row's reference and paired with the base model's answer to the
    same row.
 
-Reported per arm:
+Reported per arm (a temperature and a rate):
 - steps and seconds;
+- the groups' mean served score and spread, beside the base model's greedy answers' served score;
 - groups dropped (equal rewards);
 - KL to the parent, and the clip ratio;
 - the held-out mean, and its paired difference from the base model, with a 95% interval;
@@ -85,12 +89,17 @@ def _free_gain(after: list, before: list) -> dict:
     return interval([a.total - b.total for a, b in zip(after, before) if a is not None and b is not None])
 
 
-def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[float], measure_rows: int, say=print) -> dict:
-    """`task` is one scored with references (the command checks it before anything starts)."""
+def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[float], measure_rows: int, say=print,
+        temperatures: list[float] | None = None) -> dict:
+    """`task` is one scored with references (the command checks it before anything starts). Each
+    temperature samples its own groups (default: the task's group temperature); every rate trains on
+    each, so the arms are every temperature with every rate, all measured against the same base answers."""
     from deploy.hotswap import load_everywhere, unload_everywhere
+    from tasks import definition
 
     own = training_settings(settings, task).model_copy(update={"grpo_max_epochs": epochs})
     rates = rates or [own.grpo_learning_rate]
+    temperatures = temperatures or [definition(task).group_temperature]
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
     if len(rows) < 3:
         raise ValueError(f"{task}'s test split has {len(rows)} rows; at least 3 are needed for an interval")
@@ -99,27 +108,29 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-gain-")))
         kind = TASK_ENGINE[task]
         url = bench_engines(own, scratch, stack, say, (kind,))[kind][0][0]
-        sampled = asyncio.run(sample_groups(own, task, url, groups))
-        say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} without references")
         base, base_free = asyncio.run(_answers(own, task, url, None, rows))
         say(f"{task} base model: {statistics.fmean(s.total for s in base):.3f} on {len(rows)} held-out rows")
         arms = []
-        for rate in rates:
-            version = f"{task}-gain-{uuid.uuid4().hex[:8]}"  # fresh: vLLM keeps a reused name's cached blocks
-            trained = _train(own.model_copy(update={"grpo_learning_rate": rate}), task, sampled, scratch / version)
-            asyncio.run(load_everywhere([url], version, str(scratch / version)))
-            try:
-                scores, free = asyncio.run(_answers(own, task, url, version, rows))
-            finally:
-                asyncio.run(unload_everywhere([url], version))
-            arm = {"learning_rate": rate, **trained, "held_out": measured(scores), "gain": paired_gain(scores, base),
-                   "reference_free_gain": _free_gain(free, base_free), "scorer": scorer_check(free, scores),
-                   "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
-            arms.append(arm)
-            say(f"{task} at {rate:g}: {trained['steps']} steps in {trained['seconds']} s, held-out "
-                f"{arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
-    return {"task": task, "groups": len(sampled), "group_size": own.grpo_num_generations, "epochs": epochs,
-            "temperature": sampled[0].temperature if sampled else None, "measure_rows": len(rows),
+        for temperature in temperatures:
+            sampled = asyncio.run(sample_groups(own, task, url, groups, temperature))
+            say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} at temperature {temperature:g} without references")
+            for rate in rates:
+                version = f"{task}-gain-{uuid.uuid4().hex[:8]}"  # fresh: vLLM keeps a reused name's cached blocks
+                trained = _train(own.model_copy(update={"grpo_learning_rate": rate}), task, sampled, scratch / version)
+                asyncio.run(load_everywhere([url], version, str(scratch / version)))
+                try:
+                    scores, free = asyncio.run(_answers(own, task, url, version, rows))
+                finally:
+                    asyncio.run(unload_everywhere([url], version))
+                arm = {"temperature": temperature, "learning_rate": rate, **trained, "held_out": measured(scores),
+                       "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
+                       "scorer": scorer_check(free, scores),
+                       "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
+                arms.append(arm)
+                say(f"{task} at temperature {temperature:g}, rate {rate:g}: {trained['steps']} steps in {trained['seconds']} s, "
+                    f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
+    return {"task": task, "groups": groups, "group_size": own.grpo_num_generations, "epochs": epochs,
+            "temperatures": temperatures, "measure_rows": len(rows),
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
             "arms": arms, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
@@ -127,16 +138,19 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
 def table(results: dict) -> str:
     base = results["base"]
     rho = (base["scorer"] or {}).get("rank_correlation")
+    served = (base["scorer"] or {}).get("served_mean")
     lines = [f"GRPO on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
              f"{results['epochs']:g} epoch(s)), measured on {results['measure_rows']} held-out test rows with their references; "
-             f"the base model: {base['held_out']['mean']:.3f}, rank correlation of its served score {rho}.", "",
-             "| learning rate | steps (s) | groups dropped / seen | KL to the parent | clip ratio | held-out mean | gain [95%] | "
-             "reference-free gain | rank correlation | answers as the base model's |", "|---:|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             f"the base model: {base['held_out']['mean']:.3f}, its greedy answers' served score {served}, their rank correlation {rho}.", "",
+             "| temperature | learning rate | steps (s) | groups dropped / seen | group served score (spread) | KL to the parent | clip ratio | "
+             "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
+             "|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for arm in results["arms"]:
         gain, free = arm["gain"], arm["reference_free_gain"]
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
-        lines.append(f"| {arm['learning_rate']:g} | {arm['steps']} ({arm['seconds']:.0f}) | {arm['groups_dropped']} / {arm['groups_seen']} | "
+        lines.append(f"| {arm['temperature']:g} | {arm['learning_rate']:g} | {arm['steps']} ({arm['seconds']:.0f}) | "
+                     f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {arm['clip_ratio']:.3f} | {arm['held_out']['mean']:.3f} | "
                      f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {free['mean']:+.3f}{flag} | "
                      f"{(arm['scorer'] or {}).get('rank_correlation')} | {arm['same_answer_as_base']} of {results['measure_rows']} |")

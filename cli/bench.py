@@ -196,6 +196,8 @@ def bench_grpo_gain(
     learning_rate: Annotated[list[float] | None, typer.Option("--lr", min=1e-7, max=1e-2,
                                                             help="GRPO learning rates, one arm each (repeatable; default the task's).")] = None,
     measure_rows: Annotated[int, typer.Option(min=3, help="Held-out test rows each arm and the base model answer.")] = 40,
+    temperature: Annotated[list[float] | None, typer.Option(min=0.05, max=2.0, help=(
+        "Temperatures the groups are sampled at, each its own groups and arms (repeatable; default the task's group temperature)."))] = None,
 ) -> None:
     """What a round's GRPO learns from reference-free groups alone, on held-out rows with references, against the base model."""
     from bench import grpo_gain as bench
@@ -206,7 +208,8 @@ def bench_grpo_gain(
         raise fail(f"--task: {task} has no references to measure a gain with; choose one of "
                    f"{', '.join(t for t in TASKS if TRAITS[t].scored_with_reference)}", 2)
     settings = built_settings()
-    results = bench.run(settings, task, groups, epochs, learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False))
+    results = bench.run(settings, task, groups, epochs, learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
+                        temperatures=temperature or [])
     report(settings, f"grpo-gain-{task}", results, bench.table(results))
 
 

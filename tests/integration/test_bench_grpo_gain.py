@@ -22,12 +22,15 @@ def _bench(built, engines, *args: str) -> subprocess.CompletedProcess:
 
 def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_it_on_held_out_rows(built, engines):
     before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
-    result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "5", "--lr", "1e-4", "--lr", "1e-3")
+    result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "5", "--lr", "1e-4", "--lr", "1e-3",
+                    "--temperature", "0.4", "--temperature", "1.0")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
     assert written["groups"] == 4 and written["group_size"] == 4 and written["measure_rows"] == 5
     assert written["base"]["held_out"]["n"] == 5
-    assert [arm["learning_rate"] for arm in written["arms"]] == [1e-4, 1e-3]
+    assert written["temperatures"] == [0.4, 1.0]
+    # every temperature's own groups, each trained at every rate
+    assert [(arm["temperature"], arm["learning_rate"]) for arm in written["arms"]] == [(0.4, 1e-4), (0.4, 1e-3), (1.0, 1e-4), (1.0, 1e-3)]
     for arm in written["arms"]:
         # 4 groups, 2 a step, each batch optimised twice, one epoch: 4 steps, unless every group was flat
         assert arm["groups_seen"] == 4 and 0 <= arm["groups_dropped"] <= 4
@@ -38,11 +41,13 @@ def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_
     after = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     assert after == before  # each arm's LoRA unloaded
     table = (built.bench_dir / "grpo-gain-push.md").read_text()
-    assert "| 0.0001 | 4 (" in table and "| 0.001 | 4 (" in table
+    assert "| 0.4 | 0.0001 | 4 (" in table and "| 1 | 0.001 | 4 (" in table
 
 
-def test_bench_grpo_gain_refuses_a_task_without_references_and_too_few_groups(built, engines):
+def test_bench_grpo_gain_refuses_a_task_without_references_too_few_groups_and_a_greedy_group(built, engines):
     insights = _bench(built, engines, "--task", "insights")
     assert insights.returncode == 2 and "insights has no references" in insights.stdout + insights.stderr
     few = _bench(built, engines, "--groups", "1")
     assert few.returncode == 2 and "--groups" in few.stdout + few.stderr
+    greedy = _bench(built, engines, "--temperature", "0")  # greedy samples would all agree: no group to learn from
+    assert greedy.returncode == 2 and "--temperature" in greedy.stdout + greedy.stderr
