@@ -23,7 +23,8 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
 
 Reported per arm (a temperature and a rate):
 - steps and seconds;
-- the groups' mean served score and spread, beside the base model's greedy answers' served score;
+- the groups' mean served score and spread, beside the served score of the base model's greedy
+  answers to the same train rows (what serving already answers there);
 - groups dropped (equal rewards);
 - KL to the parent, and the clip ratio;
 - the held-out mean, and its paired difference from the base model, with a 95% interval;
@@ -110,6 +111,12 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
         url = bench_engines(own, scratch, stack, say, (kind,))[kind][0][0]
         base, base_free = asyncio.run(_answers(own, task, url, None, rows))
         say(f"{task} base model: {statistics.fmean(s.total for s in base):.3f} on {len(rows)} held-out rows")
+        # the groups' own rows answered greedily, as served: what a group's samples are worse or better than
+        group_rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "train")[:groups]]
+        _, greedy_free = asyncio.run(_answers(own, task, url, None, group_rows))
+        served = [s.total for s in greedy_free if s is not None]
+        greedy_served = round(statistics.fmean(served), 4) if served else None
+        say(f"{task} base model's greedy answers to the groups' {len(group_rows)} train rows: served score {greedy_served}")
         arms = []
         for temperature in temperatures:
             sampled = asyncio.run(sample_groups(own, task, url, groups, temperature))
@@ -130,7 +137,7 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
                 say(f"{task} at temperature {temperature:g}, rate {rate:g}: {trained['steps']} steps in {trained['seconds']} s, "
                     f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
     return {"task": task, "groups": groups, "group_size": own.grpo_num_generations, "epochs": epochs,
-            "temperatures": temperatures, "measure_rows": len(rows),
+            "temperatures": temperatures, "measure_rows": len(rows), "greedy_served_on_group_rows": greedy_served,
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
             "arms": arms, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
@@ -141,7 +148,8 @@ def table(results: dict) -> str:
     served = (base["scorer"] or {}).get("served_mean")
     lines = [f"GRPO on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
              f"{results['epochs']:g} epoch(s)), measured on {results['measure_rows']} held-out test rows with their references; "
-             f"the base model: {base['held_out']['mean']:.3f}, its greedy answers' served score {served}, their rank correlation {rho}.", "",
+             f"the base model: {base['held_out']['mean']:.3f}, its served score there {served}, their rank correlation {rho}. "
+             f"Its greedy answers to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
              "| temperature | learning rate | steps (s) | groups dropped / seen | group served score (spread) | KL to the parent | clip ratio | "
              "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
              "|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]

@@ -27,7 +27,7 @@ def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
     assert written["groups"] == 4 and written["group_size"] == 4 and written["measure_rows"] == 5
-    assert written["base"]["held_out"]["n"] == 5
+    assert written["base"]["held_out"]["n"] == 5 and 0.0 <= written["greedy_served_on_group_rows"] <= 1.0
     assert written["temperatures"] == [0.4, 1.0]
     # every temperature's own groups, each trained at every rate
     assert [(arm["temperature"], arm["learning_rate"]) for arm in written["arms"]] == [(0.4, 1e-4), (0.4, 1e-3), (1.0, 1e-4), (1.0, 1e-3)]

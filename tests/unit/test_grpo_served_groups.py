@@ -174,10 +174,12 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
                 "scorer": {"rank_correlation": 0.81}, "same_answer_as_base": 7}
 
     results = {"task": "extraction", "groups": 48, "group_size": 4, "epochs": 1.0, "measure_rows": 40, "minutes": 41.5,
+               "greedy_served_on_group_rows": 0.52,
                "base": {"held_out": {"mean": 0.5}, "scorer": {"rank_correlation": 0.77, "served_mean": 0.6}},
                "arms": [arm(0.7, 1e-4, 0.06, 0.13), arm(0.3, 3e-5, 0.02, 0.06)]}
     text = table(results)
-    assert "the base model: 0.500, its greedy answers' served score 0.6, their rank correlation 0.77" in text
+    assert "the base model: 0.500, its served score there 0.6, their rank correlation 0.77" in text
+    assert "Its greedy answers to the groups' own rows: served score 0.52." in text
     assert ("| 0.7 | 0.0001 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
             "| 0.81 | 7 of 40 |") in text
     assert "| 0.3 | 3e-05 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
