@@ -36,7 +36,10 @@ EXTRACTION = TaskDefinition(
     name="extraction",
     traits=TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
     sampling=Sampling(0.0, 1.0, 384),
-    group_temperature=0.7,  # greedy alone; a group of it (options.samples, or a team's serve_samples) samples
+    # greedy alone; a group of it (options.samples, a team's serve_samples, a round's engine rollouts) samples at 0.7:
+    # GRPO on groups sampled at 0.3 lowered held-out reward by 0.106 and at 0.5 by 0.045; 0.7 and 1.0 moved nothing
+    # (`tucano bench grpo-gain --temperature`, docs/results.md, 2026-12-03)
+    group_temperature=0.7,
     input_model=ExtractionInput,
     output_model=ExtractionOutput,
     input_field="review",
