@@ -28,6 +28,12 @@ from trainer.data import RolloutGroup
 ARMS = ("shared prompts", "TRL forward")
 
 
+def group_rows(settings: Settings, task: str, count: int) -> list[dict]:
+    """The train rows the groups are sampled from: the task's first `count`. One owner, so that
+    whatever is compared with the groups (a base model's answers to their rows) reads the same rows."""
+    return load_split(settings.datasets_dir, task, "train")[:count]
+
+
 async def sample_groups(settings: Settings, task: str, url: str, count: int, temperature: float | None = None) -> list[RolloutGroup]:
     """One group for each of the task's first `count` train rows, sampled as the gateway samples a
     served group (at `temperature` where given, else the task's group temperature), scored later
@@ -53,8 +59,7 @@ async def sample_groups(settings: Settings, task: str, url: str, count: int, tem
                                 prompt_token_ids=list(samples[0].prompt_token_ids), completion_ids=[list(s.token_ids) for s in samples],
                                 logprobs=[list(s.logprobs) for s in samples], reference="",
                                 context=settings.reward_context(task_input).to_json())
-        rows = load_split(settings.datasets_dir, task, "train")[:count]
-        return list(await asyncio.gather(*(one(i, row) for i, row in enumerate(rows))))
+        return list(await asyncio.gather(*(one(i, row) for i, row in enumerate(group_rows(settings, task, count)))))
     finally:
         await pool.close()
 

@@ -10,8 +10,8 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
    completions in one request, with their logprobs, at the task's group temperature (or at each
    `--temperature` asked, each its own groups) and with its JSON schema. Each group is scored by
    the served score, without a reference, as traffic is. The temperature is the question for a
-   greedy task: its groups must vary to carry a signal, yet samples far from the greedy answer
-   teach which of several worse answers is least bad.
+   greedy task: its groups must vary to carry a signal, and the gradient is taken on what was
+   sampled, not on what is served greedily.
 2. For each learning rate asked, a fresh LoRA from the same seed trains on those groups with the
    round's own GRPO on served groups (`trainer.grpo.train_on_groups`: the task's training
    settings, `--epochs` passes, no time budget).
@@ -43,7 +43,7 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.grpo import sample_groups
+from bench.grpo import group_rows, sample_groups
 from bench.learn import bench_engines, interval, measured, paired_gain, scorer_check
 from common.datasets import load_split
 from common.settings import Settings
@@ -112,11 +112,11 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
         base, base_free = asyncio.run(_answers(own, task, url, None, rows))
         say(f"{task} base model: {statistics.fmean(s.total for s in base):.3f} on {len(rows)} held-out rows")
         # the groups' own rows answered greedily, as served: what a group's samples are worse or better than
-        group_rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "train")[:groups]]
-        _, greedy_free = asyncio.run(_answers(own, task, url, None, group_rows))
+        rows_of_groups = [gate.EvalRow.of(task, row, "bench") for row in group_rows(settings, task, groups)]
+        _, greedy_free = asyncio.run(_answers(own, task, url, None, rows_of_groups))
         served = [s.total for s in greedy_free if s is not None]
         greedy_served = round(statistics.fmean(served), 4) if served else None
-        say(f"{task} base model's greedy answers to the groups' {len(group_rows)} train rows: served score {greedy_served}")
+        say(f"{task} base model's greedy answers to the groups' {len(rows_of_groups)} train rows: served score {greedy_served}")
         arms = []
         for temperature in temperatures:
             sampled = asyncio.run(sample_groups(own, task, url, groups, temperature))
