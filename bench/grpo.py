@@ -18,6 +18,7 @@ import statistics
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from typing import NamedTuple
 
 from common.datasets import load_split
 from common.settings import Settings
@@ -34,10 +35,18 @@ def group_rows(settings: Settings, task: str, count: int) -> list[dict]:
     return load_split(settings.datasets_dir, task, "train")[:count]
 
 
-async def sample_groups(settings: Settings, task: str, url: str, count: int, temperature: float | None = None) -> list[RolloutGroup]:
+class Decoded(NamedTuple):
+    """A sampled group as text: the rendered prompt and each sample as the engine decoded it."""
+    prompt: str
+    samples: list[str]
+
+
+async def sample_groups(settings: Settings, task: str, url: str, count: int, temperature: float | None = None,
+                        decoded: dict[str, Decoded] | None = None) -> list[RolloutGroup]:
     """One group for each of the task's first `count` train rows, sampled as the gateway samples a
     served group (at `temperature` where given, else the task's group temperature), scored later
-    without a reference (traffic carries none)."""
+    without a reference (traffic carries none). `decoded`, when given, receives each group as text
+    under its key."""
     from router.engine_client import EnginePool
     from router.prompts import build_messages
     from tasks import definition, typed_input
@@ -55,7 +64,10 @@ async def sample_groups(settings: Settings, task: str, url: str, count: int, tem
             async with gate:
                 prompt = pool.template.render(build_messages(task, task_input))
                 samples = await pool.complete_group(prompt, None, sampling.override(seed=settings.seed + i), spec.json_schema)
-            return RolloutGroup(key=f"group:{row['id']}", source=row["id"], version="base", temperature=sampling.temperature,
+            key = f"group:{row['id']}"
+            if decoded is not None:
+                decoded[key] = Decoded(prompt, [s.text for s in samples])
+            return RolloutGroup(key=key, source=row["id"], version="base", temperature=sampling.temperature,
                                 prompt_token_ids=list(samples[0].prompt_token_ids), completion_ids=[list(s.token_ids) for s in samples],
                                 logprobs=[list(s.logprobs) for s in samples], reference="",
                                 context=settings.reward_context(task_input).to_json())

@@ -15,13 +15,16 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
 2. For each learning rate asked, a fresh LoRA from the same seed trains on those groups with the
    round's own GRPO on served groups (`trainer.grpo.train_on_groups`: the task's training
    settings, `--epochs` passes, no time budget).
+   With `--picks`, one more arm per temperature fine-tunes a fresh LoRA by the round's SFT on each
+   group's served pick (`_train_on_picks`): whether what best of n picks can be taught to the
+   greedy policy where GRPO's gradient on the same groups does not move it.
 3. The LoRA is loaded into the engine under a fresh name, never reused, and answers the first
    `--measure-rows` test rows as the gate answers: the task's serving prompt and sampling, and
    each row's seed. The test rows are never traffic, never in the bootstrap, and never the gate's.
    Each answer is scored with the row's reference and paired with the base model's answer to the
    same row.
 
-Reported per arm (a temperature and a rate):
+Reported per arm (a method, a temperature and a rate):
 - steps and seconds;
 - the groups' mean served score and spread, beside the served score of the base model's greedy
   answers to the same train rows (what serving already answers there);
@@ -41,17 +44,20 @@ import tempfile
 import time
 import uuid
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
-from bench.grpo import group_rows, sample_groups
+from bench.grpo import Decoded, group_rows, sample_groups
 from bench.learn import bench_engines, interval, measured, paired_gain, scorer_check
 from common.datasets import load_split
+from common.records import RewardContext
 from common.settings import Settings
 from rewards import Score
 from tasks import TASK_ENGINE, model_path_of, training_settings
 from trainer import gate
 from trainer.data import RolloutGroup
 
+GRPO, PICKS = "grpo", "sft on picks"
 REFERENCE_FREE_LEAD = 0.05  # issue 64: the reference-free gain exceeds the reference-scored one by at most this
 
 
@@ -86,15 +92,102 @@ def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path)
             "capped_tokens": [report.importance_clipped, report.importance_tokens]}
 
 
+def served_totals(task: str, group: RolloutGroup, samples: list[str]) -> list[float]:
+    """Each sample's served score (no reference), as the groups are trained on."""
+    from tasks import definition, score
+
+    context = RewardContext.from_json(group.context, definition(task).input_model)
+    return [score(task, text, None, context).total for text in samples]
+
+
+def first_best(values: list[float]) -> int:
+    """The index best of n serves: the highest, the first on a tie (server/answering.py)."""
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded: dict[str, Decoded], greedy: list[Score]) -> dict:
+    """How well the served score, which trains the groups, ranks their samples as the rows'
+    references do (the rows are train rows: the references exist, and training never sees them).
+    `greedy`: the base model's greedy answers to the same rows, scored with the references.
+
+    Reported: the within-group rank correlation of the served score with the reference score (the
+    mean of each group's Spearman rho where both sides vary, with a 95% interval over groups): what
+    GRPO's centred advantages act on; and the reference score of the samples, of the one the served
+    score ranks first (what best of n serves), of the best sample, and of the greedy answer."""
+    from scipy.stats import spearmanr
+
+    from tasks import definition, score
+
+    input_model = definition(task).input_model
+    rhos, samples, picked, best = [], [], [], []
+    for row, group in zip(rows, groups, strict=True):
+        context = RewardContext.from_json(group.context, input_model)
+        texts = decoded[group.key].samples
+        with_reference = [score(task, text, row["reference"], context).total for text in texts]
+        served = served_totals(task, group, texts)
+        samples += with_reference
+        picked.append(with_reference[first_best(served)])
+        best.append(max(with_reference))
+        if len(set(served)) > 1 and len(set(with_reference)) > 1:
+            rhos.append(float(spearmanr(served, with_reference).statistic))
+    return {"within_group_rank_correlation": interval(rhos) if len(rhos) >= 2 else None, "groups_ranked": len(rhos),
+            "samples": round(statistics.fmean(samples), 4), "served_pick": round(statistics.fmean(picked), 4),
+            "best_sample": round(statistics.fmean(best), 4), "greedy": round(statistics.fmean(s.total for s in greedy), 4)}
+
+
+class NothingToPick(ValueError):
+    """Too few groups varied for a picks arm; the arm is reported as skipped."""
+
+
+PICKS_VALIDATION_EVERY = 6  # every 6th pick is the SFT's validation slice (its early stopping), as a round holds labels apart
+
+
+def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], decoded: dict[str, Decoded], out: Path) -> dict:
+    """A fresh LoRA fine-tuned with the round's SFT (the task's settings) on each group's served
+    pick: the sample best of n would serve, where the group's served scores vary (a flat group
+    says nothing of which is better). Rejection-sampling fine-tuning from the same groups GRPO
+    trains on, without references; saved to `out`, with the same watch list where it applies."""
+    from trainer import methods, sft
+    from trainer.data import SftExample
+    from trainer.grpo import KL_GROUPS, kl_to_parent
+    from trainer.policy import load_policy
+
+    picks, flat, served_all, spreads = [], 0, [], []
+    for group in groups:
+        texts = decoded[group.key].samples
+        served = served_totals(task, group, texts)
+        served_all += served
+        spreads.append(statistics.pstdev(served))
+        if len(set(served)) == 1:
+            flat += 1
+            continue
+        picks.append(SftExample(decoded[group.key].prompt, texts[first_best(served)], group.source))
+    validation = picks[::PICKS_VALIDATION_EVERY]
+    train = [p for i, p in enumerate(picks) if i % PICKS_VALIDATION_EVERY]
+    if not train:
+        raise NothingToPick(f"{len(picks)} of {len(groups)} groups varied: too few picks to train on and validate with")
+    model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
+                                   methods.bf16(settings), methods.checkpointing(settings), settings.seed)
+    parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    outcome = sft.train(settings, model, tokenizer, train, validation, float("inf"), "bench grpo-gain: served picks")
+    kl = kl_to_parent(model, parent, [(g.prompt_token_ids, g.completion_ids) for g in groups[:KL_GROUPS]], groups[0].temperature)
+    model.save_pretrained(out)
+    return {"steps": outcome.steps, "seconds": round(outcome.seconds, 1), "groups_seen": len(groups), "groups_dropped": flat,
+            "kl_to_parent": float(f"{kl:.3g}") if kl is not None else None, "clip_ratio": None,
+            "reward_mean": round(statistics.fmean(served_all), 5), "reward_std": round(statistics.fmean(spreads), 5),
+            "entropy": None, "capped_tokens": None, "stopped_by": outcome.stopped_by, "picks": len(train), "validation": len(validation)}
+
+
 def _free_gain(after: list, before: list) -> dict:
     return interval([a.total - b.total for a, b in zip(after, before) if a is not None and b is not None])
 
 
 def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[float], measure_rows: int, say=print,
-        temperatures: list[float] | None = None) -> dict:
+        temperatures: list[float] | None = None, picks: bool = False) -> dict:
     """`task` is one scored with references (the command checks it before anything starts). Each
     temperature samples its own groups (default: the task's group temperature); every rate trains on
-    each, so the arms are every temperature with every rate, all measured against the same base answers."""
+    each, so the arms are every temperature with every rate, all measured against the same base answers.
+    `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
     from tasks import definition
 
@@ -112,55 +205,85 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
         base, base_free = asyncio.run(_answers(own, task, url, None, rows))
         say(f"{task} base model: {statistics.fmean(s.total for s in base):.3f} on {len(rows)} held-out rows")
         # the groups' own rows answered greedily, as served: what a group's samples are worse or better than
-        rows_of_groups = [gate.EvalRow.of(task, row, "bench") for row in group_rows(settings, task, groups)]
-        _, greedy_free = asyncio.run(_answers(own, task, url, None, rows_of_groups))
+        train_rows = group_rows(settings, task, groups)
+        rows_of_groups = [gate.EvalRow.of(task, row, "bench") for row in train_rows]
+        greedy, greedy_free = asyncio.run(_answers(own, task, url, None, rows_of_groups))
         served = [s.total for s in greedy_free if s is not None]
         greedy_served = round(statistics.fmean(served), 4) if served else None
         say(f"{task} base model's greedy answers to the groups' {len(rows_of_groups)} train rows: served score {greedy_served}")
-        arms = []
+        arms, checks, skipped = [], [], []
+
+        def measure(method: str, temperature: float, rate: float, train) -> None:
+            """One arm: a fresh LoRA trained by `train(out)`, loaded under a fresh name (vLLM keeps a
+            reused name's cached blocks), measured on the held-out rows, unloaded."""
+            version = f"{task}-gain-{uuid.uuid4().hex[:8]}"
+            trained = train(scratch / version)
+            asyncio.run(load_everywhere([url], version, str(scratch / version)))
+            try:
+                scores, free = asyncio.run(_answers(own, task, url, version, rows))
+            finally:
+                asyncio.run(unload_everywhere([url], version))
+            arm = {"method": method, "temperature": temperature, "learning_rate": rate, **trained, "held_out": measured(scores),
+                   "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
+                   "scorer": scorer_check(free, scores),
+                   "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
+            arms.append(arm)
+            say(f"{task}, {method} at temperature {temperature:g}, rate {rate:g}: {trained['steps']} steps in {trained['seconds']} s, "
+                f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
+
         for temperature in temperatures:
-            sampled = asyncio.run(sample_groups(own, task, url, groups, temperature))
-            say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} at temperature {temperature:g} without references")
+            decoded: dict[str, Decoded] = {}
+            sampled = asyncio.run(sample_groups(own, task, url, groups, temperature, decoded))
+            checked = group_check(task, train_rows, sampled, decoded, greedy)
+            checks.append({"temperature": temperature, **checked})
+            say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} at temperature {temperature:g} without references; "
+                f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
+                f"greedy {checked['greedy']:.3f}")
             for rate in rates:
-                version = f"{task}-gain-{uuid.uuid4().hex[:8]}"  # fresh: vLLM keeps a reused name's cached blocks
-                trained = _train(own.model_copy(update={"grpo_learning_rate": rate}), task, sampled, scratch / version)
-                asyncio.run(load_everywhere([url], version, str(scratch / version)))
+                measure(GRPO, temperature, rate, partial(_train, own.model_copy(update={"grpo_learning_rate": rate}), task, sampled))
+            if picks:
                 try:
-                    scores, free = asyncio.run(_answers(own, task, url, version, rows))
-                finally:
-                    asyncio.run(unload_everywhere([url], version))
-                arm = {"temperature": temperature, "learning_rate": rate, **trained, "held_out": measured(scores),
-                       "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
-                       "scorer": scorer_check(free, scores),
-                       "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
-                arms.append(arm)
-                say(f"{task} at temperature {temperature:g}, rate {rate:g}: {trained['steps']} steps in {trained['seconds']} s, "
-                    f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
+                    measure(PICKS, temperature, own.train_learning_rate, partial(_train_on_picks, own, task, sampled, decoded))
+                except NothingToPick as reason:
+                    skipped.append(f"{PICKS} at temperature {temperature:g}: {reason}")
+                    say(f"{task}: skipped {skipped[-1]}")
     return {"task": task, "groups": groups, "group_size": own.grpo_num_generations, "epochs": epochs,
             "temperatures": temperatures, "measure_rows": len(rows), "greedy_served_on_group_rows": greedy_served,
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
-            "arms": arms, "minutes": round((time.perf_counter() - started) / 60, 1)}
+            "groups_check": checks, "arms": arms, "skipped": skipped, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
 
 def table(results: dict) -> str:
     base = results["base"]
     rho = (base["scorer"] or {}).get("rank_correlation")
     served = (base["scorer"] or {}).get("served_mean")
-    lines = [f"GRPO on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
+    lines = [f"Trained on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
              f"{results['epochs']:g} epoch(s)), measured on {results['measure_rows']} held-out test rows with their references; "
              f"the base model: {base['held_out']['mean']:.3f}, its served score there {served}, their rank correlation {rho}. "
              f"Its greedy answers to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
-             "| temperature | learning rate | steps (s) | groups dropped / seen | group served score (spread) | KL to the parent | clip ratio | "
+             "| method | temperature | learning rate | steps (s) | groups dropped / seen | group served score (spread) | KL to the parent | clip ratio | "
              "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
-             "|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             "|---|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for arm in results["arms"]:
         gain, free = arm["gain"], arm["reference_free_gain"]
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
-        lines.append(f"| {arm['temperature']:g} | {arm['learning_rate']:g} | {arm['steps']} ({arm['seconds']:.0f}) | "
+        clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
+        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm['learning_rate']:g} | {arm['steps']} ({arm['seconds']:.0f}) | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
-                     f"{arm['kl_to_parent']} | {arm['clip_ratio']:.3f} | {arm['held_out']['mean']:.3f} | "
+                     f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
                      f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {free['mean']:+.3f}{flag} | "
                      f"{(arm['scorer'] or {}).get('rank_correlation')} | {arm['same_answer_as_base']} of {results['measure_rows']} |")
+    lines += [f"\nSkipped: {reason}." for reason in results.get("skipped", [])]
+    lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "
+              "correlation within each group, and the reference score of the samples, of the sample it ranks first, "
+              "of the best sample and of the base model's greedy answer:", "",
+              "| temperature | within-group rank correlation [95%] (groups) | samples | served score's pick | best sample | greedy |",
+              "|---:|---|---:|---:|---:|---:|"]
+    for check in results.get("groups_check", []):
+        rho = check["within_group_rank_correlation"]
+        shown = f"{rho['mean']:.2f} [{rho['ci95'][0]:.2f}, {rho['ci95'][1]:.2f}]" if rho else "-"
+        lines.append(f"| {check['temperature']:g} | {shown} ({check['groups_ranked']}) | {check['samples']:.3f} | "
+                     f"{check['served_pick']:.3f} | {check['best_sample']:.3f} | {check['greedy']:.3f} |")
     lines.append(f"\nTook {results['minutes']} minutes.")
     return "\n".join(lines)

@@ -23,15 +23,27 @@ def _bench(built, engines, *args: str) -> subprocess.CompletedProcess:
 def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_it_on_held_out_rows(built, engines):
     before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "5", "--lr", "1e-4", "--lr", "1e-3",
-                    "--temperature", "0.4", "--temperature", "1.0")
+                    "--temperature", "0.4", "--temperature", "1.0", "--picks")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
     assert written["groups"] == 4 and written["group_size"] == 4 and written["measure_rows"] == 5
     assert written["base"]["held_out"]["n"] == 5 and 0.0 <= written["greedy_served_on_group_rows"] <= 1.0
     assert written["temperatures"] == [0.4, 1.0]
-    # every temperature's own groups, each trained at every rate
-    assert [(arm["temperature"], arm["learning_rate"]) for arm in written["arms"]] == [(0.4, 1e-4), (0.4, 1e-3), (1.0, 1e-4), (1.0, 1e-3)]
-    for arm in written["arms"]:
+    # each temperature's groups scored with their train rows' references: no pick beats the best sample
+    assert [check["temperature"] for check in written["groups_check"]] == [0.4, 1.0]
+    for check in written["groups_check"]:
+        assert 0.0 <= check["samples"] <= check["best_sample"] <= 1.0 and check["served_pick"] <= check["best_sample"]
+        assert 0 <= check["groups_ranked"] <= 4 and 0.0 <= check["greedy"] <= 1.0
+    # every temperature's own groups, each trained at every rate, then SFT on their served picks
+    # (skipped, and said so, where too few of the 4 groups varied to pick from)
+    grpo = [arm for arm in written["arms"] if arm["method"] == "grpo"]
+    assert [(arm["temperature"], arm["learning_rate"]) for arm in grpo] == [(0.4, 1e-4), (0.4, 1e-3), (1.0, 1e-4), (1.0, 1e-3)]
+    picks = {arm["temperature"]: arm for arm in written["arms"] if arm["method"] == "sft on picks"}
+    skipped = [reason for reason in written["skipped"] if reason.startswith("sft on picks")]
+    assert len(picks) + len(skipped) == 2
+    for arm in picks.values():
+        assert 1 <= arm["picks"] <= 3 and arm["validation"] >= 1 and arm["steps"] >= 1 and arm["gain"]["n"] == 5
+    for arm in grpo:
         # 4 groups, 2 a step, each batch optimised twice, one epoch: 4 steps, unless every group was flat
         assert arm["groups_seen"] == 4 and 0 <= arm["groups_dropped"] <= 4
         assert arm["steps"] == 4

@@ -167,7 +167,7 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     from bench.grpo_gain import table
 
     def arm(temperature: float, rate: float, gain: float, free: float) -> dict:
-        return {"temperature": temperature, "learning_rate": rate, "reward_mean": 0.46, "reward_std": 0.155,
+        return {"method": "grpo", "temperature": temperature, "learning_rate": rate, "reward_mean": 0.46, "reward_std": 0.155,
                 "steps": 24, "seconds": 400.0, "groups_seen": 48, "groups_dropped": 5, "kl_to_parent": 0.21,
                 "clip_ratio": 0.004, "held_out": {"mean": 0.5 + gain}, "gain": {"mean": gain, "ci95": [gain - 0.03, gain + 0.03], "n": 40},
                 "reference_free_gain": {"mean": free, "ci95": [free - 0.02, free + 0.02], "n": 40},
@@ -176,10 +176,54 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     results = {"task": "extraction", "groups": 48, "group_size": 4, "epochs": 1.0, "measure_rows": 40, "minutes": 41.5,
                "greedy_served_on_group_rows": 0.52,
                "base": {"held_out": {"mean": 0.5}, "scorer": {"rank_correlation": 0.77, "served_mean": 0.6}},
-               "arms": [arm(0.7, 1e-4, 0.06, 0.13), arm(0.3, 3e-5, 0.02, 0.06)]}
+               "groups_check": [{"temperature": 0.7, "within_group_rank_correlation": {"mean": 0.597, "ci95": [0.45, 0.72], "n": 48},
+                                 "groups_ranked": 48, "samples": 0.511, "served_pick": 0.618, "best_sample": 0.645, "greedy": 0.503},
+                                {"temperature": 0.3, "within_group_rank_correlation": None, "groups_ranked": 1, "samples": 0.5,
+                                 "served_pick": 0.5, "best_sample": 0.5, "greedy": 0.503}],
+               "arms": [arm(0.7, 1e-4, 0.06, 0.13), arm(0.3, 3e-5, 0.02, 0.06),
+                        {**arm(0.7, 1e-3, 0.03, 0.03), "method": "sft on picks", "clip_ratio": None}]}
     text = table(results)
     assert "the base model: 0.500, its served score there 0.6, their rank correlation 0.77" in text
     assert "Its greedy answers to the groups' own rows: served score 0.52." in text
-    assert ("| 0.7 | 0.0001 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
+    assert ("| grpo | 0.7 | 0.0001 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
             "| 0.81 | 7 of 40 |") in text
-    assert "| 0.3 | 3e-05 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
+    assert "| grpo | 0.3 | 3e-05 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
+    assert "| sft on picks | 0.7 | 0.001 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
+    assert "| 0.7 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
+    assert "| 0.3 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
+
+
+def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_reference():
+    """The served score's pick is the sample it ranks first, scored with the reference; a group
+    whose samples are all alike ranks nothing and is left out of the rank correlation."""
+    from bench.grpo import Decoded
+    from bench.grpo_gain import group_check
+    from common.records import RewardContext
+    from tasks import score, typed_input
+
+    reference = {"sentiment": "negative", "sentiment_score": 1.0, "complaint_category": "delivery_delay",
+                 "product_mentioned": "mochila escolar", "delivery_issue": True, "would_recommend": False, "urgency": "high",
+                 "key_phrases": ["ainda não chegou"], "summary": "Pedido atrasado.", "requires_response": True}
+    review = {"review": "A mochila escolar ainda não chegou. Não recomendo."}
+    context = RewardContext(typed_input("extraction", review))
+    texts = [json.dumps(answer, ensure_ascii=False) for answer in (
+        {**reference, "sentiment": "positive", "sentiment_score": 5.0, "would_recommend": True, "complaint_category": "none"},
+        reference, "não sei", {**reference, "product_mentioned": None, "key_phrases": []})]
+    rows = [{"id": "r1", "input": review, "reference": reference}, {"id": "r2", "input": review, "reference": reference}]
+    groups = [RolloutGroup(key=f"group:{row['id']}", source=row["id"], version="base", temperature=0.7, prompt_token_ids=[3],
+                           completion_ids=[[4]] * 4, logprobs=[[-1.0]] * 4, reference="", context=context.to_json()) for row in rows]
+    alike = [texts[1]] * 4
+    greedy = [score("extraction", texts[2], reference, context), score("extraction", texts[1], reference, context)]
+    out = group_check("extraction", rows, groups, {"group:r1": Decoded("prompt", texts), "group:r2": Decoded("prompt", alike)}, greedy)
+
+    with_reference = [score("extraction", text, reference, context).total for text in texts]
+    served = [score("extraction", text, None, context).total for text in texts]
+    first = served.index(max(served))
+    assert with_reference[1] == pytest.approx(1.0)  # the reference itself
+    assert out["best_sample"] == pytest.approx((1.0 + 1.0) / 2, abs=1e-4)
+    assert out["served_pick"] == pytest.approx((with_reference[first] + 1.0) / 2, abs=1e-4)
+    assert out["samples"] == pytest.approx((sum(with_reference) + 4 * 1.0) / 8, abs=1e-4)
+    assert out["greedy"] == pytest.approx((greedy[0].total + 1.0) / 2, abs=1e-4)
+    assert out["groups_ranked"] == 1 and out["within_group_rank_correlation"] is None  # one group is no interval
+    with pytest.raises(ValueError):  # a row without its group is never paired with another's
+        group_check("extraction", rows, groups[:1], {"group:r1": Decoded("prompt", texts)}, greedy)
