@@ -135,6 +135,13 @@ def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded
             "best_sample": round(statistics.fmean(best), 4), "greedy": round(statistics.fmean(s.total for s in greedy), 4)}
 
 
+def _batch_spread(served_by_group: list[list[float]], per_batch: int) -> float:
+    """The samples' spread as GRPO's arms report it (TRL logs the std of a generation batch's
+    rewards, `per_batch` groups together): the mean over consecutive batches of that std."""
+    batches = [[v for served in served_by_group[i:i + per_batch] for v in served] for i in range(0, len(served_by_group), per_batch)]
+    return statistics.fmean(statistics.stdev(batch) for batch in batches if len(batch) > 1)
+
+
 class NothingToPick(ValueError):
     """Too few groups varied for a picks arm; the arm is reported as skipped."""
 
@@ -152,12 +159,11 @@ def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], d
     from trainer.grpo import KL_GROUPS, kl_to_parent
     from trainer.policy import load_policy
 
-    picks, flat, served_all, spreads = [], 0, [], []
+    picks, flat, served_by_group = [], 0, []
     for group in groups:
         texts = decoded[group.key].samples
         served = served_totals(task, group, texts)
-        served_all += served
-        spreads.append(statistics.pstdev(served))
+        served_by_group.append(served)
         if len(set(served)) == 1:
             flat += 1
             continue
@@ -174,7 +180,8 @@ def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], d
     model.save_pretrained(out)
     return {"steps": outcome.steps, "seconds": round(outcome.seconds, 1), "groups_seen": len(groups), "groups_dropped": flat,
             "kl_to_parent": float(f"{kl:.3g}") if kl is not None else None, "clip_ratio": None,
-            "reward_mean": round(statistics.fmean(served_all), 5), "reward_std": round(statistics.fmean(spreads), 5),
+            "reward_mean": round(statistics.fmean(v for served in served_by_group for v in served), 5),
+            "reward_std": round(_batch_spread(served_by_group, settings.grpo_prompts_per_step), 5),
             "entropy": None, "capped_tokens": None, "stopped_by": outcome.stopped_by, "picks": len(train), "validation": len(validation)}
 
 

@@ -227,3 +227,16 @@ def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_r
     assert out["groups_ranked"] == 1 and out["within_group_rank_correlation"] is None  # one group is no interval
     with pytest.raises(ValueError):  # a row without its group is never paired with another's
         group_check("extraction", rows, groups[:1], {"group:r1": Decoded("prompt", texts)}, greedy)
+
+
+def test_the_picks_arms_spread_is_a_generation_batchs_std_as_trl_logs_it():
+    """Two groups a batch: the std is over both groups' samples together (between-group spread
+    included), averaged over batches; a last batch of one group is its own std."""
+    import statistics
+
+    from bench.grpo_gain import _batch_spread
+
+    groups = [[0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.2, 0.4, 0.2, 0.4]]
+    first = statistics.stdev([0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    assert _batch_spread(groups, 2) == pytest.approx((first + statistics.stdev([0.2, 0.4, 0.2, 0.4])) / 2)
+    assert _batch_spread(groups[1:2], 2) == 0.0
