@@ -53,6 +53,7 @@ from common.datasets import load_split
 from common.records import RewardContext
 from common.settings import Settings
 from rewards import Score
+from rewards.scoring import first_best
 from tasks import TASK_ENGINE, model_path_of, training_settings
 from trainer import gate
 from trainer.data import RolloutGroup
@@ -100,12 +101,8 @@ def served_totals(task: str, group: RolloutGroup, samples: list[str]) -> list[fl
     return [score(task, text, None, context).total for text in samples]
 
 
-def first_best(values: list[float]) -> int:
-    """The index best of n serves: the highest, the first on a tie (server/answering.py)."""
-    return max(range(len(values)), key=lambda i: (values[i], -i))
-
-
-def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded: dict[str, Decoded], greedy: list[Score]) -> dict:
+def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded: dict[str, Decoded], served_by_key: dict[str, list[float]],
+                greedy: list[Score]) -> dict:
     """How well the served score, which trains the groups, ranks their samples as the rows'
     references do (the rows are train rows: the references exist, and training never sees them).
     `greedy`: the base model's greedy answers to the same rows, scored with the references.
@@ -124,7 +121,7 @@ def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded
         context = RewardContext.from_json(group.context, input_model)
         texts = decoded[group.key].samples
         with_reference = [score(task, text, row["reference"], context).total for text in texts]
-        served = served_totals(task, group, texts)
+        served = served_by_key[group.key]
         samples += with_reference
         picked.append(with_reference[first_best(served)])
         best.append(max(with_reference))
@@ -149,7 +146,8 @@ class NothingToPick(ValueError):
 PICKS_VALIDATION_EVERY = 6  # every 6th pick is the SFT's validation slice (its early stopping), as a round holds labels apart
 
 
-def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], decoded: dict[str, Decoded], out: Path) -> dict:
+def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], decoded: dict[str, Decoded],
+                    served_by_key: dict[str, list[float]], out: Path) -> dict:
     """A fresh LoRA fine-tuned with the round's SFT (the task's settings) on each group's served
     pick: the sample best of n would serve, where the group's served scores vary (a flat group
     says nothing of which is better). Rejection-sampling fine-tuning from the same groups GRPO
@@ -161,8 +159,7 @@ def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], d
 
     picks, flat, served_by_group = [], 0, []
     for group in groups:
-        texts = decoded[group.key].samples
-        served = served_totals(task, group, texts)
+        texts, served = decoded[group.key].samples, served_by_key[group.key]
         served_by_group.append(served)
         if len(set(served)) == 1:
             flat += 1
@@ -241,7 +238,8 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
         for temperature in temperatures:
             decoded: dict[str, Decoded] = {}
             sampled = asyncio.run(sample_groups(own, task, url, groups, temperature, decoded))
-            checked = group_check(task, train_rows, sampled, decoded, greedy)
+            served_by_key = {group.key: served_totals(task, group, decoded[group.key].samples) for group in sampled}
+            checked = group_check(task, train_rows, sampled, decoded, served_by_key, greedy)
             checks.append({"temperature": temperature, **checked})
             say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} at temperature {temperature:g} without references; "
                 f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
@@ -250,7 +248,7 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
                 measure(GRPO, temperature, rate, partial(_train, own.model_copy(update={"grpo_learning_rate": rate}), task, sampled))
             if picks:
                 try:
-                    measure(PICKS, temperature, own.train_learning_rate, partial(_train_on_picks, own, task, sampled, decoded))
+                    measure(PICKS, temperature, own.train_learning_rate, partial(_train_on_picks, own, task, sampled, decoded, served_by_key))
                 except NothingToPick as reason:
                     skipped.append(f"{PICKS} at temperature {temperature:g}: {reason}")
                     say(f"{task}: skipped {skipped[-1]}")

@@ -38,3 +38,8 @@ def total_of(components: dict[str, float], weights: dict[str, float]) -> tuple[d
     components = {k: v if 0.0 <= v <= 1.0 else (1.0 if v > 1.0 else 0.0) for k, v in components.items()}
     total = sum(map(mul, weights.values(), map(components.__getitem__, weights))) / sum(weights.values())
     return components, round(min(1.0, max(0.0, total)), 4)
+
+
+def first_best(totals: list[float]) -> int:
+    """The sample best of n serves: the highest total, the first of equals."""
+    return max(range(len(totals)), key=lambda i: (totals[i], -i))

@@ -22,6 +22,7 @@ from common.records import BASE_VERSION, Group, Record, Reward, Sample, Sampling
 from common.store import StoreUnavailable
 from rewards import REWARD_VERSION
 from rewards.parsing import split_think
+from rewards.scoring import first_best
 from rewards.sql_sandbox import run_readonly
 from router.engine_client import Completion, EngineTimeout, EngineUnavailable
 from router.examples import Example
@@ -108,7 +109,7 @@ def _score_and_output(state: GatewayState, prepared: Prepared, completions: list
     """Every completion's score, the index of the best (the first of equals), and its output."""
     context = state.settings.reward_context(prepared.task_input)
     scores = [score(prepared.task, c.text, prepared.reference, context) for c in completions]
-    best = max(range(len(scores)), key=lambda i: (scores[i].total, -i))
+    best = first_best([s.total for s in scores])
     return scores, best, _output(prepared.task, completions[best].text, scores[best], execute, include_think, state)
 
 

@@ -197,7 +197,7 @@ def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_r
     """The served score's pick is the sample it ranks first, scored with the reference; a group
     whose samples are all alike ranks nothing and is left out of the rank correlation."""
     from bench.grpo import Decoded
-    from bench.grpo_gain import group_check
+    from bench.grpo_gain import group_check, served_totals
     from common.records import RewardContext
     from tasks import score, typed_input
 
@@ -214,7 +214,8 @@ def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_r
                            completion_ids=[[4]] * 4, logprobs=[[-1.0]] * 4, reference="", context=context.to_json()) for row in rows]
     alike = [texts[1]] * 4
     greedy = [score("extraction", texts[2], reference, context), score("extraction", texts[1], reference, context)]
-    out = group_check("extraction", rows, groups, {"group:r1": Decoded("prompt", texts), "group:r2": Decoded("prompt", alike)}, greedy)
+    decoded = {"group:r1": Decoded("prompt", texts), "group:r2": Decoded("prompt", alike)}
+    out = group_check("extraction", rows, groups, decoded, {g.key: served_totals("extraction", g, decoded[g.key].samples) for g in groups}, greedy)
 
     with_reference = [score("extraction", text, reference, context).total for text in texts]
     served = [score("extraction", text, None, context).total for text in texts]
@@ -226,7 +227,7 @@ def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_r
     assert out["greedy"] == pytest.approx((greedy[0].total + 1.0) / 2, abs=1e-4)
     assert out["groups_ranked"] == 1 and out["within_group_rank_correlation"] is None  # one group is no interval
     with pytest.raises(ValueError):  # a row without its group is never paired with another's
-        group_check("extraction", rows, groups[:1], {"group:r1": Decoded("prompt", texts)}, greedy)
+        group_check("extraction", rows, groups[:1], decoded, {"group:r1": served_totals("extraction", groups[0], texts)}, greedy)
 
 
 def test_the_picks_arms_spread_is_a_generation_batchs_std_as_trl_logs_it():
