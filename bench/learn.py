@@ -583,6 +583,10 @@ def table(results: dict) -> str:
             if decision:
                 early = f" of {decision['planned']}" if decision.get("planned", decision["n"]) > decision["n"] else ""  # a look stopped it
                 diff = f"{decision['difference']:+.3f} [{decision['interval'][0]:+.3f}, {decision['interval'][1]:+.3f}] n={decision['n']}{early}"
+                if decision.get("alone"):  # judged again without the examples (trainer/gate.py's `absorb`)
+                    alone = decision["alone"]
+                    diff += (f"; alone {alone['difference']:+.3f} [{alone['interval'][0]:+.3f}, {alone['interval'][1]:+.3f}] "
+                             f"n={alone['n']}{', absorbed' if decision.get('absorbed') else ''}")
             traffic = e["traffic"]
             lines.append(f"| {entry['round']} | {t} | {traffic['requests']} ({traffic['corrected']}, {traffic['rated']}) | {plan} | "
                          f"{e.get('outcome') or '-'} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "

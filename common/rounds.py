@@ -80,6 +80,11 @@ class GateDecision:
     looks: int = 1
     """Looks taken before it decided."""
     labelled: LabelledCheck | None = None
+    alone: GateDecision | None = None
+    """The same rows answered by both versions without the team's examples, where the task shows
+    them and the candidate did not win as served (trainer/gate.py: a version that absorbed them)."""
+    absorbed: bool = False
+    """Promoted because its weights alone won while as served it was no worse than the margin."""
 
 
 @dataclass

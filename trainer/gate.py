@@ -22,6 +22,13 @@ Both versions answer as they would be served: each row's prompt shows the team's
 similar to it (router/examples.py; the team's eval labels are never among them), so the baseline
 a candidate must beat is the incumbent together with the corrections that already act at once.
 
+A version that learned the team's labels may not beat that baseline, because the examples already
+show the model what the labels say. So where a task shows examples, a candidate that does not win
+as served, yet is no worse than `absorb_margin` there (its whole 95% interval above minus it; the
+as-served gate then stops early on a loss only at a mean at or below that), is judged again on the
+same rows without the examples, by the same rule: winning there, it is promoted as having absorbed
+them (`absorb`), and the promotion retires the examples it answers right without.
+
 A candidate that is the incumbent's own weights under a new name answers every row as the
 incumbent does, so its interval is [0, 0] and it is never promoted.
 
@@ -237,10 +244,12 @@ def look_ends(planned: int, look_rows: int) -> list[int]:
 
 
 def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], planned: int, settings: Settings,
-          seed: int = 0) -> GateDecision | None:
+          seed: int = 0, early_loss: bool = True) -> GateDecision | None:
     """The decision after a look at the first `len(rows)` of `planned` rows: at the last look the
     fixed-sample decision (`decide`); before it, a decision only when the outcome is already plain
-    (module docstring), None to score the next block."""
+    (module docstring), None to score the next block. `early_loss` False (a candidate that may win
+    alone, `absorb`): an early loss needs a mean difference at or below -`absorb_margin`, since a
+    smaller loss as served may still be within it once every row is scored."""
     decision = decide(candidate, incumbent, rows, settings, seed)
     decision.planned = planned
     if len(rows) >= planned:
@@ -249,6 +258,8 @@ def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], p
         return None
     early = f"stopped after {decision.n} of {planned} rows"
     margin = settings.promote_margin
+    if decision.difference <= margin and not early_loss and decision.difference > -settings.absorb_margin:
+        return None
     if decision.difference <= margin:
         decision.promote = False
         decision.reason = (f"{early}: paired difference {decision.difference:+.4f} is not above the margin {margin} "
@@ -266,7 +277,7 @@ def judge(candidate: list[Score], incumbent: list[Score], rows: list[EvalRow], p
     return decision
 
 
-async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed: int) -> GateDecision:
+async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed: int, early_loss: bool = True) -> GateDecision:
     """Scores `rows` block by block (`score_block(rows) -> (candidate scores, incumbent scores)`)
     until `judge` decides; the decision says after how many rows and looks."""
     candidate: list[Score] = []
@@ -276,7 +287,7 @@ async def sequential(score_block, rows: list[EvalRow], settings: Settings, seed:
         scored_candidate, scored_incumbent = await score_block(rows[len(candidate):end])
         candidate += scored_candidate
         incumbent += scored_incumbent
-        decision = judge(candidate, incumbent, rows[:end], len(rows), settings, seed)
+        decision = judge(candidate, incumbent, rows[:end], len(rows), settings, seed, early_loss)
         if decision is not None:
             decision.looks = look
             return decision
@@ -303,21 +314,60 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
         scored["incumbent"] += pair[1]
         return pair
 
-    decision = await sequential(score_block, rows, settings, round_seed)
+    absorbing = any(shown.values()) and settings.absorb_margin > 0  # some row's prompt shows examples
+    decision = await sequential(score_block, rows, settings, round_seed, early_loss=not absorbing)
     decision.labelled = labelled_check(free_candidate, free_incumbent, scored["candidate"], scored["incumbent"], settings, round_seed)
     if decision.promote and not decision.labelled.matched:
         decision.promote = False
         decision.reason = f"the served score's gain is not matched by the team's labels: {decision.labelled.reason}"
+    elif not decision.promote and absorbing and decision.labelled.matched and not_worse_as_served(decision, settings):
+        async def alone_block(block: list[EvalRow]) -> tuple[list[Score], list[Score]]:
+            return await asyncio.gather(answer(pool, settings, task, candidate, block, settings.seed, store),
+                                        answer(pool, settings, task, incumbent, block, settings.seed, store))
+
+        decision.alone = await sequential(alone_block, rows, settings, round_seed)
+        absorb(decision, settings)
     decision.seconds = round(time.perf_counter() - started, 2)
     return decision
+
+
+def not_worse_as_served(decision: GateDecision, settings: Settings) -> bool:
+    """Whether a candidate that did not win as served may still be judged alone: enough rows, its
+    as-served 95% interval above minus `absorb_margin`, and no component significantly worse."""
+    return (decision.n >= settings.gate_min_rows and decision.interval[0] > -settings.absorb_margin
+            and not any(c.worse for c in decision.components.values()))
+
+
+def absorb(decision: GateDecision, settings: Settings) -> None:
+    """Promotes a candidate whose weights alone won (`decision.alone`, the gate's own rule on the
+    same rows without the examples) and that is no worse as served than `absorb_margin`. Where a
+    task shows the team's examples, a version trained on those labels often cannot beat the
+    incumbent as served, because the examples already show the model what the labels say
+    (run 24: extraction's versions -0.011 to +0.005 as served); its weights then carry the labels
+    to inputs no example resembles, and the promotion retires the examples it answers right
+    without, which shortens its prompts."""
+    alone = decision.alone
+    if alone is None or not alone.promote:
+        why = alone.reason if alone is not None else "not judged alone"
+        decision.reason = f"{decision.reason}; alone, without the examples: {why}"
+        return
+    decision.promote = decision.absorbed = True
+    decision.reason = (f"absorbed the examples: alone {alone.difference:+.4f}, 95% interval [{alone.interval[0]:+.4f}, "
+                       f"{alone.interval[1]:+.4f}] > {settings.promote_margin} (n={alone.n}); as served {decision.difference:+.4f}, "
+                       f"[{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}], above -{settings.absorb_margin} (n={decision.n})")
 
 
 def table(task: str, decision: GateDecision, candidate: str, incumbent: str | None) -> str:
     lines = [f"| {task} | n | {candidate} | {incumbent or 'base'} | difference | 95% interval | decision |",
              "|---|---:|---:|---:|---:|---|---|",
              f"| total | {decision.n} | {decision.candidate_mean:.4f} | {decision.incumbent_mean:.4f} | {decision.difference:+.4f} | "
-             f"[{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}] | {'promote' if decision.promote else 'reject'} |"]
+             f"[{decision.interval[0]:+.4f}, {decision.interval[1]:+.4f}] | {'promote' if decision.promote and not decision.absorbed else 'reject'} |"]
     for name, c in decision.components.items():
         lines.append(f"| {name} | | | | {c.difference:+.4f} | [{c.interval[0]:+.4f}, {c.interval[1]:+.4f}] | "
                      f"{'worse' if c.worse else ''} |")
+    alone = decision.alone
+    if alone is not None:
+        lines.append(f"| alone, without the examples | {alone.n} | {alone.candidate_mean:.4f} | {alone.incumbent_mean:.4f} | "
+                     f"{alone.difference:+.4f} | [{alone.interval[0]:+.4f}, {alone.interval[1]:+.4f}] | "
+                     f"{'absorbed: promote' if decision.absorbed else 'reject'} |")
     return "\n".join(lines)

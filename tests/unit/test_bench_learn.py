@@ -154,6 +154,25 @@ def test_the_rounds_table_says_when_a_look_stopped_the_gate_early():
     assert rows["push"].endswith("n=64 |") and rows["insights"].endswith("n=24 |") and rows["extraction"].endswith("| - |")
 
 
+def test_the_rounds_table_gives_the_gates_judgment_without_the_examples_where_it_made_one():
+    from bench.learn import table
+
+    traffic = {"requests": 10, "corrected": 2, "rated": 3}
+    alone = {"difference": 0.12, "interval": [0.05, 0.2], "n": 32, "planned": 64}
+    absorbed = {"difference": -0.005, "interval": [-0.02, 0.01], "n": 64, "planned": 64, "alone": alone, "absorbed": True}
+    not_alone = {**absorbed, "alone": {**alone, "interval": [-0.01, 0.2], "n": 64}, "absorbed": False}
+    results = {
+        "settings": {"rounds": 1, "requests": 10, "correction_rate": 0.2, "rating_rate": 0.3, "measure_rows": {}},
+        "tasks": {},
+        "rounds": [{"round": 1, "seconds": 60.0, "tasks": {
+            "extraction": {"traffic": traffic, "outcome": "promoted", "decision": absorbed},
+            "sql": {"traffic": traffic, "outcome": "rejected", "decision": not_alone}}}],
+    }
+    rows = {line.split(" | ")[1]: line for line in table(results).splitlines() if line.startswith("| 1 | ")}
+    assert rows["extraction"].endswith("-0.005 [-0.020, +0.010] n=64; alone +0.120 [+0.050, +0.200] n=32, absorbed |")
+    assert rows["sql"].endswith("; alone +0.120 [-0.010, +0.200] n=64 |")
+
+
 def test_the_rounds_table_says_how_many_steps_each_method_ran_and_where_it_started():
     from bench.learn import trained
 

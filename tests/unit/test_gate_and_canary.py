@@ -6,6 +6,7 @@ class weights."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import pytest
@@ -375,3 +376,114 @@ def test_the_canary_scores_by_labels_no_round_trained_it_on(small_commerce_db):
     scored = {q: scorer(labelled_record("canary", "sql-v2", 0.5, q)) for q in ("trained", "eval", "fresh", "none")}
     assert scored["trained"] is None and scored["none"] is None
     assert scored["eval"] is not None and scored["fresh"] is not None
+
+
+# --- a version that absorbed the team's examples -------------------------------------------------
+
+GOOD_COPY = {"title": "Ana, seu fone te espera", "body": "Fone com 10% off hoje. Finalize sua compra agora."}
+POOR_COPY = '{"title": "Oi", "body": "Compre."}'
+
+
+class ExamplesStore(DictStore):
+    """The store calls a gate makes: the team's push labels (16 eval rows with their reference, 6
+    train examples whose answers mark a prompt that shows them) and the answer cache."""
+
+    def __init__(self):
+        from common.datasets import input_hash
+
+        super().__init__()
+
+        def made(i: int, split: str, answer: dict) -> Label:
+            task_input = {"campaign": "carrinho_abandonado", "customer_name": f"Ana{i}", "product": "fone"}
+            return Label(id=f"{split}-{i}", task="push", input=task_input, input_hash=input_hash("push", task_input), split=split,
+                         served="", served_version="base", time=1.0, answer=answer, answer_source="correction")
+        shown = {"title": "EXEMPLO Ana, seu fone", "body": "EXEMPLO fone com desconto"}
+        self._labels = [made(i, "eval", GOOD_COPY) for i in range(16)] + [made(100 + i, "train", shown) for i in range(6)]
+
+    def labels(self, task):
+        return self._labels if task == "push" else []
+
+    def eval_set(self, task):
+        return []
+
+
+class ExamplesPool(CountingPool):
+    """Answers each version by whether the prompt shows the team's examples: `answers[version]` is
+    (with examples, without) as good or poor copy."""
+
+    def __init__(self, answers: dict[str | None, tuple[bool, bool]]):
+        super().__init__()
+        self.answers = answers
+
+    async def complete(self, prompt, version, sampling, json_schema):
+        from types import SimpleNamespace
+
+        with_examples, alone = self.answers[version]
+        good = with_examples if "EXEMPLO" in prompt else alone
+        self.asked.append((version, "EXEMPLO" in prompt))
+        return SimpleNamespace(text=json.dumps(GOOD_COPY, ensure_ascii=False) if good else POOR_COPY)
+
+
+def gate_of(answers: dict, tmp_path, **settings):
+    store, pool = ExamplesStore(), ExamplesPool(answers)
+    settings = load_settings(data_dir=tmp_path, gate_max_rows=16, gate_min_rows=8, gate_look_rows=8, **settings)
+    decision = asyncio.run(gate.run_gate(pool, settings, store, "push", "push-v2", "push-v1", round_seed=3))
+    return decision, pool
+
+
+@pytest.mark.xdist_group("torch")
+def test_a_version_that_absorbed_the_examples_is_promoted_by_its_weights_alone(tmp_path):
+    # as served both answer well (the examples show the incumbent what to say); alone only the candidate does
+    decision, pool = gate_of({"push-v2": (True, True), "push-v1": (True, False)}, tmp_path)
+    assert decision.promote and decision.absorbed
+    assert decision.interval == (0.0, 0.0) and decision.n == 16 and decision.looks == 2  # a tie as served, every row scored
+    assert decision.alone is not None and decision.alone.promote and decision.alone.interval[0] > 0
+    assert decision.alone.n == 8 and decision.alone.looks == 1  # alone, a plain win stops at the first look
+    assert decision.reason.startswith("absorbed the examples: alone +") and "as served +0.0000" in decision.reason
+    assert {shown for version, shown in pool.asked} == {True, False}
+    assert "| alone, without the examples | 8 |" in gate.table("push", decision, "push-v2", "push-v1")
+    assert "absorbed: promote" in gate.table("push", decision, "push-v2", "push-v1")
+
+
+@pytest.mark.xdist_group("torch")
+def test_a_version_no_better_alone_or_worse_as_served_is_not_promoted(tmp_path):
+    same = {"push-v2": (True, False), "push-v1": (True, False)}  # learned nothing the examples do not show
+    decision, _ = gate_of(same, tmp_path)
+    assert not decision.promote and not decision.absorbed and decision.alone is not None and not decision.alone.promote
+    assert "; alone, without the examples: " in decision.reason
+    worse = {"push-v2": (False, True), "push-v1": (True, False)}  # better alone, but worse as served
+    decision, pool = gate_of(worse, tmp_path)
+    assert not decision.promote and decision.alone is None and decision.interval[1] < 0
+    assert decision.n == 8 and not any(shown is False for _, shown in pool.asked)  # a plain loss stops early; never asked alone
+    off = {"push-v2": (True, True), "push-v1": (True, False)}
+    decision, _ = gate_of(off, tmp_path, absorb_margin=0.0)  # 0: a version must win as served
+    assert not decision.promote and decision.alone is None and decision.n == 8  # and an early loss stops it as before
+
+
+@pytest.mark.xdist_group("torch")
+def test_where_no_examples_are_shown_the_gate_judges_as_before(tmp_path):
+    # push shows no examples: the prompts are bare, and a candidate better alone is better as served
+    decision, pool = gate_of({"push-v2": (True, True), "push-v1": (True, False)}, tmp_path, examples_tasks=[])
+    assert decision.promote and not decision.absorbed and decision.alone is None and decision.interval[0] > 0
+    assert not any(shown for _, shown in pool.asked)
+
+
+def test_a_small_loss_as_served_is_scored_to_the_last_look_when_the_candidate_may_win_alone():
+    rng = random.Random(17)
+    incumbent = answers(rng, 64)
+    slightly = [scored(max(0.0, i.total - 0.01), sentiment=1.0) for i in incumbent]
+    plainly = [scored(max(0.0, i.total - 0.1), sentiment=1.0) for i in incumbent]
+    assert run_looks(slightly, incumbent)[1] == [32]  # an early loss as before
+    asked = []
+
+    async def block_of(candidate):
+        async def score_block(block):
+            start = sum(asked)
+            asked.append(len(block))
+            return candidate[start:start + len(block)], incumbent[start:start + len(block)]
+        return await sequential(score_block, rows(64), SETTINGS, 0, early_loss=False)
+    decision = asyncio.run(block_of(slightly))
+    assert asked == [32, 32] and decision.n == 64 and not decision.promote  # -0.01 is within the absorb margin (0.03)
+    asked.clear()
+    decision = asyncio.run(block_of(plainly))
+    assert asked == [32] and not decision.promote  # -0.1 is beyond it: plain
