@@ -193,7 +193,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
     `reference_free`, it receives each answer's served (reference-free) score too."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow.of(task, row, "bench") for row in rows]
-    shown = gate.demonstrations(settings, examples_from, task, eval_rows)
+    shown = gate.demonstrations(settings, examples_from, task, {row.id: row.input for row in eval_rows})
     pool = EnginePool.for_task(settings, task, fleet.urls(kind))
     try:
         return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown, reference_free=reference_free,

@@ -133,13 +133,13 @@ def request_key(prompt: str, sampling: Sampling, json_schema: dict | None) -> st
     return hashlib.sha256(json.dumps(sent, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-def demonstrations(settings: Settings, store, task: str, rows: list[EvalRow]) -> dict[str, tuple]:
-    """What serving would show each row's prompt (the team's most similar examples), by row id:
-    the gate compares candidate and incumbent as they are served, each with its examples."""
+def demonstrations(settings: Settings, store, task: str, inputs: dict[str, BaseModel]) -> dict[str, tuple]:
+    """What serving would show each input's prompt (the team's most similar examples), by the id
+    `inputs` gives it: the gate and shadow replay answer as a version is served, with its examples."""
     if store is None or task not in examples_tasks(settings):
         return {}
     book = ExampleBook(task, store.labels(task))
-    return {row.id: book.shown(row.input, settings.examples_k) for row in rows}
+    return {key: book.shown(task_input, settings.examples_k) for key, task_input in inputs.items()}
 
 
 async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], seed: int,
@@ -301,7 +301,7 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
     incumbent's answers read back where it gave them in an earlier round."""
     started = time.perf_counter()
     rows = sample_rows(eval_rows(settings, store, task), settings.gate_max_rows, round_seed)
-    shown = demonstrations(settings, store, task, rows)  # the incumbent as served: with its examples
+    shown = demonstrations(settings, store, task, {row.id: row.input for row in rows})  # as served: with the examples
     free_candidate: list = []
     free_incumbent: list = []
     scored: dict[str, list[Score]] = {"candidate": [], "incumbent": []}

@@ -7,6 +7,10 @@ set: the eval set may not look like this team's traffic.
 Where the team has labelled enough of those inputs in its eval share (`MIN_LABELLED` recent inputs
 whose label holds a reference or correction, never trained on), the replay is of those, and both
 answers are scored against the label: the served score is trusted only where nothing better is.
+
+The candidate answers as it would be served: where the task's prompts show the team's examples,
+each prompt shows the examples serving would show it now (`gate.demonstrations`), as the gate's
+do. Asked without them, a candidate was compared with answers that had them.
 """
 from __future__ import annotations
 
@@ -56,17 +60,18 @@ def distinct_recent(records: list[Record], excluded: frozenset[str], count: int)
 
 
 async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str, records: list[Record], seed: int,
-                 labels: dict[str, object] | None = None) -> ShadowReplay:
+                 labels: dict[str, object] | None = None, shown: dict[str, tuple] | None = None) -> ShadowReplay:
     """The candidate against what was served, input by input; scored against `labels` (input hash ->
-    answer) where given, else reference-free."""
-    labels = labels or {}
+    answer) where given, else reference-free. `shown`: each record's demonstrations by its id, as
+    serving would show them (`gate.demonstrations`)."""
+    labels, shown = labels or {}, shown or {}
     started = time.perf_counter()
     spec = definition(task)
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(record: Record) -> float:
         task_input = typed_input(task, record.input)
-        prompt = pool.template.render(build_messages(task, task_input))
+        prompt = pool.template.render(build_messages(task, task_input, shown.get(record.id, ())))
         sampling = spec.sampling.override(temperature=record.sampling.temperature, top_p=record.sampling.top_p,
                                           seed=record.sampling.seed if record.sampling.seed is not None else seed,
                                           frequency_penalty=record.sampling.frequency_penalty)

@@ -86,7 +86,7 @@ def test_the_incumbents_own_weights_under_a_new_name_are_never_promoted(built, r
     async def without_an_engine():
         dead = EnginePool("base", [f"http://127.0.0.1:{free_port()}"], ChatTemplate.load(built.base_model_path))
         rows = sample_rows(eval_rows(settings, store, "push"), settings.gate_max_rows, 19)
-        shown = demonstrations(settings, store, "push", rows)  # the prompts the gate sent: with the team's examples
+        shown = demonstrations(settings, store, "push", {row.id: row.input for row in rows})  # the prompts the gate sent: with the team's examples
         try:
             kept = await answer(dead, settings, "push", original.version, rows, settings.seed, store, shown=shown)
             with pytest.raises(EngineUnavailable):

@@ -195,6 +195,6 @@ def test_the_gate_shows_each_row_the_examples_serving_would_show():
 
     rows = [EvalRow("e1", "team", ExtractionInput(review="Meu fone veio quebrado."), None),
             EvalRow("e2", "bootstrap", ExtractionInput(review="xyz"), None)]
-    shown = demonstrations(load_settings(examples_k=1), Store(), "extraction", rows)
+    shown = demonstrations(load_settings(examples_k=1), Store(), "extraction", {row.id: row.input for row in rows})
     assert [inp for inp, _ in shown["e1"]] == [ExtractionInput(**LABELS[0].input)] and shown["e2"] == ()
-    assert demonstrations(load_settings(examples_tasks=[]), Store(), "extraction", rows) == {}
+    assert demonstrations(load_settings(examples_tasks=[]), Store(), "extraction", {row.id: row.input for row in rows}) == {}

@@ -17,6 +17,7 @@ from common.settings import load_settings
 from common.stats import mean_interval
 from common.tasks import ExtractionInput, PushInput
 from rewards import Score
+from tasks import typed_input
 from tests.unit.test_shapes_and_routing import make_record
 from trainer import canary, gate
 from trainer.diagnostics import stop_conditions
@@ -487,3 +488,21 @@ def test_a_small_loss_as_served_is_scored_to_the_last_look_when_the_candidate_ma
     asked.clear()
     decision = asyncio.run(block_of(plainly))
     assert asked == [32] and not decision.promote  # -0.1 is beyond it: plain
+
+
+@pytest.mark.xdist_group("torch")
+def test_shadow_replay_asks_the_candidate_with_the_examples_serving_shows(tmp_path):
+    from trainer import shadow
+
+    store = ExamplesStore()
+    served = json.dumps(GOOD_COPY, ensure_ascii=False)
+    records = [make_record(id=f"p{i}", task="push", input={"campaign": "carrinho_abandonado", "customer_name": f"Bia{i}",
+                                                           "product": "fone"}, raw=served) for i in range(12)]
+    settings = load_settings(data_dir=tmp_path)
+    shown = gate.demonstrations(settings, store, "push", {r.id: typed_input("push", r.input) for r in records})
+    assert all(shown.values())
+    pool = ExamplesPool({"push-v2": (True, False)})  # as good as what was served, with the examples it is served with
+    replayed = asyncio.run(shadow.replay(pool, settings, "push", "push-v2", records, 3, shown=shown))
+    assert not replayed.worse and replayed.interval == (0.0, 0.0) and all(with_examples for _, with_examples in pool.asked)
+    bare = asyncio.run(shadow.replay(ExamplesPool({"push-v2": (True, False)}), settings, "push", "push-v2", records, 3))
+    assert bare.worse  # asked without them, it would be compared with answers that had them
