@@ -347,9 +347,8 @@ def absorb(decision: GateDecision, settings: Settings) -> None:
     to inputs no example resembles, and the promotion retires the examples it answers right
     without, which shortens its prompts."""
     alone = decision.alone
-    if alone is None or not alone.promote:
-        why = alone.reason if alone is not None else "not judged alone"
-        decision.reason = f"{decision.reason}; alone, without the examples: {why}"
+    if not alone.promote:
+        decision.reason = f"{decision.reason}; alone, without the examples: {alone.reason}"
         return
     decision.promote = decision.absorbed = True
     decision.reason = (f"absorbed the examples: alone {alone.difference:+.4f}, 95% interval [{alone.interval[0]:+.4f}, "

@@ -42,7 +42,7 @@ from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutco
 from common.settings import Settings
 from common.store import Store
 from router.engine_client import ChatTemplate, EnginePool
-from tasks import TASK_ENGINE, TASKS, model_path_of, training_settings, typed_input
+from tasks import TASK_ENGINE, TASKS, model_path_of, training_settings
 from trainer import data as round_data
 from trainer import gate, methods, shadow
 from trainer.candidate import AdapterWriteError, clean_orphans, train_candidate
@@ -157,8 +157,7 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
             held = gate.held_out_inputs(settings, store, task)
             recent, labels = shadow.choose(task, store.recent_records(task, 20 * settings.shadow_records), held,
                                            settings.shadow_records, shadow.eval_labels(store, task))
-            shown = gate.demonstrations(settings, store, task, {r.id: typed_input(task, r.input) for r in recent})
-            judged.shadow = await shadow.replay(pool, settings, task, version, recent, seed, labels, shown)
+            judged.shadow = await shadow.replay(pool, settings, task, version, recent, seed, labels, store)
             entry.seconds["shadow"] = judged.shadow.seconds
             say(f"{task}: shadow replay {judged.shadow.reason}")
             if judged.shadow.worse:

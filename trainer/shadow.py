@@ -9,7 +9,7 @@ whose label holds a reference or correction, never trained on), the replay is of
 answers are scored against the label: the served score is trusted only where nothing better is.
 
 The candidate answers as it would be served: where the task's prompts show the team's examples,
-each prompt shows the examples serving would show it now (`gate.demonstrations`), as the gate's
+each prompt shows the examples serving would show it now (`demonstrations`), as the gate's
 do. Asked without them, a candidate was compared with answers that had them.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from common.stats import mean_interval
 from router.engine_client import EnginePool
 from router.prompts import build_messages
 from tasks import definition, score, typed_input
-from trainer.gate import CONCURRENCY
+from trainer.gate import CONCURRENCY, demonstrations
 
 MIN_LABELLED = 10
 
@@ -60,17 +60,19 @@ def distinct_recent(records: list[Record], excluded: frozenset[str], count: int)
 
 
 async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str, records: list[Record], seed: int,
-                 labels: dict[str, object] | None = None, shown: dict[str, tuple] | None = None) -> ShadowReplay:
+                 labels: dict[str, object] | None = None, store=None) -> ShadowReplay:
     """The candidate against what was served, input by input; scored against `labels` (input hash ->
-    answer) where given, else reference-free. `shown`: each record's demonstrations by its id, as
-    serving would show them (`gate.demonstrations`)."""
-    labels, shown = labels or {}, shown or {}
+    answer) where given, else reference-free. With `store`, each prompt shows the examples serving
+    would show it (`demonstrations`)."""
+    labels = labels or {}
     started = time.perf_counter()
     spec = definition(task)
     gate = asyncio.Semaphore(CONCURRENCY)
+    inputs = {record.id: typed_input(task, record.input) for record in records}
+    shown = demonstrations(settings, store, task, inputs)
 
     async def one(record: Record) -> float:
-        task_input = typed_input(task, record.input)
+        task_input = inputs[record.id]
         prompt = pool.template.render(build_messages(task, task_input, shown.get(record.id, ())))
         sampling = spec.sampling.override(temperature=record.sampling.temperature, top_p=record.sampling.top_p,
                                           seed=record.sampling.seed if record.sampling.seed is not None else seed,

@@ -499,10 +499,9 @@ def test_shadow_replay_asks_the_candidate_with_the_examples_serving_shows(tmp_pa
     records = [make_record(id=f"p{i}", task="push", input={"campaign": "carrinho_abandonado", "customer_name": f"Bia{i}",
                                                            "product": "fone"}, raw=served) for i in range(12)]
     settings = load_settings(data_dir=tmp_path)
-    shown = gate.demonstrations(settings, store, "push", {r.id: typed_input("push", r.input) for r in records})
-    assert all(shown.values())
+    assert all(gate.demonstrations(settings, store, "push", {r.id: typed_input("push", r.input) for r in records}).values())
     pool = ExamplesPool({"push-v2": (True, False)})  # as good as what was served, with the examples it is served with
-    replayed = asyncio.run(shadow.replay(pool, settings, "push", "push-v2", records, 3, shown=shown))
+    replayed = asyncio.run(shadow.replay(pool, settings, "push", "push-v2", records, 3, store=store))
     assert not replayed.worse and replayed.interval == (0.0, 0.0) and all(with_examples for _, with_examples in pool.asked)
     bare = asyncio.run(shadow.replay(ExamplesPool({"push-v2": (True, False)}), settings, "push", "push-v2", records, 3))
     assert bare.worse  # asked without them, it would be compared with answers that had them
