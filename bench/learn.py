@@ -8,8 +8,8 @@ another share (+1 when the answer scores at least `LIKED` against the reference,
 runs a training round in process, exactly as `tucano train --once` does.
 
 Served reward is measured before the first round and after each on held-out rows (each version
-alone, and as served: with the team's examples in its prompts, as the gateway and the gate show
-them): the test split,
+alone, and as served: with the team's examples in its prompts as the gateway shows them, or
+without them where its gate chose to serve it alone): the test split,
 the demo store's own rows that are never sent as traffic, never in the demo model's bootstrap
 (pretraining, SFT or tokenizer), and never seen by the gate (which uses the eval split and the
 team's eval labels). Rows are answered through
@@ -436,8 +436,9 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
                         measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
                     latest[t] = scores
-                    served = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], examples_from=store))
-                    measurement["as_served"] = {**measured(served), "gain": paired_gain(served, baseline[t])}
+                    shows = store if store.shows_examples(active) else None  # as the gateway serves it (its gate's choice)
+                    served = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], examples_from=shows))
+                    measurement["as_served"] = {**measured(served), "gain": paired_gain(served, baseline[t]), "examples": shows is not None}
                     task_entry = msgspec.to_builtins(summary.tasks[t])
                     results["tasks"][t]["rounds"].append(measurement)
                     gate_record = task_entry.get("gate") or {}
@@ -583,10 +584,10 @@ def table(results: dict) -> str:
             if decision:
                 early = f" of {decision['planned']}" if decision.get("planned", decision["n"]) > decision["n"] else ""  # a look stopped it
                 diff = f"{decision['difference']:+.3f} [{decision['interval'][0]:+.3f}, {decision['interval'][1]:+.3f}] n={decision['n']}{early}"
-                if decision.get("alone"):  # judged again without the examples (trainer/gate.py's `absorb`)
+                if decision.get("alone"):  # judged again without the examples (trainer/gate.py's `serve_alone`)
                     alone = decision["alone"]
                     diff += (f"; alone {alone['difference']:+.3f} [{alone['interval'][0]:+.3f}, {alone['interval'][1]:+.3f}] "
-                             f"n={alone['n']}{', absorbed' if decision.get('absorbed') else ''}")
+                             f"n={alone['n']}{', served alone' if decision.get('served_alone') else ''}")
             traffic = e["traffic"]
             lines.append(f"| {entry['round']} | {t} | {traffic['requests']} ({traffic['corrected']}, {traffic['rated']}) | {plan} | "
                          f"{e.get('outcome') or '-'} | {seconds.get('training', '-')} | {seconds.get('gate', '-')} | "
@@ -635,18 +636,18 @@ def scorer_table(results: dict) -> str:
 
 
 def as_served_table(results: dict) -> str:
-    """What a user gets after each round: the active version with the team's examples in its
-    prompts (as the gateway shows them, and as the gate compares), against the model before any
-    round without them. The main table measures the versions alone."""
+    """What a user gets after each round: the active version as the gateway serves it, with the
+    team's examples in its prompts or alone where its gate chose so (marked "alone"), against the
+    model before any round. The main table measures the versions alone."""
     rounds = len(results["rounds"])
-    lines = ["| task, as served (the version with the team's examples) | " + " | ".join(f"round {r}" for r in range(1, rounds + 1))
+    lines = ["| task, as served (with the team's examples, or alone) | " + " | ".join(f"round {r}" for r in range(1, rounds + 1))
              + " | gain over round 0 after the last round [95%] |", "|---|" + "---:|" * rounds + "---:|"]
     for t, entry in results["tasks"].items():
         served = [r["as_served"] for r in entry["rounds"] if "as_served" in r]
         if not served:
             continue
         gain = served[-1]["gain"]
-        lines.append(f"| {t} | " + " | ".join(f"{s['mean']:.3f}" for s in served)
+        lines.append(f"| {t} | " + " | ".join(f"{s['mean']:.3f}" + ("" if s.get("examples", True) else " alone") for s in served)
                      + f" | {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] |")
     return "\n".join(lines)
 
@@ -688,7 +689,7 @@ def targets(results: dict) -> list[dict]:
             served = entry["rounds"][-1].get("as_served")
             if served:
                 g = served["gain"]
-                out.append({"target": f"{t}: as served (with the team's examples) +{TARGETS['gain']:.2f} after the rounds, interval above 0",
+                out.append({"target": f"{t}: as served +{TARGETS['gain']:.2f} after the rounds, interval above 0",
                             "measured": f"{g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]",
                             "met": g["mean"] >= TARGETS["gain"] and g["ci95"][0] > 0})
         oracle = entry.get("oracle")

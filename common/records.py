@@ -268,6 +268,12 @@ class AdapterMeta:
     probe: LogprobProbe | None = None
     """What its weights give a fixed text, checked on every engine that loads it; None: a version from before the check."""
 
+    def shows_examples(self) -> bool:
+        """Whether its prompts show the team's retrieved examples when it serves: yes unless its gate
+        promoted it to be served alone (`GateDecision.served_alone`); an exact repeat of a corrected
+        input is answered with the correction either way."""
+        return not (self.gate is not None and self.gate.decision.served_alone)
+
 
 @dataclass(kw_only=True)
 class Route:

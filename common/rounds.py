@@ -81,10 +81,11 @@ class GateDecision:
     """Looks taken before it decided."""
     labelled: LabelledCheck | None = None
     alone: GateDecision | None = None
-    """The same rows answered by both versions without the team's examples, where the task shows
-    them and the candidate did not win as served (trainer/gate.py: a version that absorbed them)."""
-    absorbed: bool = False
-    """Promoted because its weights alone won while as served it was no worse than the margin."""
+    """The same rows, the candidate answering without the team's examples and the incumbent as it
+    is served, where the task shows examples (trainer/gate.py)."""
+    served_alone: bool = False
+    """Promoted to be served without the examples: alone it beat the incumbent as served, by more
+    than with them (`AdapterMeta.shows_examples`)."""
 
 
 @dataclass

@@ -212,10 +212,10 @@ class Settings(BaseSettings):
     promote_margin: float = Field(0.0, ge=-1, le=1, description="The paired difference's 95% lower bound must exceed this.")
     component_tolerance: float = Field(0.05, ge=0, le=1, description="A component (each extraction field too) is significantly "
                                        "worse when its whole 95% interval lies below minus this.")
-    absorb_margin: float = Field(0.03, ge=0, le=1, description="Where a task shows the team's examples, a candidate that does not win "
-                                 "as served is still promoted when its weights alone win (the gate's rule, without the examples) and "
-                                 "its as-served 95% interval lies above minus this: it absorbed the examples (trainer/gate.py). "
-                                 "0: never; a version must win as served.")
+    serve_alone: bool = Field(True, description="Where a task shows the team's examples, the gate also judges a candidate "
+                              "without them against the incumbent as served, and where that wins by more, the version is "
+                              "promoted to be served without them (trainer/gate.py). Off: versions are judged and served "
+                              "with the examples.")
     shadow_records: int = Field(16, ge=0, description="Recent real inputs a candidate answers in shadow before promotion (0: off).")
     shadow_margin: float = Field(0.02, ge=0, le=1, description="Shadow replay rejects when the candidate's whole 95% interval of "
                                  "the reference-free difference lies below minus this.")

@@ -544,6 +544,12 @@ class Store:
         raw = self.redis.get(_adapter_key(version))
         return decode_adapter(raw) if raw else None
 
+    def shows_examples(self, version: str | None) -> bool:
+        """Whether prompts served by `version` show the team's examples (`AdapterMeta.shows_examples`;
+        the base model's, None, do)."""
+        meta = self.adapter(version) if version else None
+        return meta is None or meta.shows_examples()
+
     def adapters(self, *tasks: str) -> list[AdapterMeta]:
         """The registered versions of `tasks` (each task's set; the caller names the tasks, which
         the store does not know), by task and age."""

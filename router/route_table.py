@@ -2,7 +2,8 @@
 canary share) points at, kept in memory and refreshed by a background poll of one Redis
 counter, so a flip is seen within `poll_s` without a Redis round trip on every request. With
 the routes it keeps where each routed version's files are (`served`): the engine pools load a
-routed version into any engine that lacks it before it takes traffic."""
+routed version into any engine that lacks it before it takes traffic, and which routed versions
+are served without the team's examples (`AdapterMeta.shows_examples`)."""
 from __future__ import annotations
 
 import logging
@@ -25,6 +26,7 @@ class RouteTable:
         self.version = -1
         self.routes: dict[str, Route] = {}
         self.adapter_paths: dict[str, dict[str, str]] = {}  # engine kind -> routed version -> its files
+        self.alone: frozenset[str] = frozenset()  # routed versions served without the team's examples
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -33,6 +35,7 @@ class RouteTable:
         if version != self.version:
             version, routes = self.store.routes()
             self.adapter_paths = self.store.routed_adapters(routes, TASK_ENGINE)
+            self.alone = frozenset(v for route in routes.values() for v in route.served() if not self.store.shows_examples(v))
             self.version, self.routes = version, routes
 
     def served(self, kind: str) -> dict[str, str]:
@@ -54,6 +57,10 @@ class RouteTable:
                 self.refresh()
             except redis.RedisError as error:  # keep serving the last known routes
                 log.warning("route poll failed: %s", error)
+
+    def shows_examples(self, version: str | None) -> bool:
+        """Whether a request this version serves shows the team's examples (the base model's do)."""
+        return version not in self.alone
 
     def stop(self) -> None:
         self._stop.set()

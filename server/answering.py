@@ -59,7 +59,9 @@ async def prepare(state: GatewayState, task: str, task_input: BaseModel, samplin
                   key_id: str | None = None, samples: int = 1, with_examples: bool = True) -> Prepared:
     """`samples`: completions to sample (1 for a stream); `with_examples` False: the prompt shows
     none of the team's examples and an exact repeat of a corrected input is asked of the model
-    too, so the answer is what the weights alone give."""
+    too, so the answer is what the weights alone give. A version its gate chose to serve alone
+    (`RouteTable.shows_examples`) shows none either, and still answers an exact repeat with its
+    correction."""
     started = time.perf_counter()
     spec = definition(task)
     fields = stored_input(task_input)
@@ -68,6 +70,7 @@ async def prepare(state: GatewayState, task: str, task_input: BaseModel, samplin
     repeat, shown = None, []
     if with_examples:  # reads labels from Redis and may re-index them: off the event loop
         repeat, shown = await run_in_threadpool(state.examples.for_request, task, task_input)
+        shown = shown if state.routes.shows_examples(adapter) else []
     prompt = pool.template.render(build_messages(task, task_input, tuple((e.input, e.answer) for e in shown)))
     return Prepared(task, task_input, fields, prompt, pool.template.sha256, adapter, arm,
                     spec.sampling_for(samples, sampling_overrides), reference, source, key_id, started,

@@ -157,7 +157,8 @@ async def _judge(settings: Settings, store: Store, fleet: Fleet, candidate: Adap
             held = gate.held_out_inputs(settings, store, task)
             recent, labels = shadow.choose(task, store.recent_records(task, 20 * settings.shadow_records), held,
                                            settings.shadow_records, shadow.eval_labels(store, task))
-            judged.shadow = await shadow.replay(pool, settings, task, version, recent, seed, labels, store)
+            shows = None if decision.served_alone else store  # as it will be served: its examples, or none
+            judged.shadow = await shadow.replay(pool, settings, task, version, recent, seed, labels, shows)
             entry.seconds["shadow"] = judged.shadow.seconds
             say(f"{task}: shadow replay {judged.shadow.reason}")
             if judged.shadow.worse:

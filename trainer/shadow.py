@@ -10,7 +10,8 @@ answers are scored against the label: the served score is trusted only where not
 
 The candidate answers as it would be served: where the task's prompts show the team's examples,
 each prompt shows the examples serving would show it now (`demonstrations`), as the gate's
-do. Asked without them, a candidate was compared with answers that had them.
+do, unless its gate chose to serve it alone (the round then passes no store). Asked without
+them, a candidate served with them was compared with answers that had them.
 """
 from __future__ import annotations
 

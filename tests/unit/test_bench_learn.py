@@ -89,7 +89,7 @@ def test_the_markdown_shows_each_component_before_after_and_for_the_oracle():
     assert components_table(results) in table(results)
 
 
-def test_the_as_served_table_gives_each_rounds_version_with_the_teams_examples_and_its_gain():
+def test_the_as_served_table_gives_each_rounds_version_as_the_gateway_serves_it_and_its_gain():
     from bench.learn import as_served_table, table
 
     def measurement(number: int, version: str, alone: float, served: float | None) -> dict:
@@ -107,6 +107,8 @@ def test_the_as_served_table_gives_each_rounds_version_with_the_teams_examples_a
     lines = as_served_table(results).splitlines()
     assert "| round 1 | round 2 | gain" in lines[0]
     assert lines[2] == "| extraction | 0.700 | 0.720 | +0.220 [+0.170, +0.270] |"
+    results["tasks"]["extraction"]["rounds"][2]["as_served"]["examples"] = False  # its gate chose to serve it alone
+    assert as_served_table(results).splitlines()[2] == "| extraction | 0.700 | 0.720 alone | +0.220 [+0.170, +0.270] |"
     assert as_served_table(results) in table(results)
     for entry in results["tasks"]["extraction"]["rounds"]:  # a run from before this measurement: no such table
         entry.pop("as_served", None)
@@ -159,17 +161,17 @@ def test_the_rounds_table_gives_the_gates_judgment_without_the_examples_where_it
 
     traffic = {"requests": 10, "corrected": 2, "rated": 3}
     alone = {"difference": 0.12, "interval": [0.05, 0.2], "n": 32, "planned": 64}
-    absorbed = {"difference": -0.005, "interval": [-0.02, 0.01], "n": 64, "planned": 64, "alone": alone, "absorbed": True}
-    not_alone = {**absorbed, "alone": {**alone, "interval": [-0.01, 0.2], "n": 64}, "absorbed": False}
+    served_alone = {"difference": -0.005, "interval": [-0.02, 0.01], "n": 64, "planned": 64, "alone": alone, "served_alone": True}
+    not_alone = {**served_alone, "alone": {**alone, "interval": [-0.01, 0.2], "n": 64}, "served_alone": False}
     results = {
         "settings": {"rounds": 1, "requests": 10, "correction_rate": 0.2, "rating_rate": 0.3, "measure_rows": {}},
         "tasks": {},
         "rounds": [{"round": 1, "seconds": 60.0, "tasks": {
-            "extraction": {"traffic": traffic, "outcome": "promoted", "decision": absorbed},
+            "extraction": {"traffic": traffic, "outcome": "promoted", "decision": served_alone},
             "sql": {"traffic": traffic, "outcome": "rejected", "decision": not_alone}}}],
     }
     rows = {line.split(" | ")[1]: line for line in table(results).splitlines() if line.startswith("| 1 | ")}
-    assert rows["extraction"].endswith("-0.005 [-0.020, +0.010] n=64; alone +0.120 [+0.050, +0.200] n=32, absorbed |")
+    assert rows["extraction"].endswith("-0.005 [-0.020, +0.010] n=64; alone +0.120 [+0.050, +0.200] n=32, served alone |")
     assert rows["sql"].endswith("; alone +0.120 [-0.010, +0.200] n=64 |")
 
 
@@ -249,8 +251,8 @@ def test_each_target_is_judged_from_the_measurements():
     results["tasks"]["extraction"]["rounds"][-1]["as_served"] = {"gain": {"mean": 0.12, "ci95": [0.08, 0.16]}}
     results["tasks"]["sql"]["rounds"][-1]["as_served"] = {"gain": {"mean": 0.12, "ci95": [-0.01, 0.25]}}
     verdicts = {t["target"]: t["met"] for t in targets(results)}
-    assert verdicts["extraction: as served (with the team's examples) +0.10 after the rounds, interval above 0"]
-    assert not verdicts["sql: as served (with the team's examples) +0.10 after the rounds, interval above 0"]  # its interval reaches 0
+    assert verdicts["extraction: as served +0.10 after the rounds, interval above 0"]
+    assert not verdicts["sql: as served +0.10 after the rounds, interval above 0"]  # its interval reaches 0
 
 
 def _gateway(*responses):

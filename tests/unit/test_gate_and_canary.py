@@ -233,6 +233,11 @@ class DictStore:
     def cache_answers(self, scope, answers):
         self.scopes.setdefault(scope, {}).update(answers)
 
+    alone: frozenset[str] = frozenset()  # versions whose gate chose to serve them without the examples
+
+    def shows_examples(self, version):
+        return version not in self.alone
+
 
 class CountingPool:
     """An engine pool that answers every push request with the same copy and counts the requests."""
@@ -379,7 +384,7 @@ def test_the_canary_scores_by_labels_no_round_trained_it_on(small_commerce_db):
     assert scored["eval"] is not None and scored["fresh"] is not None
 
 
-# --- a version that absorbed the team's examples -------------------------------------------------
+# --- judged as served: with the team's examples, or alone -----------------------------------------
 
 GOOD_COPY = {"title": "Ana, seu fone te espera", "body": "Fone com 10% off hoje. Finalize sua compra agora."}
 POOR_COPY = '{"title": "Oi", "body": "Compre."}'
@@ -425,69 +430,70 @@ class ExamplesPool(CountingPool):
         return SimpleNamespace(text=json.dumps(GOOD_COPY, ensure_ascii=False) if good else POOR_COPY)
 
 
-def gate_of(answers: dict, tmp_path, **settings):
+def gate_of(answers: dict, tmp_path, alone: frozenset[str] = frozenset(), **settings):
     store, pool = ExamplesStore(), ExamplesPool(answers)
+    store.alone = alone
     settings = load_settings(data_dir=tmp_path, gate_max_rows=16, gate_min_rows=8, gate_look_rows=8, **settings)
     decision = asyncio.run(gate.run_gate(pool, settings, store, "push", "push-v2", "push-v1", round_seed=3))
     return decision, pool
 
 
+def asked_of(pool, version: str) -> set[bool]:
+    """Whether `version`'s prompts showed the examples: {True}, {False} or both."""
+    return {shown for asked, shown in pool.asked if asked == version}
+
+
 @pytest.mark.xdist_group("torch")
-def test_a_version_that_absorbed_the_examples_is_promoted_by_its_weights_alone(tmp_path):
-    # as served both answer well (the examples show the incumbent what to say); alone only the candidate does
-    decision, pool = gate_of({"push-v2": (True, True), "push-v1": (True, False)}, tmp_path)
-    assert decision.promote and decision.absorbed
-    assert decision.interval == (0.0, 0.0) and decision.n == 16 and decision.looks == 2  # a tie as served, every row scored
+def test_a_version_better_alone_than_the_incumbent_as_served_is_promoted_to_be_served_alone(tmp_path):
+    # with the examples the candidate answers as poorly as the incumbent; alone it answers well
+    decision, pool = gate_of({"push-v2": (False, True), "push-v1": (False, False)}, tmp_path)
+    assert decision.promote and decision.served_alone
+    assert decision.interval == (0.0, 0.0) and decision.n == 8  # a tie with the examples: an early loss, as always
     assert decision.alone is not None and decision.alone.promote and decision.alone.interval[0] > 0
-    assert decision.alone.n == 8 and decision.alone.looks == 1  # alone, a plain win stops at the first look
-    assert decision.reason.startswith("absorbed the examples: alone +") and "as served +0.0000" in decision.reason
-    assert {shown for version, shown in pool.asked} == {True, False}
-    assert "| alone, without the examples | 8 |" in gate.table("push", decision, "push-v2", "push-v1")
-    assert "absorbed: promote" in gate.table("push", decision, "push-v2", "push-v1")
+    assert decision.alone.incumbent_mean == decision.incumbent_mean  # against the incumbent as it is served, both times
+    assert asked_of(pool, "push-v2") == {True, False} and asked_of(pool, "push-v1") == {True}
+    assert decision.reason.startswith("served without the examples: ") and "with them +0.0000" in decision.reason
+    table = gate.table("push", decision, "push-v2", "push-v1")
+    assert "| candidate without the examples | 8 |" in table and "promote, served alone" in table and "not chosen" in table
 
 
 @pytest.mark.xdist_group("torch")
-def test_a_version_no_better_alone_or_worse_as_served_is_not_promoted(tmp_path):
-    same = {"push-v2": (True, False), "push-v1": (True, False)}  # learned nothing the examples do not show
-    decision, _ = gate_of(same, tmp_path)
-    assert not decision.promote and not decision.absorbed and decision.alone is not None and not decision.alone.promote
-    assert "; alone, without the examples: " in decision.reason
-    worse = {"push-v2": (False, True), "push-v1": (True, False)}  # better alone, but worse as served
-    decision, pool = gate_of(worse, tmp_path)
-    assert not decision.promote and decision.alone is None and decision.interval[1] < 0
-    assert decision.n == 8 and not any(shown is False for _, shown in pool.asked)  # a plain loss stops early; never asked alone
-    off = {"push-v2": (True, True), "push-v1": (True, False)}
-    decision, _ = gate_of(off, tmp_path, absorb_margin=0.0)  # 0: a version must win as served
-    assert not decision.promote and decision.alone is None and decision.n == 8  # and an early loss stops it as before
+def test_a_version_that_wins_as_much_with_the_examples_is_served_with_them(tmp_path):
+    decision, _ = gate_of({"push-v2": (True, True), "push-v1": (False, False)}, tmp_path)
+    assert decision.promote and not decision.served_alone and decision.alone.promote
+    assert decision.difference >= decision.alone.difference
+    assert "wins, by less" in gate.table("push", decision, "push-v2", "push-v1")
 
 
 @pytest.mark.xdist_group("torch")
-def test_where_no_examples_are_shown_the_gate_judges_as_before(tmp_path):
+def test_a_version_no_better_either_way_is_rejected_and_says_both(tmp_path):
+    decision, _ = gate_of({"push-v2": (False, False), "push-v1": (True, False)}, tmp_path)
+    assert not decision.promote and not decision.served_alone and not decision.alone.promote
+    assert "; without the examples: " in decision.reason
+    # better alone than the incumbent alone, but not than the incumbent as it is served (with the examples)
+    decision, pool = gate_of({"push-v2": (False, True), "push-v1": (True, False)}, tmp_path)
+    assert not decision.promote and decision.alone.interval == (0.0, 0.0) and asked_of(pool, "push-v1") == {True}
+
+
+@pytest.mark.xdist_group("torch")
+def test_an_incumbent_served_alone_is_judged_alone(tmp_path):
+    # the incumbent's own gate chose to serve it without the examples: it answers so, poorly here
+    decision, pool = gate_of({"push-v2": (True, False), "push-v1": (True, False)}, tmp_path, alone=frozenset({"push-v1"}))
+    assert asked_of(pool, "push-v1") == {False}
+    assert decision.promote and not decision.served_alone and decision.interval[0] > 0
+    same, pool = gate_of({"push-v2": (True, False), "push-v1": (True, False)}, tmp_path)
+    assert not same.promote and asked_of(pool, "push-v1") == {True}  # served with the examples, it ties
+
+
+@pytest.mark.xdist_group("torch")
+def test_with_serve_alone_off_or_no_examples_shown_the_candidate_is_judged_with_the_examples_alone(tmp_path):
+    better_alone = {"push-v2": (False, True), "push-v1": (False, False)}
+    decision, pool = gate_of(better_alone, tmp_path, serve_alone=False)
+    assert not decision.promote and decision.alone is None and asked_of(pool, "push-v2") == {True}
     # push shows no examples: the prompts are bare, and a candidate better alone is better as served
-    decision, pool = gate_of({"push-v2": (True, True), "push-v1": (True, False)}, tmp_path, examples_tasks=[])
-    assert decision.promote and not decision.absorbed and decision.alone is None and decision.interval[0] > 0
+    decision, pool = gate_of(better_alone, tmp_path, examples_tasks=[])
+    assert decision.promote and not decision.served_alone and decision.alone is None and decision.interval[0] > 0
     assert not any(shown for _, shown in pool.asked)
-
-
-def test_a_small_loss_as_served_is_scored_to_the_last_look_when_the_candidate_may_win_alone():
-    rng = random.Random(17)
-    incumbent = answers(rng, 64)
-    slightly = [scored(max(0.0, i.total - 0.01), sentiment=1.0) for i in incumbent]
-    plainly = [scored(max(0.0, i.total - 0.1), sentiment=1.0) for i in incumbent]
-    assert run_looks(slightly, incumbent)[1] == [32]  # an early loss as before
-    asked = []
-
-    async def block_of(candidate):
-        async def score_block(block):
-            start = sum(asked)
-            asked.append(len(block))
-            return candidate[start:start + len(block)], incumbent[start:start + len(block)]
-        return await sequential(score_block, rows(64), SETTINGS, 0, early_loss=False)
-    decision = asyncio.run(block_of(slightly))
-    assert asked == [32, 32] and decision.n == 64 and not decision.promote  # -0.01 is within the absorb margin (0.03)
-    asked.clear()
-    decision = asyncio.run(block_of(plainly))
-    assert asked == [32] and not decision.promote  # -0.1 is beyond it: plain
 
 
 @pytest.mark.xdist_group("torch")

@@ -12,10 +12,12 @@ from typing import ClassVar
 import pytest
 from fastapi.testclient import TestClient
 
-from common.records import Group, Reward, Sample, decode_record, encode
+from common.records import Group, Reward, Route, Sample, decode_record, encode
 from common.settings import load_settings
 from common.store import Store
+from common.tasks import ExtractionInput
 from router.engine_client import EnginePool
+from router.examples import Example
 from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
@@ -171,6 +173,40 @@ def test_without_examples_the_prompt_shows_none_and_nothing_is_retrieved(gateway
     assert examples.asked == 0 and store.records[0].examples == []
     assert ask(client).status_code == 200
     assert examples.asked == 1
+
+
+class OneExample:
+    """The team's examples as `Examples` gives them: `REPEAT` was corrected (an exact repeat is
+    answered with its correction), and every other input is shown one similar example."""
+
+    def __init__(self):
+        self.example = Example("label-1", ExtractionInput(review="Fone chegou quebrado."), "EXEMPLO-DO-TIME", "correction")
+
+    def for_request(self, task, task_input):
+        if task_input.review == REPEAT:
+            return self.example._replace(id="label-2", answer=GOOD), []
+        return None, [self.example]
+
+
+REPEAT = "Fone chegou quebrado e ninguém respondeu."
+
+
+def test_a_version_its_gate_chose_to_serve_alone_shows_no_example_but_still_answers_a_repeat(gateway):
+    client, store, _ = gateway
+    state = client.app.state.gateway
+    state.examples = OneExample()
+    assert ask(client).status_code == 200  # the base model: served with the examples
+    assert store.records[-1].examples == ["label-1"]  # the labels the prompt showed (this engine's template is fixed)
+    state.routes.routes = {"extraction": Route(active="extraction-v2")}
+    assert ask(client).status_code == 200  # a version served with them, as its gate judged it
+    assert GroupEngine.bodies[-1]["model"] == "extraction-v2" and store.records[-1].examples == ["label-1"]
+    state.routes.alone = frozenset({"extraction-v2"})
+    assert ask(client).status_code == 200
+    assert GroupEngine.bodies[-1]["model"] == "extraction-v2" and store.records[-1].examples == []
+    asked = len(GroupEngine.bodies)
+    repeat = client.post("/v1/tasks/extraction", json={"input": {"review": REPEAT}})
+    assert repeat.status_code == 200 and repeat.json()["raw"] == GOOD
+    assert len(GroupEngine.bodies) == asked and store.records[-1].answered_from == "label-2"  # no engine asked
 
 
 def test_a_streamed_chat_answer_is_sampled_once(gateway):

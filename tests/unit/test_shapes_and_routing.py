@@ -112,6 +112,49 @@ def test_routing_table_sends_the_canary_its_share_and_the_rest_to_active():
     assert table.adapter_for("push") == (None, "base")  # no route yet: the base model
 
 
+def test_the_routing_table_knows_which_routed_versions_are_served_without_the_examples():
+    """A version's gate chose how it is served (`GateDecision.served_alone`); the table reads it
+    from the store with the routes, and a version stored before the choice existed, like the base
+    model, shows the examples."""
+    from common.rounds import GateDecision, GateRecord
+    from common.store import Store
+
+    def judged(version: str, served_alone: bool | None) -> AdapterMeta:
+        meta = AdapterMeta(version=version, task="extraction", path=f"/adapters/{version}")
+        if served_alone is not None:
+            meta.gate = GateRecord(decision=GateDecision(promote=True, reason="", n=64, rows={}, candidate_mean=0.8, incumbent_mean=0.6,
+                                                         difference=0.2, interval=(0.1, 0.3), served_alone=served_alone),
+                                   incumbent="base")
+        return decode_adapter(encode(meta))  # as stored and read back
+
+    class Registry(Store):
+        def __init__(self):
+            super().__init__("redis://127.0.0.1:9/0")
+            self.metas = {m.version: m for m in (judged("extraction-v2", True), judged("sql-v2", False), judged("push-v1", None))}
+
+        def adapter(self, version):
+            return self.metas.get(version)
+
+        def routes_version(self):
+            return 3
+
+        def routes(self):
+            return 3, {"extraction": Route(active="extraction-v1", canary="extraction-v2", canary_share=0.5),
+                       "sql": Route(active="sql-v2"), "push": Route(active="push-v1")}
+
+    store = Registry()
+    assert [store.shows_examples(v) for v in ("extraction-v2", "sql-v2", "push-v1", None, "gone")] == [False, True, True, True, True]
+    table = RouteTable(store)
+    table.refresh()
+    assert table.alone == {"extraction-v2"} and not table.shows_examples("extraction-v2")
+    assert table.shows_examples("sql-v2") and table.shows_examples(None)
+    # a decision stored before `served_alone` existed reads as served with the examples
+    stored = msgspec.json.encode(judged("sql-v3", False))
+    assert b'"served_alone":false' in stored
+    old = msgspec.json.decode(stored.replace(b',"served_alone":false', b""), type=AdapterMeta)
+    assert old.shows_examples() and b"served_alone" not in stored.replace(b',"served_alone":false', b"")
+
+
 def test_a_route_round_trips_and_reads_what_earlier_releases_stored():
     route = Route(active="sql-v4", previous="sql-v3", earlier=["sql-v2"], canary="sql-v5", canary_share=0.2, canary_started=1.0,
                   canary_since="1-0")
