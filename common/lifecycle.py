@@ -23,7 +23,8 @@ What the gate and shadow replay found is kept on the version too (`AdapterMeta.g
 written before `gated`, `shadowed`, `previous` and `rolled_back` existed hold only the other five:
 there a superseded or rolled-back version reads `retired`, which may still become active or
 previous, so their rollbacks work as they did. A promotion retires the examples the version
-absorbed (`trainer/retire.py`) whichever path it came by: `deploy.hotswap.HotSwap.promote` runs it
+absorbed (`trainer/retire.py`; none where its gate judged it both ways and chose the examples)
+whichever path it came by: `deploy.hotswap.HotSwap.promote` runs it
 after every flip, and each path promotes through it.
 """
 from __future__ import annotations

@@ -3,6 +3,13 @@ adapters learn (router/examples.py). An example is absorbed when the version tha
 its task trained on it and, asked its input without any demonstration, answers it right: scored
 against the label's answer at least `ABSORBED`. The label stays a label (rounds still train and
 gate on it); retrieval no longer shows it.
+
+A version its gate judged with and without the examples and chose to serve with them
+(`AdapterMeta.shows_examples`) retires none: it was judged with the examples retrieval showed then, and retiring some would serve it
+prompts it was never judged on (run 30: extraction's versions, promoted with the examples and
+then shown fewer, fell below the base model as served). A version served alone, one judged only
+one way (`TUCANO_SERVE_ALONE` off, or a task whose prompts show no examples), or one promoted by
+hand without a gate, retires what it absorbed; the next gate judges with what remains.
 """
 from __future__ import annotations
 
@@ -57,10 +64,19 @@ def trained_labels(meta: AdapterMeta) -> set[str]:
     return set(sources.sft) | set(sources.pairs) | set(sources.kto)
 
 
+def chose_examples(meta: AdapterMeta) -> bool:
+    """Whether its gate judged it with and without the examples and chose to serve it with them."""
+    decision = meta.gate.decision if meta.gate is not None else None
+    return decision is not None and decision.alone is not None and not decision.served_alone
+
+
 async def retire_after_promotion(settings: Settings, store, urls: list[str], meta: AdapterMeta, seed: int) -> Retirement:
     """What a promotion retires, by whichever path it came (the round's own, or a canary's
-    verdict): the examples `meta` trained on and answers right on its own. After the flip: an
+    verdict, or by hand): the examples `meta` trained on and answers right on its own, unless its
+    gate judged it with the examples it is served with (module docstring). After the flip: an
     engine that fails here retires nothing, and the promotion stands."""
+    if chose_examples(meta):
+        return Retirement(checked=0, retired=0, reason="its gate judged it with the examples it is served with: none is retired")
     trained = trained_labels(meta)
     if not trained:
         return Retirement(checked=0, retired=0, reason="it trained on no labelled example")

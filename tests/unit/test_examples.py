@@ -185,6 +185,44 @@ def test_a_promotion_checks_the_labels_its_version_trained_on_by_either_path():
     assert outcome == Retirement(checked=0, retired=0, reason="it trained on no labelled example")
 
 
+def test_a_version_served_with_the_examples_its_gate_judged_it_with_retires_none(monkeypatch):
+    import asyncio
+
+    from common.records import AdapterMeta
+    from common.rounds import DataSources, GateDecision, GateRecord, Retirement, TrainingData
+    from trainer import retire
+
+    def gated(served_alone: bool, both_ways: bool = True) -> AdapterMeta:
+        alone = GateDecision(promote=served_alone, reason="", n=64, rows={}, candidate_mean=0.6, incumbent_mean=0.4, difference=0.2,
+                             interval=(0.1, 0.3))
+        decision = GateDecision(promote=True, reason="", n=64, rows={}, candidate_mean=0.6, incumbent_mean=0.4, difference=0.2,
+                                interval=(0.1, 0.3), served_alone=served_alone, alone=alone if both_ways else None)
+        return AdapterMeta(version="sql-v2", task="sql", path="/x", data=TrainingData(sources=DataSources(sft=["a"])),
+                           gate=GateRecord(decision=decision, incumbent="base"))
+
+    class Pool:
+        async def check(self):
+            return True
+
+        async def close(self):
+            pass
+
+    checked = []
+
+    async def retire_absorbed(pool, settings, store, task, version, trained, seed):
+        checked.append((version, trained))
+        return Retirement(checked=len(trained), retired=0, reason="checked")
+
+    monkeypatch.setattr(retire.EnginePool, "for_task", lambda *args: Pool())
+    monkeypatch.setattr(retire, "retire_absorbed", retire_absorbed)
+    kept = asyncio.run(retire.retire_after_promotion(None, None, [], gated(False), seed=0))
+    assert kept.checked == kept.retired == 0 and kept.reason.startswith("its gate judged it with the examples") and checked == []
+    alone = asyncio.run(retire.retire_after_promotion(None, None, [], gated(True), seed=0))  # served alone: it checks what it absorbed
+    assert alone.checked == 1 and checked == [("sql-v2", {"a"})]
+    one_way = asyncio.run(retire.retire_after_promotion(None, None, [], gated(False, both_ways=False), seed=0))
+    assert one_way.checked == 1 and len(checked) == 2  # judged only with its prompts as they were: retires as before
+
+
 def test_the_gate_shows_each_row_the_examples_serving_would_show():
     from common.settings import load_settings
     from trainer.gate import EvalRow, demonstrations
