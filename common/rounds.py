@@ -87,6 +87,11 @@ class GateDecision:
     """Promoted to be served without the examples: alone it beat the incumbent as served, by more
     than with them (`AdapterMeta.shows_examples`)."""
 
+    def deciding(self) -> GateDecision:
+        """The comparison that decided: the one without the examples where it was promoted to be
+        served so, else this one."""
+        return self.alone if self.served_alone and self.alone is not None else self
+
 
 @dataclass
 class ShadowReplay:

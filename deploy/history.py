@@ -15,10 +15,12 @@ def when(epoch: float | None) -> str:
 
 
 def _interval(decision: GateDecision | None) -> str:
+    """The comparison that decided, with its interval (`GateDecision.deciding`)."""
     if decision is None:
         return "-"
-    low, high = decision.interval
-    return f"{decision.difference:+.3f} [{low:+.3f}, {high:+.3f}] n={decision.n}"
+    deciding = decision.deciding()
+    low, high = deciding.interval
+    return f"{deciding.difference:+.3f} [{low:+.3f}, {high:+.3f}] n={deciding.n}" + (", served alone" if decision.served_alone else "")
 
 
 def rounds_table(rounds: list[RoundSummary]) -> Table:

@@ -116,12 +116,17 @@ function renderTraffic() {
   });
 }
 
+function judged(decision) {
+  // the comparison that decided: without the examples where the gate chose to serve the version alone
+  return decision && decision.served_alone && decision.alone ? decision.alone : decision;
+}
+
 function learningPoints() {
   // oldest round first; one point per round that judged a candidate of this task
   const rounds = (state.rounds ? state.rounds.rounds : []).slice().reverse();
   return rounds.flatMap(summary => {
     const entry = (summary.tasks || {})[state.task];
-    const decision = entry && entry.gate && entry.gate.decision;
+    const decision = judged(entry && entry.gate && entry.gate.decision);
     if (!decision || decision.n === undefined || !decision.n) return [];
     return [{ round: summary.round, time: summary.started, version: entry.version, promoted: Boolean(decision.promote),
       candidate: decision.candidate_mean, incumbent: decision.incumbent_mean, difference: decision.difference,
@@ -217,10 +222,11 @@ function renderLineage() {
   if (!metas.length) { body.replaceChildren(); const row = body.insertRow(); cell(row, `No ${state.task} adapter yet: the base model serves it.`).colSpan = 7; return; }
   body.replaceChildren(...metas.map(m => {
     const row = document.createElement("tr");
-    const decision = (m.gate || {}).decision;
+    const decision = judged((m.gate || {}).decision);
     cell(row, m.version); cell(row, m.parent || "base"); cell(row, m.method || "-");
     cell(row, m.status, m.status === "active" ? "ok" : m.status === "rejected" || m.status === "rolled_back" ? "bad" : "");
-    cell(row, decision ? `${signed(decision.difference)} [${signed(decision.interval[0])}, ${signed(decision.interval[1])}] n=${decision.n}` : "-");
+    cell(row, decision ? `${signed(decision.difference)} [${signed(decision.interval[0])}, ${signed(decision.interval[1])}] n=${decision.n}`
+      + (m.gate.decision.served_alone ? ", served alone" : "") : "-");
     cell(row, when(m.created));
     const actions = cell(row, "");
     if (m.status !== "active") {

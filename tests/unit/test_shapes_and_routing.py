@@ -155,6 +155,23 @@ def test_the_routing_table_knows_which_routed_versions_are_served_without_the_ex
     assert old.shows_examples() and b"served_alone" not in stored.replace(b',"served_alone":false', b"")
 
 
+def test_the_adapters_table_gives_the_comparison_that_decided():
+    from rich.console import Console
+
+    from common.rounds import GateDecision, GateRecord
+    from deploy.history import adapters_table
+
+    alone = GateDecision(promote=True, reason="", n=32, rows={}, candidate_mean=0.8, incumbent_mean=0.55, difference=0.25, interval=(0.15, 0.35))
+    decision = GateDecision(promote=True, reason="", n=64, rows={}, candidate_mean=0.6, incumbent_mean=0.55, difference=0.05,
+                            interval=(-0.01, 0.1), alone=alone, served_alone=True)
+    metas = [AdapterMeta(version="extraction-v1", task="extraction", path="/x", gate=GateRecord(decision=decision, incumbent="base"))]
+    console = Console(width=300, record=True)
+    console.print(adapters_table(metas))
+    assert "+0.250 [+0.150, +0.350] n=32, served alone" in console.export_text()
+    decision.served_alone = False
+    assert decision.deciding() is decision
+
+
 def test_a_route_round_trips_and_reads_what_earlier_releases_stored():
     route = Route(active="sql-v4", previous="sql-v3", earlier=["sql-v2"], canary="sql-v5", canary_share=0.2, canary_started=1.0,
                   canary_since="1-0")
