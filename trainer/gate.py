@@ -26,6 +26,8 @@ Each version is judged as it is served. Where a task shows examples, a version's
 them or not by what its own gate found (`AdapterMeta.shows_examples`): the incumbent answers as
 it is served now, and the candidate is judged twice against those same answers, with the examples
 and without them (`serve_alone`). It is promoted in the way that wins by more, and served so.
+Served alone, it must also win against the incumbent alone, so that the gain is its weights' and
+not only the bare prompts': the incumbent's own weights under a new name are never promoted.
 A version trained on the team's labels often does worse with the examples than without: it
 learned them on bare prompts, and the examples are earlier turns of the chat (run 30:
 extraction's versions scored 0.14 to 0.22 lower with them, and as served fell below the base
@@ -306,6 +308,12 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
     decision = await judged(pool, settings, store, task, candidate, incumbent, rows, round_seed, shown, incumbent_shown)
     if settings.serve_alone and any(shown.values()):
         decision.alone = await judged(pool, settings, store, task, candidate, incumbent, rows, round_seed, {}, incumbent_shown)
+        if decision.alone.promote and incumbent_shown:  # its weights too must beat the incumbent's, each alone
+            weights = await judged(pool, settings, store, task, candidate, incumbent, rows, round_seed, {}, {})
+            if not weights.promote:
+                decision.alone.promote = False
+                decision.alone.reason = (f"{decision.alone.reason}, but alone against the incumbent alone, its weights do not win: "
+                                         f"{weights.reason}")
         serve_alone(decision, settings)
     decision.seconds = round(time.perf_counter() - started, 2)
     return decision

@@ -451,10 +451,22 @@ def test_a_version_better_alone_than_the_incumbent_as_served_is_promoted_to_be_s
     assert decision.interval == (0.0, 0.0) and decision.n == 8  # a tie with the examples: an early loss, as always
     assert decision.alone is not None and decision.alone.promote and decision.alone.interval[0] > 0
     assert decision.alone.incumbent_mean == decision.incumbent_mean  # against the incumbent as it is served, both times
-    assert asked_of(pool, "push-v2") == {True, False} and asked_of(pool, "push-v1") == {True}
+    assert asked_of(pool, "push-v2") == {True, False}
+    assert asked_of(pool, "push-v1") == {True, False}  # as served, and alone: its weights too must be beaten
     assert decision.reason.startswith("served without the examples: ") and "with them +0.0000" in decision.reason
     table = gate.table("push", decision, "push-v2", "push-v1")
     assert "| candidate without the examples | 8 |" in table and "promote, served alone" in table and "not chosen" in table
+
+
+@pytest.mark.xdist_group("torch")
+def test_the_incumbents_own_answers_alone_are_no_win_for_a_candidate_served_alone(tmp_path):
+    # both answer well alone and poorly with the examples: served alone, the candidate beats the
+    # incumbent as served, but its weights do not beat the incumbent's (the same weights, renamed)
+    decision, pool = gate_of({"push-v2": (False, True), "push-v1": (False, True)}, tmp_path)
+    assert not decision.promote and not decision.served_alone
+    assert decision.alone.interval[0] > 0 and not decision.alone.promote
+    assert "its weights do not win" in decision.alone.reason and "; without the examples: " in decision.reason
+    assert asked_of(pool, "push-v1") == {True, False}
 
 
 @pytest.mark.xdist_group("torch")
