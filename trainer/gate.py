@@ -314,7 +314,7 @@ async def run_gate(pool: EnginePool, settings: Settings, store, task: str, candi
                 decision.alone.promote = False
                 decision.alone.reason = (f"{decision.alone.reason}, but alone against the incumbent alone, its weights do not win: "
                                          f"{weights.reason}")
-        serve_alone(decision, settings)
+        serve_alone(decision)
     decision.seconds = round(time.perf_counter() - started, 2)
     return decision
 
@@ -345,7 +345,7 @@ async def judged(pool: EnginePool, settings: Settings, store, task: str, candida
     return decision
 
 
-def serve_alone(decision: GateDecision, settings: Settings) -> None:
+def serve_alone(decision: GateDecision) -> None:
     """Promotes the candidate to be served without the examples where its weights alone beat the
     incumbent as served (`decision.alone`, the gate's own rule on the same rows and incumbent
     answers) by more than it does with them. A version trained on the team's labels often answers
