@@ -16,9 +16,11 @@ metrics (`StepMetrics`) with the round.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,12 +164,15 @@ def bf16(settings: Settings) -> bool:
 def trainer_args(settings: Settings, epochs: float, batch_size: int, examples: int, **extra) -> dict:
     """What every method's TRL config shares: epochs over its data (at least one step), a constant
     learning rate after a 5% warm-up, every step logged, nothing saved but the final adapter.
+    The output dir is only named here, never made: TRL and transformers make it when they train,
+    and `run` removes it after, so a config built and never trained leaves nothing behind.
     Gradient checkpointing as `checkpointing` says. bf16 per `bf16`: on a CPU with bf16
     arithmetic, SFT steps of the demo model take about two thirds of their fp32 time at the same
     losses (docs/results.md)."""
     steps = max(1, math.ceil(epochs * examples / batch_size))
     on_cpu = not on_gpu()
-    return dict(output_dir=tempfile.mkdtemp(prefix="tucano-round-"), num_train_epochs=epochs, learning_rate=settings.train_learning_rate,
+    output_dir = os.path.join(tempfile.gettempdir(), f"tucano-round-{uuid.uuid4().hex}")
+    return dict(output_dir=output_dir, num_train_epochs=epochs, learning_rate=settings.train_learning_rate,
                 lr_scheduler_type="constant_with_warmup", warmup_steps=max(1, math.ceil(0.05 * steps)), logging_steps=1,
                 save_strategy="no", report_to="none", seed=settings.seed, bf16=bf16(settings), use_cpu=on_cpu,
                 disable_tqdm=True, dataloader_num_workers=0, per_device_train_batch_size=batch_size,

@@ -339,3 +339,16 @@ def test_the_reward_context_goes_to_json_and_back_with_the_tasks_input_model():
     assert RewardContext.from_json("", SqlInput) == RewardContext()  # a context without an input
     with pytest.raises(ValueError, match="question"):
         RewardContext.from_json('{"input": {"pergunta": "x"}}', SqlInput)
+
+
+def test_a_method_config_built_and_never_trained_leaves_no_directory_behind():
+    """Each method's TRL config names its output dir; only training makes it (and `methods.run`
+    removes it after), so planning or building a config and stopping there leaves nothing in /tmp."""
+    from pathlib import Path
+
+    from trainer import methods
+
+    args = methods.trainer_args(load_settings(), 1.0, 4, 8)
+    again = methods.trainer_args(load_settings(), 1.0, 4, 8)
+    assert args["output_dir"] != again["output_dir"]
+    assert not Path(args["output_dir"]).exists() and not Path(again["output_dir"]).exists()
