@@ -7,9 +7,10 @@ gate on it); retrieval no longer shows it.
 A version its gate judged with and without the examples and chose to serve with them
 (`AdapterMeta.shows_examples`) retires none: it was judged with the examples retrieval showed
 then, and retiring some would serve it prompts it was never judged on (run 30: extraction's
-versions, promoted with the examples and then shown fewer, fell below the base model as served). A version served alone, one judged only
-one way (`TUCANO_SERVE_ALONE` off, or a task whose prompts show no examples), or one promoted by
-hand without a gate, retires what it absorbed; the next gate judges with what remains.
+versions, promoted with the examples and then shown fewer, fell below the base model as
+served). A version served alone, one judged only one way (`TUCANO_SERVE_ALONE` off, or a task
+whose prompts show no examples), or one promoted by hand without a gate, retires what it
+absorbed; the next gate judges with what remains.
 """
 from __future__ import annotations
 
