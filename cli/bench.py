@@ -141,13 +141,22 @@ def bench_samples(
     samples: Annotated[list[int] | None, typer.Option(min=2, max=32, help="Group sizes to compare with 1 (repeatable; default 4).")] = None,
     measure_rows: Annotated[int, typer.Option(min=10, help="Held-out rows per task.")] = 40,
     temperature: Annotated[float | None, typer.Option(min=0.0, max=2.0, help="A group's temperature; unset: the task's own.")] = None,
+    first_finished: Annotated[list[int] | None, typer.Option(
+        min=0, max=31, help="Per group size, an arm answered from the first K samples to finish, the rest cut (repeatable; "
+                            "0: wait for all, the default).")] = None,
 ) -> None:
     """Best of n: reward with references on held-out rows and p95 latency, each group size beside one sample."""
     from bench import samples as bench
 
     tasks = known_tasks(task or ("extraction", "sql", "push"))
+    sizes = samples or [4]
+    bad = sorted({k for k in first_finished or [] if k == 1 or (k and k >= min(sizes))})
+    if bad:
+        raise typer.BadParameter(f"{bad}: K must be 0 (wait for all) or 2 to {min(sizes) - 1}, fewer than the group's samples",
+                                 param_hint="--first-finished")
     settings = built_settings()
-    results = bench.run(settings, tasks, samples or [4], measure_rows, temperature, say=lambda text: console.print(text, highlight=False))
+    results = bench.run(settings, tasks, sizes, measure_rows, temperature, say=lambda text: console.print(text, highlight=False),
+                        first_finished=first_finished)
     report(settings, "samples", results, bench.table(results))
 
 

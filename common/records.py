@@ -37,8 +37,12 @@ class Sampling(msgspec.Struct, frozen=True):
     seed: int | None = None
     frequency_penalty: float = 0.0  # OpenAI's: subtracted once per earlier use of a token in the answer
     n: int = 1  # completions sampled in the one engine request (their prompt's prefill shared); a record before groups: 1
+    # 0: the group waits for all n. K (2 <= K < n): the answer is the best of the first K samples to finish, and the
+    # engine request is cut there (vLLM aborts the rest), so the slowest samples do not hold the answer back
+    first_finished: int = 0
 
-    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None, frequency_penalty=None, n=None) -> Sampling:
+    def override(self, temperature=None, top_p=None, max_tokens=None, seed=None, frequency_penalty=None, n=None,
+                 first_finished=None) -> Sampling:
         return Sampling(
             self.temperature if temperature is None else temperature,
             self.top_p if top_p is None else top_p,
@@ -46,7 +50,13 @@ class Sampling(msgspec.Struct, frozen=True):
             self.seed if seed is None else seed,
             self.frequency_penalty if frequency_penalty is None else frequency_penalty,
             self.n if n is None else n,
+            self.first_finished if first_finished is None else first_finished,
         )
+
+    @property
+    def cuts(self) -> bool:
+        """Whether a request sampled so is cut once its first `first_finished` samples finish."""
+        return 2 <= self.first_finished < self.n
 
 
 @dataclass(frozen=True)
@@ -104,10 +114,13 @@ class Group(msgspec.Struct):
     """Every completion one request sampled from the serving version (`Record.adapter`, with the
     record's `sampling`), in the engine's order; `chosen` is the one answered (the best by the
     served score). A round's GRPO trains on it as a rollout group: the prompt's token ids and
-    each sample's logprobs are what the importance ratio is taken against."""
+    each sample's logprobs are what the importance ratio is taken against. `cut`: samples the
+    request stopped before they finished (`Sampling.first_finished`); they are not in `samples`,
+    so the group is not whole and no round trains on it as if it were."""
     prompt_token_ids: list[int]
     samples: list[Sample]
     chosen: int
+    cut: int = 0
 
     @property
     def rewards(self) -> list[float]:

@@ -105,6 +105,12 @@ class Settings(BaseSettings):
                     "not named gets 1. Unset: each task's own (tasks/: push 4, the others 1; push's 4 was measured in "
                     "bench samples, docs/results.md). Streaming requests are always sampled once.")
     serve_samples_cap: int = Field(8, ge=1, le=32, description="Most completions one request may ask for (`options.samples`).")
+    serve_first_finished: dict[str, int] | None = Field(
+        None,
+        description="Per task (JSON object): answer a sampled request with the best of the first K of its samples to finish "
+                    "(2 <= K), and cut the rest (vLLM aborts them), so that the answer does not wait for the longest "
+                    "sample. 0, or K at least the request's samples, waits for all. Once set, a task not named gets 0. "
+                    "Unset: each task's own (tasks/). A cut group is recorded with what was cut and is not trained on.")
 
     # Corrections that act at once
     examples_tasks: list[str] | None = Field(None, description="Tasks whose prompts carry the team's most similar corrected or "
@@ -255,6 +261,14 @@ class Settings(BaseSettings):
         bad = {task: n for task, n in (value or {}).items() if not 1 <= n <= 32}
         if bad:
             raise ValueError(f"completions per request must be 1 to 32, not {bad}")
+        return value
+
+    @field_validator("serve_first_finished")
+    @classmethod
+    def _first_finished_in_range(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        bad = {task: k for task, k in (value or {}).items() if k == 1 or not 0 <= k <= 32}
+        if bad:
+            raise ValueError(f"first finished samples must be 0 (all) or 2 to 32 (the best of one is no choice), not {bad}")
         return value
 
     @model_validator(mode="after")

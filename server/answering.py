@@ -6,7 +6,10 @@ A request sampled `n` > 1 times (the task's `serve_samples`, or its own `options
 engine request with vLLM's `n`: every completion is scored, the best by the served score is the
 answer (the first of equals, in the engine's order), and the record keeps the whole group with
 each sample's tokens and logprobs. Every served answer is then a sample of the serving version
-that a round's GRPO can train on (`trainer.data`), and best-of-n lifts what the user gets."""
+that a round's GRPO can train on (`trainer.data`), and best-of-n lifts what the user gets. A task
+that answers from the first K samples to finish (`serve_first_finished`) cuts the rest, so the
+answer does not wait for the longest sample; its group records how many were cut, and is not
+trained on as a whole group."""
 from __future__ import annotations
 
 import time
@@ -116,13 +119,15 @@ def _score_and_output(state: GatewayState, prepared: Prepared, completions: list
     return scores, best, _output(prepared.task, completions[best].text, scores[best], execute, include_think, state)
 
 
-def _group(completions: list[Completion], scores, chosen: int) -> Group | None:
+def _group(completions: list[Completion], scores, chosen: int, sampling: Sampling) -> Group | None:
+    """The record's group: the samples the request returned, and how many it cut before they finished."""
     if len(completions) < 2:
         return None
     samples = [Sample(text=c.text, token_ids=c.token_ids or [], logprobs=[round(x, 5) for x in c.logprobs or []],
                       finish_reason=c.finish_reason, valid=s.valid, reward=Reward(s.total, s.components, s.reference_used, s.details))
                for c, s in zip(completions, scores)]
-    return Group(prompt_token_ids=completions[0].prompt_token_ids or [], samples=samples, chosen=chosen)
+    return Group(prompt_token_ids=completions[0].prompt_token_ids or [], samples=samples, chosen=chosen,
+                 cut=sampling.n - len(completions))
 
 
 async def finish(state: GatewayState, prepared: Prepared, completions: list[Completion], execute: bool = False,
@@ -143,7 +148,7 @@ async def finish(state: GatewayState, prepared: Prepared, completions: list[Comp
         latency_ms=round((time.perf_counter() - prepared.started) * 1000, 2),
         reward=Reward(scored.total, scored.components, scored.reference_used, scored.details),
         reward_version=REWARD_VERSION, reference=prepared.reference, key_id=prepared.key_id, examples=prepared.examples,
-        answered_from=prepared.repeat.id if prepared.repeat else None, group=_group(completions, scores, best),
+        answered_from=prepared.repeat.id if prepared.repeat else None, group=_group(completions, scores, best, prepared.sampling),
     )
     label = label_of(record, state.settings.team_eval_share) if record.reference is not None else None
     try:

@@ -35,6 +35,10 @@ class TaskOptions(BaseModel):
     samples: int | None = Field(None, ge=1, description="Completions to sample in one engine request; the best by the served score "
                                                         "is answered and all are recorded. Unset: the task's `serve_samples`; at most "
                                                         "`serve_samples_cap` (a 422 names it).")
+    first_finished: int | None = Field(None, ge=0, description="Answer with the best of the first K samples to finish and cut the "
+                                                               "rest, so that the answer does not wait for the longest one (2 <= K "
+                                                               "<= samples; 0: wait for all). Unset: the task's "
+                                                               "`serve_first_finished`.")
     examples: bool = Field(True, description="false: the prompt shows none of the team's examples and a corrected input is "
                                              "asked of the model again, so the answer is what the weights alone give.")
 
@@ -70,9 +74,10 @@ class Usage(BaseModel):
 
 class SampleChoice(BaseModel):
     """Which of the request's sampled completions was answered."""
-    chosen: int = Field(description="Its index, in the engine's order.")
-    of: int = Field(description="How many were sampled.")
-    totals: list[float] = Field(description="Each completion's served score, in the same order.")
+    chosen: int = Field(description="Its index among the finished ones, in the engine's order.")
+    of: int = Field(description="How many finished and were scored.")
+    totals: list[float] = Field(description="Each finished completion's served score, in the same order.")
+    cut: int = Field(0, description="How many more were sampled and cut before they finished (`first_finished`).")
 
 
 class TaskResponse(BaseModel):

@@ -27,6 +27,7 @@ from tasks.registry import (
     check_settings,
     definition,
     examples_tasks,
+    first_finished_of,
     model_path_of,
     public_models,
     register,
@@ -43,6 +44,6 @@ for _entry in (EXTRACTION, SQL, PUSH, INSIGHTS):
 
 __all__ = [
     "AUTO_MODEL", "INPUT_MODELS", "OUTPUT_MODELS", "TASKS", "TASK_ENGINE", "TRAITS", "TaskDefinition", "UnknownTask",
-    "check_reference", "check_settings", "definition", "examples_tasks", "model_path_of", "public_models", "register",
+    "check_reference", "check_settings", "definition", "examples_tasks", "first_finished_of", "model_path_of", "public_models", "register",
     "samples_of", "score", "stored_input", "training_settings", "typed_input", "unregister",
 ]

@@ -44,6 +44,7 @@ class TaskDefinition:
     cues: tuple[tuple[str, float], ...] = ()  # regexes over folded text and their points, for `tucano-auto`
     auto_default: bool = False  # what `tucano-auto` answers when no cue decides
     serve_samples: int = 1  # completions per request unless the settings say otherwise (`serve_samples`)
+    serve_first_finished: int = 0  # answer from the first K samples to finish, 0 all (`serve_first_finished`)
     examples: bool = False  # its prompts carry the team's examples unless the settings say otherwise (`examples_tasks`)
     training: dict = field(default_factory=dict)  # its own training settings (`TaskTraining` fields) unless `task_training` is set
     review_view: Callable[[BaseModel], frozenset[str]] | None = None  # what an input says apart from its words (the review queue)

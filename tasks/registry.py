@@ -6,10 +6,10 @@ registers a toy fifth). `definition(name)` is the entry or an `UnknownTask` that
 tasks there are. `TASKS`, `TRAITS`, `TASK_ENGINE`, `INPUT_MODELS` and `OUTPUT_MODELS` are live
 read-only views of the entries, never copies, so that a task registered later is in all of them.
 
-The settings that name tasks (`serve_samples`, `examples_tasks`, `task_training`) are unset by
-default, and then each entry's own default holds: the resolvers here (`samples_of`,
-`examples_tasks`, `training_settings`) are the one place that combines the two, and
-`check_settings` refuses a setting that names no task.
+The settings that name tasks (`serve_samples`, `serve_first_finished`, `examples_tasks`,
+`task_training`) are unset by default, and then each entry's own default holds: the resolvers
+here (`samples_of`, `first_finished_of`, `examples_tasks`, `training_settings`) are the one
+place that combines the two, and `check_settings` refuses a setting that names no task.
 """
 from __future__ import annotations
 
@@ -160,6 +160,15 @@ def samples_of(settings: Settings, task: str, temperature: float | None = None) 
     return settings.serve_samples.get(task, 1)
 
 
+def first_finished_of(settings: Settings, task: str) -> int:
+    """How many finished samples a sampled request of `task` waits for before it is answered and
+    the rest are cut (0: all): `serve_first_finished` where set (a task it does not name gets 0),
+    else the entry's own."""
+    if settings.serve_first_finished is None:
+        return definition(task).serve_first_finished
+    return settings.serve_first_finished.get(task, 0)
+
+
 def examples_tasks(settings: Settings) -> list[str]:
     """The tasks whose prompts carry the team's examples: `examples_tasks` where set, else each
     entry's own."""
@@ -180,7 +189,8 @@ def training_settings(settings: Settings, task: str) -> Settings:
 def check_settings(settings: Settings) -> Settings:
     """Refuse settings that name a task no entry has, or whose tasks' own completions per request
     exceed the cap (`ConfigError` naming the setting, the task and the tasks there are)."""
-    named = {"serve_samples": settings.serve_samples or {}, "examples_tasks": settings.examples_tasks or [],
+    named = {"serve_samples": settings.serve_samples or {}, "serve_first_finished": settings.serve_first_finished or {},
+             "examples_tasks": settings.examples_tasks or [],
              "task_training": settings.task_training or {}}
     for setting, value in named.items():
         unknown = sorted(set(value) - set(_ENTRIES))

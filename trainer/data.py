@@ -14,7 +14,9 @@
   with that label. Only a version of the lineage the round trains (the version it continues and
   the versions before it) sampled a usable group; a group of another version, of an eval-set
   input, or one that is not whole (fewer samples than asked, a sample without its tokens and
-  logprobs), all identical or all invalid (no signal) is skipped and counted.
+  logprobs, or samples cut before they finished: `Sampling.first_finished`, whose finished
+  ones are the shortest and would teach the policy that length), all identical or all invalid
+  (no signal) is skipped and counted. Its input still becomes a prompt for engine rollouts.
 
 With `train_with_examples` (off by default), every prompt is the one serving would send for its
 input: where the task's prompts carry the team's examples, it shows the examples most similar to
@@ -284,6 +286,8 @@ def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], rew
         reason, task_input = None, _typed(data.task, record.input)
         if task_input is None:
             reason = INVALID_INPUT
+        elif record.group.cut:
+            reason = "group cut before every sample finished"
         elif not _whole(record):
             reason = "group not whole"
         elif input_key(record.input) in held_out:

@@ -13,7 +13,7 @@ from server import answering, chat
 from server.deps import User
 from server.errors import invalid_input
 from server.schemas import ChatCompletion, ChatRequest, ErrorResponse, ModelCard, ModelList
-from tasks import AUTO_MODEL, definition, public_models, samples_of
+from tasks import AUTO_MODEL, definition, first_finished_of, public_models, samples_of
 
 router = APIRouter(tags=["openai"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
@@ -40,7 +40,8 @@ async def chat_completions(body: ChatRequest, caller: User):
     text = chat.last_user_text(body.messages)
     task = chat.task_of(body.model, text)
     overrides = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_completion_tokens or body.max_tokens,
-                 "seed": body.seed, "frequency_penalty": body.frequency_penalty}
+                 "seed": body.seed, "frequency_penalty": body.frequency_penalty,
+                 "first_finished": first_finished_of(caller.state.settings, task)}
     samples = 1 if body.stream else samples_of(caller.state.settings, task, body.temperature)  # the best of the task's group answers
     try:
         task_input = definition(task).input_from_text(text)

@@ -9,7 +9,7 @@ from server import answering
 from server.deps import TaskPath, User
 from server.errors import ApiError, invalid_input
 from server.schemas import ErrorResponse, SampleChoice, Scores, ServedBy, TaskRequest, TaskResponse, Usage
-from tasks import TASKS, TRAITS, check_reference, definition, samples_of
+from tasks import TASKS, TRAITS, check_reference, definition, first_finished_of, samples_of
 
 router = APIRouter(tags=["tasks"])
 ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 413, 422, 429, 503)}
@@ -42,8 +42,12 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
     if samples > settings.serve_samples_cap:
         raise ApiError(422, "invalid_request", f"options.samples: {samples} is more than the cap of {settings.serve_samples_cap} "
                                                "completions per request (TUCANO_SERVE_SAMPLES_CAP)")
+    first = first_finished_of(settings, task) if options.first_finished is None else options.first_finished
+    if options.first_finished is not None and (first == 1 or first > samples):
+        raise ApiError(422, "invalid_request", f"options.first_finished: {first} must be 0 (wait for all) or 2 to the request's "
+                                               f"{samples} samples (the best of one is no choice)")
     overrides = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens, "seed": options.seed,
-                 "frequency_penalty": options.frequency_penalty}
+                 "frequency_penalty": options.frequency_penalty, "first_finished": first}
     prepared = await answering.prepare(caller.state, task, task_input, overrides, reference, "tasks", caller.key_id,
                                        samples=samples, with_examples=options.examples)
     record = await answering.answer(caller.state, prepared, execute=options.execute and TRAITS[task].runs_sql,
@@ -55,5 +59,6 @@ async def run_task(task: TaskPath, body: TaskRequest, caller: User) -> TaskRespo
         scores=Scores(total=reward.total, components=reward.components, reference_used=reward.reference_used),
         usage=Usage(prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens),
         latency_ms=record.latency_ms, examples=record.examples, answered_from=record.answered_from,
-        sample=SampleChoice(chosen=record.group.chosen, of=len(record.group.samples), totals=record.group.rewards) if record.group else None,
+        sample=SampleChoice(chosen=record.group.chosen, of=len(record.group.samples), totals=record.group.rewards,
+                            cut=record.group.cut) if record.group else None,
     )

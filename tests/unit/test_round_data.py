@@ -262,15 +262,17 @@ def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label()
     assert all(len(json.loads(e.prompt)) == 2 for e in plain.sft + plain.prompts)  # by default, no demonstrations
 
 
-def grouped(n: int, question: str, texts: list[str], *, adapter=None, valid=True, whole=True, temperature=0.7):
-    """A served record of `texts` sampled as one group (the first answered)."""
+def grouped(n: int, question: str, texts: list[str], *, adapter=None, valid=True, whole=True, temperature=0.7, cut=0):
+    """A served record of `texts` sampled as one group (the first answered); `cut`: samples the
+    request cut before they finished, answered from the first `len(texts)` to finish."""
     from common.records import Group, Reward, Sample, Sampling
 
     samples = [Sample(text=t, token_ids=[10 + i, 2], logprobs=[-0.5, -0.1] if whole or i else [-0.5], finish_reason="stop",
                       valid=valid, reward=Reward(0.5, {}, False)) for i, t in enumerate(texts)]
+    sampling = Sampling(temperature, 1.0, 256, None, 0.0, len(texts) + cut, len(texts) if cut else 0)
     return (f"{n}-0", make_record(id=f"r{n}", input={"question": question}, raw=texts[0], adapter=adapter,
-                                  arm="active" if adapter else "base", sampling=Sampling(temperature, 1.0, 256, None, 0.0, len(texts)),
-                                  group=Group(prompt_token_ids=[1, 2, 3], samples=samples, chosen=0)))
+                                  arm="active" if adapter else "base", sampling=sampling,
+                                  group=Group(prompt_token_ids=[1, 2, 3], samples=samples, chosen=0, cut=cut)))
 
 
 def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_signal_is_counted():
@@ -286,7 +288,8 @@ def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_sign
                grouped(5, "Quantas lojas?", [GOOD, BAD], valid=False),
                grouped(6, "Quantos fretes?", [GOOD, BAD], whole=False),
                grouped(7, "Quantos pedidos em 2016?", [GOOD, BAD]),
-               (f"{8}-0", make_record(id="r8", input={"question": "Sem grupo?"}))]  # a record before groups
+               (f"{8}-0", make_record(id="r8", input={"question": "Sem grupo?"})),  # a record before groups
+               grouped(10, "Quantos cupons?", [GOOD, BAD], cut=2)]  # the first 2 of 4 to finish: the 2 shortest
     v1 = AdapterMeta(version="sql-v1", task="sql", path="/a/1")
     v2 = AdapterMeta(version="sql-v2", task="sql", path="/a/2", parent="sql-v1")
     versions = lineage(v2, {"sql-v1": v1, "sql-v2": v2})
@@ -303,7 +306,8 @@ def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_sign
     assert by_source["r0"].temperature == 0.7 and RewardContext.from_json(by_source["r0"].context, SqlInput).input.question == "Quantos pedidos?"
     assert data.skipped == {"group of a version outside the lineage": 1, "group of identical completions": 1,
                             "group of invalid completions only": 1, "group not whole": 1, "group of an eval-set input": 1,
-                            "eval-set or labelled input": 2}
+                            "group cut before every sample finished": 1, "eval-set or labelled input": 2}
+    assert "Pergunta: Quantos cupons?" in {json.loads(p.prompt)[-1]["content"] for p in data.prompts}  # its input is still a prompt
     summary = data.summary()
     assert summary.groups == 3 and summary.labelled_groups == 1 and summary.sources.groups == ["r0", "r1", "r2"]
     assert [m for m, _ in methods_plan(data)] == ["grpo"] and "3 served groups (1 scored with a label)" in methods_plan(data)[0][1]
