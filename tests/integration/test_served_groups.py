@@ -54,6 +54,29 @@ def test_a_request_is_one_group_and_its_record_holds_every_sample(gateway, serve
     assert too_many.status_code == 422 and "cap" in too_many.json()["error"]["message"]
 
 
+def test_a_group_answered_from_its_first_finished_samples_is_streamed_whole_and_the_rest_cut(gateway, engines):
+    """The first 2 of 4 samples to finish, reassembled from vLLM's stream: each is the text its
+    token ids decode to, with a logprob per token; the record counts the 2 cut; the engine is left
+    with no request running (the cut samples were aborted, not left decoding)."""
+    from trainer.idle import requests_in_engine
+
+    tokenizer = gateway.state.pools["base"].template.tokenizer
+    for i, review in enumerate(REVIEWS[:3]):
+        answer = ask(gateway, review, seed=100 + i, samples=4, first_finished=2)
+        assert answer["sample"]["of"] == 2 and answer["sample"]["cut"] == 2
+        record = gateway.state.store.get_record(answer["id"]).record
+        assert record.sampling.n == 4 and record.sampling.first_finished == 2 and record.group.cut == 2
+        assert record.raw == record.group.samples[record.group.chosen].text
+        for sample in record.group.samples:
+            assert sample.finish_reason in ("stop", "length") and len(sample.token_ids) == len(sample.logprobs) > 0
+            assert tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text
+        assert record.group.prompt_token_ids == tokenizer(record.prompt, add_special_tokens=True)["input_ids"]
+    deadline = time.monotonic() + 10
+    while requests_in_engine(httpx.get(f"{engines['base'].url}/metrics", timeout=10).text) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert requests_in_engine(httpx.get(f"{engines['base'].url}/metrics", timeout=10).text) == 0
+
+
 def test_the_trainers_logprobs_of_a_served_group_are_the_engines(built, engines, served):
     """The sampled tokens are the ones the trainer scores, at the group's temperature: the engine's
     prompt logprobs of a sample (no grammar, temperature 1) are the trainer's, and the logprobs it
