@@ -98,14 +98,21 @@ def measure(settings: Settings, task: str, rows: list[dict], blocks: dict[str, l
     return out
 
 
+def arms_of(sizes: list[int], first_finished: list[int] | None = None) -> list[str]:
+    """The arms: one sample, then per group size n each K of `first_finished` (0: wait for all n;
+    default [0]); ValueError for a K that is no choice (1) or not fewer than n."""
+    bad = sorted({(n, k) for n in sizes for k in first_finished or [0] if k == 1 or (k and k >= n)})
+    if bad:
+        raise ValueError(f"first finished {', '.join(f'{k} of {n}' for n, k in bad)}: K must be 0 (wait for all) or 2 to "
+                         "one fewer than the group's samples")
+    return ["1", *(arm_name(n, k) for n in sorted(set(sizes)) for k in sorted(set(first_finished or [0])))]
+
+
 def run(settings: Settings, tasks: tuple[str, ...], sizes: list[int], measure_rows: int, temperature: float | None, say=print,
         first_finished: list[int] | None = None) -> dict:
     """`sizes`: the group sizes beside one sample; `first_finished`: for each, the arms that answer
-    from the first K samples to finish (0: all of them; default [0])."""
-    bad = sorted({(n, k) for n in sizes for k in first_finished or [0] if k == 1 or (k and k >= n)})
-    if bad:
-        raise ValueError(f"first finished {', '.join(f'{k} of {n}' for n, k in bad)}: K must be 0 (all) or 2 to n - 1")
-    arms = ["1", *(arm_name(n, k) for n in sorted(set(sizes)) for k in sorted(set(first_finished or [0])))]
+    from the first K samples to finish (`arms_of`)."""
+    arms = arms_of(sizes, first_finished)
     results: dict = {"settings": {"arms": arms, "measure_rows": measure_rows, "temperature": temperature,
                                   "group_temperatures": {t: definition(t).group_temperature for t in tasks}}, "tasks": {}}
     with ExitStack() as stack:

@@ -150,10 +150,10 @@ def bench_samples(
 
     tasks = known_tasks(task or ("extraction", "sql", "push"))
     sizes = samples or [4]
-    bad = sorted({k for k in first_finished or [] if k == 1 or (k and k >= min(sizes))})
-    if bad:
-        raise typer.BadParameter(f"{bad}: K must be 0 (wait for all) or 2 to {min(sizes) - 1}, fewer than the group's samples",
-                                 param_hint="--first-finished")
+    try:
+        bench.arms_of(sizes, first_finished)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--first-finished") from None
     settings = built_settings()
     results = bench.run(settings, tasks, sizes, measure_rows, temperature, say=lambda text: console.print(text, highlight=False),
                         first_finished=first_finished)

@@ -45,10 +45,23 @@ def test_a_group_that_picks_the_right_query_more_often_gains_and_its_cost_is_jud
 def test_the_arms_answer_from_the_first_finished_samples_as_asked_and_an_arm_that_is_no_choice_is_refused():
     import pytest
 
-    from bench.samples import arm_options, run
+    from bench.samples import arm_options, arms_of, run
+    assert arms_of([8, 4], [0, 2]) == ["1", "4", "4/2", "8", "8/2"] and arms_of([4]) == ["1", "4"]
     assert arm_options("1") == {"samples": 1}
     assert arm_options("4") == {"samples": 4, "first_finished": 0}  # waits for all, whatever the task's default
     assert arm_options("4/2") == {"samples": 4, "first_finished": 2}
     for first_finished in ([1], [4], [0, 5]):
         with pytest.raises(ValueError, match="K must be 0"):
             run(None, ("sql",), [4], 10, None, first_finished=first_finished)
+
+
+def test_a_first_finished_arm_that_is_no_choice_is_refused_before_anything_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import main as cli
+
+    for args in (["--first-finished", "1"], ["--samples", "4", "--first-finished", "4"], ["--first-finished", "-1"]):
+        result = CliRunner().invoke(cli.app, ["bench", "samples", "--task", "sql", *args], env={"TUCANO_DATA_DIR": str(tmp_path)})
+        assert result.exit_code == 2, result.output
+        assert "--first-finished" in result.output
+    assert list(tmp_path.iterdir()) == []
