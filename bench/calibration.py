@@ -27,7 +27,7 @@ def _interval(pairs: list[Pair]) -> list[float] | None:
     if len(served) < 10 or len(set(served)) < 2 or len(set(reference)) < 2:
         return None
     _, low, high = rank_correlation_interval(served, reference)
-    return [round(low, 4), round(high, 4)]
+    return [round(low, 4), round(high, 4)] if low == low else None
 
 
 def summary(pairs: list[Pair]) -> dict:

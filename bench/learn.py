@@ -215,7 +215,7 @@ def scorer_check(free: list[Score | None], scores: list[Score]) -> dict | None:
     rho, low, high = rank_correlation_interval(served, referenced)
     if rho != rho:  # every answer scored alike on one side: no ranking to compare
         return {"rank_correlation": None, "ci95": None, "n": len(pairs), "served_mean": round(statistics.fmean(served), 4)}
-    return {"rank_correlation": round(rho, 3), "ci95": [round(low, 3), round(high, 3)], "n": len(pairs),
+    return {"rank_correlation": round(rho, 3), "ci95": [round(low, 3), round(high, 3)] if low == low else None, "n": len(pairs),
             "served_mean": round(statistics.fmean(served), 4)}
 
 
