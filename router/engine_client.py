@@ -298,16 +298,14 @@ class EnginePool:
         finished: list[int] = []
         try:
             async with self._completion(engine, body, timeout=self.timeout) as response:
-                async for raw in response.content:  # one server-sent-event line at a time
-                    line = raw.decode("utf-8", errors="replace").strip()
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    for choice in msgspec.json.decode(line[6:]).get("choices") or []:
-                        sample = streamed.setdefault(choice.get("index", 0), {"text": [], "token_ids": [], "logprobs": [],
-                                                                               "prompt_token_ids": None, "finish_reason": None})
+                async for chunk in _events(response):
+                    for choice in chunk.get("choices") or []:
+                        index = choice.get("index", 0)
+                        sample = streamed.setdefault(index, {"text": [], "token_ids": [], "logprobs": [],
+                                                             "prompt_token_ids": None, "finish_reason": None})
                         _add_delta(sample, choice)
-                        if sample["finish_reason"] and choice.get("index", 0) not in finished:
-                            finished.append(choice.get("index", 0))
+                        if sample["finish_reason"] and index not in finished:
+                            finished.append(index)
                     if len(finished) >= sampling.first_finished:
                         response.close()  # the connection goes, and vLLM aborts the samples still decoding
                         break
@@ -344,11 +342,7 @@ class EnginePool:
         started = False
         try:
             async with self._completion(engine, body) as response:
-                async for raw in response.content:  # one server-sent-event line at a time
-                    line = raw.decode("utf-8", errors="replace").strip()
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = msgspec.json.decode(line[6:])
+                async for chunk in _events(response):
                     if chunk.get("usage"):
                         result["usage"] = chunk["usage"]
                     for choice in chunk.get("choices") or []:
@@ -388,6 +382,15 @@ def _choices(data: dict, n: int, engine: str, model: str) -> list[Completion]:
                                       choice.get("finish_reason"), engine, model, list(token_ids),
                                       [float("nan") if x is None else float(x) for x in logprobs], list(choice["prompt_token_ids"])))
     return completions
+
+
+async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[dict]:
+    """The chunks of an engine's streamed completion: each server-sent `data:` event, decoded, up
+    to `[DONE]`."""
+    async for raw in response.content:  # one server-sent-event line at a time
+        line = raw.decode("utf-8", errors="replace").strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield msgspec.json.decode(line[6:])
 
 
 def _add_delta(sample: dict, choice: dict) -> None:
