@@ -6,6 +6,8 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -18,6 +20,17 @@ from tasks.insights import FREQUENCY_PENALTY
 
 MODELS = b'{"data": [{"id": "base-model", "parent": null}]}'
 COMPLETION = b'{"choices": [{"text": "ok", "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}'
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An engine stand-in: `handler` answering on a free local port, for the block; yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
 
 
 def send(handler: BaseHTTPRequestHandler, body: bytes, content_type: str = "application/json", status: int = 200) -> None:
@@ -51,11 +64,8 @@ class SlowModels(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_engine():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowModels)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(SlowModels) as url:
+        yield url
     SlowModels.delay_s = SlowModels.completion_delay_s = 0.0
     SlowModels.bodies.clear()
 
@@ -264,10 +274,8 @@ class SlowStream(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_stream():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(SlowStream) as url:
+        yield url
     SlowStream.gaps = ()
 
 

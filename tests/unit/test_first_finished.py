@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
@@ -21,7 +20,7 @@ from router.engine_client import EnginePool, EngineUnavailable
 from router.route_table import RouteTable
 from server.app import create_app
 from server.state import GatewayState
-from tests.unit.test_engine_client import MODELS, FixedPrompt, send
+from tests.unit.test_engine_client import MODELS, FixedPrompt, send, serving
 from tests.unit.test_served_groups import GOOD, REVIEW, MemoryStore, NoExamples
 
 # the samples in the engine's order, each with how many tokens it takes: the good answer and "{}"
@@ -84,10 +83,8 @@ class LockstepEngine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def engine():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), LockstepEngine)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(LockstepEngine) as url:
+        yield url
     LockstepEngine.bodies.clear()
     LockstepEngine.gone_at.clear()
     LockstepEngine.end_after = None
