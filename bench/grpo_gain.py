@@ -12,9 +12,12 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
    the served score, without a reference, as traffic is. The temperature is the question for a
    greedy task: its groups must vary to carry a signal, and the gradient is taken on what was
    sampled, not on what is served greedily.
-2. For each learning rate asked, a fresh LoRA from the same seed trains on those groups with the
-   round's own GRPO on served groups (`trainer.grpo.train_on_groups`: the task's training
-   settings, `--epochs` passes, no time budget).
+2. For each learning rate and each number of passes asked (`--lr`, `--epochs`), a fresh LoRA from
+   the same seed trains on those groups with the round's own GRPO on served groups
+   (`trainer.grpo.train_on_groups`: the task's training settings, no time budget). A second pass
+   over a group is off the policy that sampled it: each token is weighed by its capped importance
+   ratio, as a round weighs a group an older version served. Side by side, the passes say whether
+   a round's few groups are worth more than one pass.
    With `--picks`, one more arm per temperature fine-tunes a fresh LoRA by the round's SFT on each
    group's served pick (`_train_on_picks`): whether what best of n picks can be taught to the
    greedy policy where GRPO's gradient on the same groups does not move it.
@@ -186,16 +189,18 @@ def _free_gain(after: list, before: list) -> dict:
     return interval([a.total - b.total for a, b in zip(after, before) if a is not None and b is not None])
 
 
-def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[float], measure_rows: int, say=print,
+def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: list[float], measure_rows: int, say=print,
         temperatures: list[float] | None = None, picks: bool = False) -> dict:
     """`task` is one scored with references (the command checks it before anything starts). Each
-    temperature samples its own groups (default: the task's group temperature); every rate trains on
-    each, so the arms are every temperature with every rate, all measured against the same base answers.
+    temperature samples its own groups (default: the task's group temperature); every rate and every
+    number of passes (default one) trains on each, so the arms are every temperature with every rate
+    and passes, all measured against the same base answers.
     `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
     from tasks import definition
 
-    own = training_settings(settings, task).model_copy(update={"grpo_max_epochs": epochs})
+    epochs = epochs or [1.0]
+    own = training_settings(settings, task)
     rates = rates or [own.grpo_learning_rate]
     temperatures = temperatures or [definition(task).group_temperature]
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
@@ -217,7 +222,7 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
         say(f"{task} base model's greedy answers to the groups' {len(rows_of_groups)} train rows: served score {greedy_served}")
         arms, checks, skipped = [], [], []
 
-        def measure(method: str, temperature: float, rate: float, train) -> None:
+        def measure(method: str, temperature: float, rate: float, passes: float | None, train) -> None:
             """One arm: a fresh LoRA trained by `train(out)`, loaded under a fresh name (vLLM keeps a
             reused name's cached blocks), measured on the held-out rows, unloaded."""
             version = f"{task}-gain-{uuid.uuid4().hex[:8]}"
@@ -227,12 +232,13 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
                 scores, free = asyncio.run(_answers(own, task, url, version, rows))
             finally:
                 asyncio.run(unload_everywhere([url], version))
-            arm = {"method": method, "temperature": temperature, "learning_rate": rate, **trained, "held_out": measured(scores),
+            arm = {"method": method, "temperature": temperature, "learning_rate": rate, "epochs": passes, **trained, "held_out": measured(scores),
                    "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
                    "scorer": scorer_check(free, scores),
                    "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
             arms.append(arm)
-            say(f"{task}, {method} at temperature {temperature:g}, rate {rate:g}: {trained['steps']} steps in {trained['seconds']} s, "
+            passes_said = "" if passes is None else f", {passes:g} pass(es)"
+            say(f"{task}, {method} at temperature {temperature:g}, rate {rate:g}{passes_said}: {trained['steps']} steps in {trained['seconds']} s, "
                 f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
 
         for temperature in temperatures:
@@ -245,10 +251,12 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
                 f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
                 f"greedy {checked['greedy']:.3f}")
             for rate in rates:
-                measure(GRPO, temperature, rate, partial(_train, own.model_copy(update={"grpo_learning_rate": rate}), task, sampled))
+                for passes in epochs:
+                    arm_settings = own.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes})
+                    measure(GRPO, temperature, rate, passes, partial(_train, arm_settings, task, sampled))
             if picks:
                 try:
-                    measure(PICKS, temperature, own.train_learning_rate, partial(_train_on_picks, own, task, sampled, decoded, served_by_key))
+                    measure(PICKS, temperature, own.train_learning_rate, None, partial(_train_on_picks, own, task, sampled, decoded, served_by_key))
                 except NothingToPick as reason:
                     skipped.append(f"{PICKS} at temperature {temperature:g}: {reason}")
                     say(f"{task}: skipped {skipped[-1]}")
@@ -258,23 +266,33 @@ def run(settings: Settings, task: str, groups: int, epochs: float, rates: list[f
             "groups_check": checks, "arms": arms, "skipped": skipped, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
 
+def _epochs(results: dict) -> list[float]:
+    """The passes a run's arms trained: a list since passes became arms; one number in older results."""
+    epochs = results["epochs"]
+    return [float(epochs)] if isinstance(epochs, (int, float)) else [float(e) for e in epochs]
+
+
 def table(results: dict) -> str:
     base = results["base"]
     rho = (base["scorer"] or {}).get("rank_correlation")
     served = (base["scorer"] or {}).get("served_mean")
     lines = [f"Trained on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
-             f"{results['epochs']:g} epoch(s)), measured on {results['measure_rows']} held-out test rows with their references; "
+             f"passes over them: {', '.join(f'{e:g}' for e in _epochs(results))}), "
+             f"measured on {results['measure_rows']} held-out test rows with their references; "
              f"the base model: {base['held_out']['mean']:.3f}, its served score there {served}, their rank correlation {rho}. "
              f"Its greedy answers to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
-             "| method | temperature | learning rate | steps (s) | groups dropped / seen | group served score (spread) | KL to the parent | clip ratio | "
+             "| method | temperature | learning rate | passes | steps (s) | groups dropped / seen | group served score (spread) | "
+             "KL to the parent | clip ratio | "
              "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
-             "|---|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             "|---|---:|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for arm in results["arms"]:
         gain, free = arm["gain"], arm["reference_free_gain"]
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
         clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
-        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm['learning_rate']:g} | {arm['steps']} ({arm['seconds']:.0f}) | "
+        passes = arm["epochs"] if "epochs" in arm else _epochs(results)[0] if arm.get("method", GRPO) == GRPO else None
+        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm['learning_rate']:g} | "
+                     f"{'-' if passes is None else format(passes, 'g')} | {arm['steps']} ({arm['seconds']:.0f}) | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
                      f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {free['mean']:+.3f}{flag} | "

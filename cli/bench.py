@@ -201,7 +201,8 @@ def bench_grpo(
 def bench_grpo_gain(
     task: Annotated[str, typer.Option(help="A task scored with references (extraction, sql, push).")] = "extraction",
     groups: Annotated[int, typer.Option(min=2, help="Groups sampled on the engine from the task's train rows, without references.")] = 48,
-    epochs: Annotated[float, typer.Option(min=0.1, max=8, help="Passes of GRPO over the groups.")] = 1.0,
+    epochs: Annotated[list[float] | None, typer.Option(min=0.1, max=8, help=(
+        "Passes of GRPO over the groups, one arm each with every rate (repeatable; default 1)."))] = None,
     learning_rate: Annotated[list[float] | None, typer.Option("--lr", min=1e-7, max=1e-2,
                                                             help="GRPO learning rates, one arm each (repeatable; default the task's).")] = None,
     measure_rows: Annotated[int, typer.Option(min=3, help="Held-out test rows each arm and the base model answer.")] = 40,
@@ -218,7 +219,7 @@ def bench_grpo_gain(
         raise fail(f"--task: {task} has no references to measure a gain with; choose one of "
                    f"{', '.join(t for t in TASKS if TRAITS[t].scored_with_reference)}", 2)
     settings = built_settings()
-    results = bench.run(settings, task, groups, epochs, learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
+    results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
                         temperatures=temperature or [], picks=picks)
     report(settings, f"grpo-gain-{task}", results, bench.table(results))
 

@@ -173,22 +173,24 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
                 "reference_free_gain": {"mean": free, "ci95": [free - 0.02, free + 0.02], "n": 40},
                 "scorer": {"rank_correlation": 0.81}, "same_answer_as_base": 7}
 
-    results = {"task": "extraction", "groups": 48, "group_size": 4, "epochs": 1.0, "measure_rows": 40, "minutes": 41.5,
+    results = {"task": "extraction", "groups": 48, "group_size": 4, "epochs": [1.0, 2.0], "measure_rows": 40, "minutes": 41.5,
                "greedy_served_on_group_rows": 0.52,
                "base": {"held_out": {"mean": 0.5}, "scorer": {"rank_correlation": 0.77, "served_mean": 0.6}},
                "groups_check": [{"temperature": 0.7, "within_group_rank_correlation": {"mean": 0.597, "ci95": [0.45, 0.72], "n": 48},
                                  "groups_ranked": 48, "samples": 0.511, "served_pick": 0.618, "best_sample": 0.645, "greedy": 0.503},
                                 {"temperature": 0.3, "within_group_rank_correlation": None, "groups_ranked": 1, "samples": 0.5,
                                  "served_pick": 0.5, "best_sample": 0.5, "greedy": 0.503}],
-               "arms": [arm(0.7, 1e-4, 0.06, 0.13), arm(0.3, 3e-5, 0.02, 0.06),
-                        {**arm(0.7, 1e-3, 0.03, 0.03), "method": "sft on picks", "clip_ratio": None}]}
+               "arms": [arm(0.7, 1e-4, 0.06, 0.13), arm(0.3, 3e-5, 0.02, 0.06), {**arm(0.3, 3e-5, 0.02, 0.06), "epochs": 2.0},
+                        {**arm(0.7, 1e-3, 0.03, 0.03), "method": "sft on picks", "clip_ratio": None, "epochs": None}]}
     text = table(results)
+    assert "(4 samples each, passes over them: 1, 2)" in text
     assert "the base model: 0.500, its served score there 0.6, their rank correlation 0.77" in text
     assert "Its greedy answers to the groups' own rows: served score 0.52." in text
-    assert ("| grpo | 0.7 | 0.0001 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
+    assert ("| grpo | 0.7 | 0.0001 | 1 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
             "| 0.81 | 7 of 40 |") in text
-    assert "| grpo | 0.3 | 3e-05 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
-    assert "| sft on picks | 0.7 | 0.001 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
+    assert "| grpo | 0.3 | 3e-05 | 1 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
+    assert "| grpo | 0.3 | 3e-05 | 2 | 24 (400) |" in text
+    assert "| sft on picks | 0.7 | 0.001 | - | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
     assert "| 0.7 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
     assert "| 0.3 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
 
