@@ -38,6 +38,10 @@ Reported per arm (a method, a temperature and a rate):
   and not on the references.
 - the served score's rank correlation with the reference score on the arm's answers;
 - every component's mean.
+
+With `--gate-rows N`, the base model and every arm also answer the first N rows of the bootstrap
+eval split, the rows a round's gate draws from, and the arm's gain there is reported beside the
+test rows' gain: whether a gain on the test rows shows on the rows a candidate is promoted by.
 """
 from __future__ import annotations
 
@@ -190,12 +194,13 @@ def _free_gain(after: list, before: list) -> dict:
 
 
 def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: list[float], measure_rows: int, say=print,
-        temperatures: list[float] | None = None, picks: bool = False) -> dict:
+        temperatures: list[float] | None = None, picks: bool = False, gate_rows: int = 0) -> dict:
     """`task` is one scored with references (the command checks it before anything starts). Each
     temperature samples its own groups (default: the task's group temperature); every rate and every
     number of passes (default one) trains on each, so the arms are every temperature with every rate
     and passes, all measured against the same base answers.
-    `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`)."""
+    `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`).
+    `gate_rows`: the first that many rows of the gate's bootstrap eval split are answered too (module docstring)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
     from tasks import definition
 
@@ -206,6 +211,9 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
     if len(rows) < 3:
         raise ValueError(f"{task}'s test split has {len(rows)} rows; at least 3 are needed for an interval")
+    gated = gate.bootstrap_rows(settings, task)[:gate_rows]
+    if gate_rows and len(gated) < 3:
+        raise ValueError(f"{task}'s eval split has {len(gated)} rows; at least 3 are needed for an interval")
     started = time.perf_counter()
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-gain-")))
@@ -213,6 +221,9 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
         url = bench_engines(own, scratch, stack, say, (kind,))[kind][0][0]
         base, base_free = asyncio.run(_answers(own, task, url, None, rows))
         say(f"{task} base model: {statistics.fmean(s.total for s in base):.3f} on {len(rows)} held-out rows")
+        base_gated = asyncio.run(_answers(own, task, url, None, gated))[0] if gated else []
+        if gated:
+            say(f"{task} base model: {statistics.fmean(s.total for s in base_gated):.3f} on {len(gated)} of the gate's rows")
         # the groups' own rows answered greedily, as served: what a group's samples are worse or better than
         train_rows = group_rows(settings, task, groups)
         rows_of_groups = [gate.EvalRow.of(task, row, "bench") for row in train_rows]
@@ -230,11 +241,13 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
             asyncio.run(load_everywhere([url], version, str(scratch / version)))
             try:
                 scores, free = asyncio.run(_answers(own, task, url, version, rows))
+                on_gate_rows = asyncio.run(_answers(own, task, url, version, gated))[0] if gated else []
             finally:
                 asyncio.run(unload_everywhere([url], version))
             arm = {"method": method, "temperature": temperature, "learning_rate": rate, "epochs": passes, **trained, "held_out": measured(scores),
                    "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
                    "scorer": scorer_check(free, scores),
+                   "gain_on_gate_rows": paired_gain(on_gate_rows, base_gated) if gated else None,
                    "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
             arms.append(arm)
             passes_said = "" if passes is None else f", {passes:g} pass(es)"
@@ -261,7 +274,8 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
                     skipped.append(f"{PICKS} at temperature {temperature:g}: {reason}")
                     say(f"{task}: skipped {skipped[-1]}")
     return {"task": task, "groups": groups, "group_size": own.grpo_num_generations, "epochs": epochs,
-            "temperatures": temperatures, "measure_rows": len(rows), "greedy_served_on_group_rows": greedy_served,
+            "temperatures": temperatures, "measure_rows": len(rows), "gate_rows": len(gated),
+            "base_on_gate_rows": measured(base_gated) if gated else None, "greedy_served_on_group_rows": greedy_served,
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
             "groups_check": checks, "arms": arms, "skipped": skipped, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
@@ -270,6 +284,13 @@ def _epochs(results: dict) -> list[float]:
     """The passes a run's arms trained: a list since passes became arms; one number in older results."""
     epochs = results["epochs"]
     return [float(epochs)] if isinstance(epochs, (int, float)) else [float(e) for e in epochs]
+
+
+def _passes(arm: dict, results: dict) -> str:
+    """An arm's passes over the groups as the table shows them: older results name them once for
+    every GRPO arm; an SFT arm's epochs are its early stopping's, not a setting (-)."""
+    passes = arm["epochs"] if "epochs" in arm else _epochs(results)[0] if arm.get("method", GRPO) == GRPO else None
+    return "-" if passes is None else format(passes, "g")
 
 
 def table(results: dict) -> str:
@@ -290,14 +311,22 @@ def table(results: dict) -> str:
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
         clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
-        passes = arm["epochs"] if "epochs" in arm else _epochs(results)[0] if arm.get("method", GRPO) == GRPO else None
         lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm['learning_rate']:g} | "
-                     f"{'-' if passes is None else format(passes, 'g')} | {arm['steps']} ({arm['seconds']:.0f}) | "
+                     f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
                      f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {free['mean']:+.3f}{flag} | "
                      f"{(arm['scorer'] or {}).get('rank_correlation')} | {arm['same_answer_as_base']} of {results['measure_rows']} |")
     lines += [f"\nSkipped: {reason}." for reason in results.get("skipped", [])]
+    if results.get("gate_rows"):
+        lines += ["", f"On the first {results['gate_rows']} rows of the gate's eval split (the base model: "
+                  f"{results['base_on_gate_rows']['mean']:.3f}), beside the test rows:", "",
+                  "| method | learning rate | passes | gain on the test rows [95%] | gain on the gate's rows [95%] |", "|---|---:|---:|---|---|"]
+        for arm in results["arms"]:
+            gain, gated = arm["gain"], arm["gain_on_gate_rows"]
+            lines.append(f"| {arm.get('method', GRPO)} | {arm['learning_rate']:g} | {_passes(arm, results)} | "
+                         f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
+                         f"{gated['mean']:+.3f} [{gated['ci95'][0]:+.3f}, {gated['ci95'][1]:+.3f}] |")
     lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "
               "correlation within each group, and the reference score of the samples, of the sample it ranks first, "
               "of the best sample and of the base model's greedy answer:", "",

@@ -209,6 +209,8 @@ def bench_grpo_gain(
     temperature: Annotated[list[float] | None, typer.Option(min=0.05, max=2.0, help=(
         "Temperatures the groups are sampled at, each its own groups and arms (repeatable; default the task's group temperature)."))] = None,
     picks: Annotated[bool, typer.Option(help="Also train, on each temperature's groups, an arm of SFT on each group's served pick.")] = False,
+    gate_rows: Annotated[int, typer.Option(min=0, help=(
+        "Also measure every arm on the first N rows of the gate's eval split (0: none)."))] = 0,
 ) -> None:
     """What a round's GRPO learns from reference-free groups alone, on held-out rows with references, against the base model."""
     from bench import grpo_gain as bench
@@ -220,7 +222,7 @@ def bench_grpo_gain(
                    f"{', '.join(t for t in TASKS if TRAITS[t].scored_with_reference)}", 2)
     settings = built_settings()
     results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
-                        temperatures=temperature or [], picks=picks)
+                        temperatures=temperature or [], picks=picks, gate_rows=gate_rows)
     report(settings, f"grpo-gain-{task}", results, bench.table(results))
 
 

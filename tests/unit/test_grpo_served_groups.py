@@ -193,6 +193,14 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     assert "| sft on picks | 0.7 | 0.001 | - | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
     assert "| 0.7 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
     assert "| 0.3 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
+    assert "gate's eval split" not in text  # measured on the test rows alone
+
+    gated = {"mean": -0.01, "ci95": [-0.05, 0.03], "n": 32}
+    text = table({**results, "gate_rows": 32, "base_on_gate_rows": {"mean": 0.28},
+                  "arms": [{**a, "gain_on_gate_rows": gated} for a in results["arms"]]})
+    assert "On the first 32 rows of the gate's eval split (the base model: 0.280), beside the test rows:" in text
+    assert "| grpo | 0.0001 | 1 | +0.060 [+0.030, +0.090] | -0.010 [-0.050, +0.030] |" in text
+    assert "| sft on picks | 0.001 | - | +0.030 [+0.000, +0.060] | -0.010 [-0.050, +0.030] |" in text
 
 
 def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_reference():
