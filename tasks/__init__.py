@@ -33,6 +33,7 @@ from tasks.registry import (
     register,
     samples_of,
     score,
+    served_sampling,
     training_settings,
     typed_input,
     unregister,
@@ -45,5 +46,5 @@ for _entry in (EXTRACTION, SQL, PUSH, INSIGHTS):
 __all__ = [
     "AUTO_MODEL", "INPUT_MODELS", "OUTPUT_MODELS", "TASKS", "TASK_ENGINE", "TRAITS", "TaskDefinition", "UnknownTask",
     "check_reference", "check_settings", "definition", "examples_tasks", "first_finished_of", "model_path_of", "public_models", "register",
-    "samples_of", "score", "stored_input", "training_settings", "typed_input", "unregister",
+    "samples_of", "score", "served_sampling", "stored_input", "training_settings", "typed_input", "unregister",
 ]

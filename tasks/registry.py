@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from common.records import RewardContext
+from common.records import RewardContext, Sampling
 from common.settings import ENV_PREFIX, ConfigError, Settings, TaskTraining
 from rewards.references import InvalidReference
 from rewards.scoring import Score, total_of
@@ -167,6 +167,14 @@ def first_finished_of(settings: Settings, task: str) -> int:
     if settings.serve_first_finished is None:
         return definition(task).serve_first_finished
     return settings.serve_first_finished.get(task, 0)
+
+
+def served_sampling(settings: Settings, task: str) -> Sampling:
+    """How a request of `task` that sets no option of its own is sampled: its samples
+    (`samples_of`), at its group temperature where it has more than one, answered from its first
+    finished (`first_finished_of`). What the gate and the benches answer with, so that a version
+    is judged as it is served."""
+    return definition(task).sampling_for(samples_of(settings, task), {"first_finished": first_finished_of(settings, task)})
 
 
 def examples_tasks(settings: Settings) -> list[str]:

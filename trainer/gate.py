@@ -21,6 +21,10 @@ same `rewards/`; the decision reads the per-row paired differences.
 Both versions answer as they would be served: each row's prompt shows the team's examples most
 similar to it (router/examples.py; the team's eval labels are never among them), so the baseline
 a candidate must beat is the incumbent together with the corrections that already act at once.
+They are sampled as a request is (`served_sampling`): a task served as the best of n samples
+(push) answers each row with n, and the pick by the served score is what the reference scores.
+Judged on one sample at push's temperature instead, a row's paired difference carries the noise
+of two single samples, and a candidate is judged on an answer no user gets.
 
 Each version is judged as it is served. Where a task shows examples, a version's prompts show
 them or not by what its own gate found (`AdapterMeta.shows_examples`): the incumbent answers as
@@ -61,10 +65,11 @@ from common.rounds import ComponentDifference, GateDecision, LabelledCheck
 from common.settings import Settings
 from common.stats import mean_interval
 from rewards import Score
+from rewards.scoring import first_best
 from router.engine_client import EnginePool, EngineUnavailable
 from router.examples import ExampleBook
 from router.prompts import build_messages
-from tasks import TRAITS, definition, examples_tasks, model_path_of, score, typed_input
+from tasks import TRAITS, definition, examples_tasks, model_path_of, score, served_sampling, typed_input
 
 CONCURRENCY = 32  # requests in flight per version; vLLM batches them (a CPU engine: 149 tokens/s at 32, 122 at 16)
 EARLY_WIN_LEVEL = 0.9973  # z = 3 (Haybittle-Peto)
@@ -150,7 +155,9 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
                  store=None, reference_free: list | None = None, shown: dict[str, tuple] | None = None,
                  free_sources: frozenset[str] = frozenset({"team"})) -> list[Score]:
     """Each row answered by `version` (None: the base model) with the task's serving prompt,
-    sampling and schema and the row's seed, scored against the row's reference. With a store, an
+    sampling and schema and the row's seed, scored against the row's reference. A task served as
+    the best of n samples (`served_sampling`) is answered so: one group per row, and its pick by
+    the served score (`served_answer`) is the answer scored. With a store, an
     answer this model already gave to the same request is read back instead of asked again: the
     incumbent of a gate answers the same rows round after round, and a version never changes.
     `reference_free`, when given, receives each answer's reference-free score where the row is the
@@ -158,7 +165,8 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     row's demonstrations (`demonstrations`), as serving would show them."""
     spec, shown = definition(task), shown or {}
     prompts = [pool.template.render(build_messages(task, row.input, shown.get(row.id, ()))) for row in rows]
-    samplings = [spec.sampling.override(seed=row_seed(seed, row.id)) for row in rows]
+    sampling = served_sampling(settings, task)
+    samplings = [sampling.override(seed=row_seed(seed, row.id)) for row in rows]
     keys = [request_key(prompt, sampling, spec.json_schema) for prompt, sampling in zip(prompts, samplings)]
     if store is not None:
         scope = model_scope(model_path_of(settings, task), version, store.engine_numerics(pool.kind))
@@ -172,7 +180,7 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
 
     async def ask(i: int) -> None:
         async with gate:
-            texts[i] = (await pool.complete(prompts[i], version, samplings[i], spec.json_schema)).text
+            texts[i] = await served_answer(pool, task, version, prompts[i], samplings[i], settings.reward_context(rows[i].input))
 
     await asyncio.gather(*(ask(i) for i in missing))
     if store is not None:
@@ -181,6 +189,17 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
         reference_free += [score(task, text, None, settings.reward_context(row.input)) if row.source in free_sources and row.reference
                            is not None else None for text, row in zip(texts, rows)]
     return [score(task, text, row.reference, settings.reward_context(row.input)) for text, row in zip(texts, rows)]
+
+
+async def served_answer(pool: EnginePool, task: str, version: str | None, prompt: str, sampling: Sampling, context) -> str:
+    """The text a request sampled with `sampling` is answered with: its one sample, or of a group
+    (n > 1) the best by the served score without a reference (traffic carries none), the first of
+    equals, as the gateway picks it."""
+    schema = definition(task).json_schema
+    if sampling.n == 1:
+        return (await pool.complete(prompt, version, sampling, schema)).text
+    texts = [c.text for c in await pool.complete_group(prompt, version, sampling, schema)]
+    return texts[first_best([score(task, text, None, context).total for text in texts])]
 
 
 def parts(s: Score) -> dict[str, float]:

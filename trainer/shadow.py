@@ -8,7 +8,9 @@ Where the team has labelled enough of those inputs in its eval share (`MIN_LABEL
 whose label holds a reference or correction, never trained on), the replay is of those, and both
 answers are scored against the label: the served score is trusted only where nothing better is.
 
-The candidate answers as it would be served: where the task's prompts show the team's examples,
+The candidate answers as the input was served: with the record's sampling, and where the record
+was a group (best of n), with a group of as many samples, of which the served score picks the
+answer (`gate.served_answer`), as the incumbent's was picked. Where the task's prompts show the team's examples,
 each prompt shows the examples serving would show it now (`demonstrations`), as the gate's
 do, unless its gate chose to serve it alone (the round then passes no store). Asked without
 them, a candidate served with them was compared with answers that had them.
@@ -26,7 +28,7 @@ from common.stats import mean_interval
 from router.engine_client import EnginePool
 from router.prompts import build_messages
 from tasks import definition, score, typed_input
-from trainer.gate import CONCURRENCY, demonstrations
+from trainer.gate import CONCURRENCY, demonstrations, served_answer
 
 MIN_LABELLED = 10
 
@@ -75,13 +77,14 @@ async def replay(pool: EnginePool, settings: Settings, task: str, candidate: str
     async def one(record: Record) -> float:
         task_input = inputs[record.id]
         prompt = pool.template.render(build_messages(task, task_input, shown.get(record.id, ())))
-        sampling = spec.sampling.override(temperature=record.sampling.temperature, top_p=record.sampling.top_p,
-                                          seed=record.sampling.seed if record.sampling.seed is not None else seed,
-                                          frequency_penalty=record.sampling.frequency_penalty)
-        async with gate:
-            completion = await pool.complete(prompt, candidate, sampling, spec.json_schema)
+        served = record.sampling
+        sampling = spec.sampling.override(temperature=served.temperature, top_p=served.top_p,
+                                          seed=served.seed if served.seed is not None else seed,
+                                          frequency_penalty=served.frequency_penalty, n=served.n, first_finished=served.first_finished)
         context, reference = settings.reward_context(task_input), labels.get(input_hash(task, record.input))
-        return score(task, completion.text, reference, context).total - score(task, record.raw, reference, context).total
+        async with gate:
+            text = await served_answer(pool, task, candidate, prompt, sampling, context)
+        return score(task, text, reference, context).total - score(task, record.raw, reference, context).total
 
     diffs = await asyncio.gather(*(one(r) for r in records))
     mean, low, high = mean_interval(list(diffs), seed=seed)

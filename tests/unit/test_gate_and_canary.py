@@ -264,6 +264,10 @@ class CountingPool:
         self.asked.append((version, sampling.seed))
         return SimpleNamespace(text='{"title": "Ana, seu carrinho te espera", "body": "Fone com 10% off. Finalize sua compra."}')
 
+    async def complete_group(self, prompt, version, sampling, json_schema):
+        """A group of `sampling.n` in one request, each sample as `complete` answers."""
+        return [await self.complete(prompt, version, sampling, json_schema)] * sampling.n
+
 
 @pytest.mark.xdist_group("torch")
 def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(tmp_path):
@@ -295,6 +299,66 @@ def test_an_unchanging_models_answers_are_read_back_and_only_new_requests_asked(
     before = gate.model_scope(str(tmp_path), None, "cpu-fp32")
     (tmp_path / "config.json").write_text("{}")  # a checkpoint rebuilt at the same path is another model
     assert gate.model_scope(str(tmp_path), None, "cpu-fp32") != before
+
+
+class GroupPool(CountingPool):
+    """Answers a group with one good copy among poor ones, after them; a single request with the first poor one."""
+
+    def __init__(self):
+        super().__init__()
+        self.samplings = []
+
+    async def complete(self, prompt, version, sampling, json_schema):
+        from types import SimpleNamespace
+
+        self.samplings.append(sampling)
+        return SimpleNamespace(text=POOR_COPY)
+
+    async def complete_group(self, prompt, version, sampling, json_schema):
+        from types import SimpleNamespace
+
+        self.samplings.append(sampling)
+        return [SimpleNamespace(text=POOR_COPY)] * (sampling.n - 1) + [SimpleNamespace(text=json.dumps(GOOD_COPY, ensure_ascii=False))]
+
+
+@pytest.mark.xdist_group("torch")
+def test_a_task_served_as_the_best_of_n_is_judged_by_the_sample_serving_picks(tmp_path):
+    """Push is served as the best of 4 by the served score: the gate asks each row for a group of
+    4 at push's temperature in one request, and scores that pick with the reference. Served as one
+    sample, it is judged on one."""
+    from tasks import definition, score
+
+    rows_ = [EvalRow(f"row-{i}", "bootstrap", PushInput(campaign="carrinho_abandonado", customer_name="Ana", product="fone"),
+                     GOOD_COPY) for i in range(3)]
+    context = load_settings(data_dir=tmp_path).reward_context(rows_[0].input)
+    good, poor = (score("push", text, GOOD_COPY, context).total for text in (json.dumps(GOOD_COPY, ensure_ascii=False), POOR_COPY))
+    assert good > poor
+
+    settings, pool, store = load_settings(data_dir=tmp_path), GroupPool(), DictStore()
+    scores = asyncio.run(gate.answer(pool, settings, "push", "push-v1", rows_, settings.seed, store))
+    assert [s.total for s in scores] == [good] * 3
+    assert [(s.n, s.temperature) for s in pool.samplings] == [(4, definition("push").sampling.temperature)] * 3
+
+    single = load_settings(data_dir=tmp_path, serve_samples={"push": 1})
+    scores = asyncio.run(gate.answer(pool, single, "push", "push-v1", rows_, settings.seed, store))
+    assert [s.total for s in scores] == [poor] * 3  # another sampling is another request: nothing read back from the groups
+    assert [s.n for s in pool.samplings[3:]] == [1] * 3
+
+
+@pytest.mark.xdist_group("torch")
+def test_shadow_replay_answers_a_group_served_input_with_a_group_as_it_was_served(tmp_path):
+    """The incumbent's record is the pick of a group of 4: the candidate answers with a group of
+    4 too, its pick by the served score, not with one sample against another's best of four."""
+    from common.records import Sampling
+    from trainer import shadow
+
+    served = json.dumps(GOOD_COPY, ensure_ascii=False)
+    records = [make_record(id=f"p{i}", task="push", input={"campaign": "carrinho_abandonado", "customer_name": f"Bia{i}", "product": "fone"},
+                           raw=served, sampling=Sampling(0.7, 0.95, 160, 11, n=4)) for i in range(12)]
+    settings, pool = load_settings(data_dir=tmp_path), GroupPool()
+    replayed = asyncio.run(shadow.replay(pool, settings, "push", "push-v2", records, 3))
+    assert not replayed.worse and replayed.interval == (0.0, 0.0)
+    assert {(s.n, s.temperature, s.seed) for s in pool.samplings} == {(4, 0.7, 11)}
 
 
 # --- decisions on the team's labels, where there are enough -------------------------------------
