@@ -29,7 +29,7 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
 
 Reported per arm (a method, a temperature and a rate):
 - steps and seconds;
-- the groups' mean served score and spread, beside the served score of the base model's greedy
+- the groups' mean served score and spread, beside the served score of the base model's
   answers to the same train rows (what serving already answers there);
 - groups dropped (equal rewards);
 - KL to the parent, and the clip ratio;
@@ -112,12 +112,13 @@ def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded
                 greedy: list[Score]) -> dict:
     """How well the served score, which trains the groups, ranks their samples as the rows'
     references do (the rows are train rows: the references exist, and training never sees them).
-    `greedy`: the base model's greedy answers to the same rows, scored with the references.
+    `greedy`: the base model's answers to the same rows as served (greedy where the task serves one
+    greedy answer, the served pick where it serves the best of n), scored with the references.
 
     Reported: the within-group rank correlation of the served score with the reference score (the
     mean of each group's Spearman rho where both sides vary, with a 95% interval over groups): what
     GRPO's centred advantages act on; and the reference score of the samples, of the one the served
-    score ranks first (what best of n serves), of the best sample, and of the greedy answer."""
+    score ranks first (what best of n serves), of the best sample, and of the answer as served."""
     from scipy.stats import spearmanr
 
     from tasks import definition, score
@@ -230,7 +231,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
         greedy, greedy_free = asyncio.run(_answers(own, task, url, None, rows_of_groups))
         served = [s.total for s in greedy_free if s is not None]
         greedy_served = round(statistics.fmean(served), 4) if served else None
-        say(f"{task} base model's greedy answers to the groups' {len(rows_of_groups)} train rows: served score {greedy_served}")
+        say(f"{task} base model's answers as served to the groups' {len(rows_of_groups)} train rows: served score {greedy_served}")
         arms, checks, skipped = [], [], []
 
         def measure(method: str, temperature: float, rate: float, passes: float | None, train) -> None:
@@ -262,7 +263,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
             checks.append({"temperature": temperature, **checked})
             say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} at temperature {temperature:g} without references; "
                 f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
-                f"greedy {checked['greedy']:.3f}")
+                f"as served {checked['greedy']:.3f}")
             for rate in rates:
                 for passes in epochs:
                     arm_settings = own.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes})
@@ -301,7 +302,7 @@ def table(results: dict) -> str:
              f"passes over them: {', '.join(f'{e:g}' for e in _epochs(results))}), "
              f"measured on {results['measure_rows']} held-out test rows with their references; "
              f"the base model: {base['held_out']['mean']:.3f}, its served score there {served}, their rank correlation {rho}. "
-             f"Its greedy answers to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
+             f"Its answers as served to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
              "| method | temperature | learning rate | passes | steps (s) | groups dropped / seen | group served score (spread) | "
              "KL to the parent | clip ratio | "
              "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
@@ -329,8 +330,8 @@ def table(results: dict) -> str:
                          f"{gated['mean']:+.3f} [{gated['ci95'][0]:+.3f}, {gated['ci95'][1]:+.3f}] |")
     lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "
               "correlation within each group, and the reference score of the samples, of the sample it ranks first, "
-              "of the best sample and of the base model's greedy answer:", "",
-              "| temperature | within-group rank correlation [95%] (groups) | samples | served score's pick | best sample | greedy |",
+              "of the best sample and of the base model's answer as served:", "",
+              "| temperature | within-group rank correlation [95%] (groups) | samples | served score's pick | best sample | as served |",
               "|---:|---|---:|---:|---:|---:|"]
     for check in results.get("groups_check", []):
         rho = check["within_group_rank_correlation"]

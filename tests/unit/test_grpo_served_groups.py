@@ -185,7 +185,7 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     text = table(results)
     assert "(4 samples each, passes over them: 1, 2)" in text
     assert "the base model: 0.500, its served score there 0.6, their rank correlation 0.77" in text
-    assert "Its greedy answers to the groups' own rows: served score 0.52." in text
+    assert "Its answers as served to the groups' own rows: served score 0.52." in text
     assert ("| grpo | 0.7 | 0.0001 | 1 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
             "| 0.81 | 7 of 40 |") in text
     assert "| grpo | 0.3 | 3e-05 | 1 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
