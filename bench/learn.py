@@ -630,7 +630,8 @@ def scorer_table(results: dict) -> str:
             check = r.get("scorer")
             if not check:
                 continue
-            rho = "-" if check["rank_correlation"] is None else f"{check['rank_correlation']:.3f} [{check['ci95'][0]:.3f}, {check['ci95'][1]:.3f}]"
+            rho = "-" if check["rank_correlation"] is None else f"{check['rank_correlation']:.3f}" + (
+                " (no interval: undefined in too many resamples)" if check["ci95"] is None else f" [{check['ci95'][0]:.3f}, {check['ci95'][1]:.3f}]")
             lines.append(f"| {t} | {r['round']} | {r['version']} | {rho} | {check['served_mean']:.3f} | {r['mean']:.3f} |")
     return "\n".join(lines)
 

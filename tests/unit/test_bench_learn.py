@@ -417,10 +417,15 @@ def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says
     assert scorer_check([None] * 6, referenced) is None  # no reference-free score taken: a task without references
     flat = scorer_check([_score(0.5)] * 6, referenced)
     assert flat["rank_correlation"] is None and flat["ci95"] is None
+    # a correlation defined, but undefined in too many resamples for an interval (run 38 crashed on it)
+    nearly_flat = scorer_check([_score(x) for x in (0.5, 0.5, 0.5, 0.5, 0.5, 0.9)], referenced)
+    assert nearly_flat["rank_correlation"] is not None and nearly_flat["ci95"] is None
     results = {"tasks": {"sql": {"rounds": [{"round": 0, "version": "base", "mean": 0.35, "scorer": agreeing},
-                                            {"round": 1, "version": "sql-v1", "mean": 0.35, "scorer": flat}]}}}
+                                            {"round": 1, "version": "sql-v1", "mean": 0.35, "scorer": flat},
+                                            {"round": 2, "version": "sql-v2", "mean": 0.35, "scorer": nearly_flat}]}}}
     text = scorer_table(results)
     assert "| sql | 0 | base | 1.000 [1.000, 1.000] | 0.517 | 0.350 |" in text and "| sql | 1 | sql-v1 | - | 0.500 | 0.350 |" in text
+    assert f"| sql | 2 | sql-v2 | {nearly_flat['rank_correlation']:.3f} (no interval: undefined in too many resamples) | 0.567 | 0.350 |" in text
 
 
 def test_learning_from_traffic_alone_is_judged_on_two_structured_tasks_and_the_scorer_it_pleases():
