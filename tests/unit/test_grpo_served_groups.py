@@ -194,6 +194,8 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     assert "| 0.7 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
     assert "| 0.3 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
     assert "gate's eval split" not in text  # measured on the test rows alone
+    older = table({**results, "epochs": 2.0, "arms": results["arms"][:1]})  # results from before passes were arms
+    assert "passes over them: 2)" in older and "| grpo | 0.7 | 0.0001 | 2 | 24 (400) |" in older
 
     gated = {"mean": -0.01, "ci95": [-0.05, 0.03], "n": 32}
     text = table({**results, "gate_rows": 32, "base_on_gate_rows": {"mean": 0.28},
