@@ -225,7 +225,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
         base_gated = asyncio.run(_answers(own, task, url, None, gated))[0] if gated else []
         if gated:
             say(f"{task} base model: {statistics.fmean(s.total for s in base_gated):.3f} on {len(gated)} of the gate's rows")
-        # the groups' own rows answered greedily, as served: what a group's samples are worse or better than
+        # the groups' own rows answered as served (greedy, or the pick of n): what a group's samples are worse or better than
         train_rows = group_rows(settings, task, groups)
         rows_of_groups = [gate.EvalRow.of(task, row, "bench") for row in train_rows]
         greedy, greedy_free = asyncio.run(_answers(own, task, url, None, rows_of_groups))
@@ -294,6 +294,12 @@ def _passes(arm: dict, results: dict) -> str:
     return "-" if passes is None else format(passes, "g")
 
 
+def _signed(difference: dict) -> str:
+    """A paired difference with its 95% interval, signed: +0.067 [+0.027, +0.115]."""
+    low, high = difference["ci95"]
+    return f"{difference['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
 def table(results: dict) -> str:
     base = results["base"]
     rho = (base["scorer"] or {}).get("rank_correlation")
@@ -316,7 +322,7 @@ def table(results: dict) -> str:
                      f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
-                     f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | {free['mean']:+.3f}{flag} | "
+                     f"{_signed(gain)} | {free['mean']:+.3f}{flag} | "
                      f"{(arm['scorer'] or {}).get('rank_correlation')} | {arm['same_answer_as_base']} of {results['measure_rows']} |")
     lines += [f"\nSkipped: {reason}." for reason in results.get("skipped", [])]
     if results.get("gate_rows"):
@@ -326,8 +332,7 @@ def table(results: dict) -> str:
         for arm in results["arms"]:
             gain, gated = arm["gain"], arm["gain_on_gate_rows"]
             lines.append(f"| {arm.get('method', GRPO)} | {arm['learning_rate']:g} | {_passes(arm, results)} | "
-                         f"{gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] | "
-                         f"{gated['mean']:+.3f} [{gated['ci95'][0]:+.3f}, {gated['ci95'][1]:+.3f}] |")
+                         f"{_signed(gain)} | {_signed(gated)} |")
     lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "
               "correlation within each group, and the reference score of the samples, of the sample it ranks first, "
               "of the best sample and of the base model's answer as served:", "",
