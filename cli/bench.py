@@ -220,6 +220,8 @@ def bench_grpo_gain(
     if not TRAITS[task].scored_with_reference:
         raise fail(f"--task: {task} has no references to measure a gain with; choose one of "
                    f"{', '.join(t for t in TASKS if TRAITS[t].scored_with_reference)}", 2)
+    if 0 < gate_rows < 3:
+        raise fail(f"--gate-rows: {gate_rows} rows give no interval; ask for at least 3, or 0 for none", 2)
     settings = built_settings()
     results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
                         temperatures=temperature or [], picks=picks, gate_rows=gate_rows)

@@ -53,7 +53,27 @@ def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_
     after = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     assert after == before  # each arm's LoRA unloaded
     table = (built.bench_dir / "grpo-gain-push.md").read_text()
-    assert "| 0.4 | 0.0001 | 4 (" in table and "| 1 | 0.001 | 4 (" in table
+    # method, temperature, rate, passes, steps: one pass is the default
+    assert "| grpo | 0.4 | 0.0001 | 1 | 4 (" in table and "| grpo | 1 | 0.001 | 1 | 4 (" in table
+
+
+def test_bench_grpo_gain_trains_each_number_of_passes_as_an_arm_and_measures_the_gates_rows_too(built, engines):
+    result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "4", "--lr", "1e-3",
+                    "--temperature", "1.0", "--epochs", "1", "--epochs", "2", "--gate-rows", "4")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
+    assert written["epochs"] == [1.0, 2.0] and written["gate_rows"] == 4 and written["base_on_gate_rows"]["n"] == 4
+    arms = written["arms"]
+    assert [(arm["method"], arm["epochs"]) for arm in arms] == [("grpo", 1.0), ("grpo", 2.0)]
+    # 4 groups, 2 a step, each batch optimised twice: 4 steps a pass
+    assert [arm["steps"] for arm in arms] == [4, 8]
+    for arm in arms:
+        gated = arm["gain_on_gate_rows"]
+        assert gated["n"] == 4 and gated["ci95"][0] <= gated["mean"] <= gated["ci95"][1]
+    table = (built.bench_dir / "grpo-gain-push.md").read_text()
+    assert "| grpo | 1 | 0.001 | 2 | 8 (" in table and "On the first 4 rows of the gate's eval split" in table
+    few = _bench(built, engines, "--task", "push", "--gate-rows", "2")
+    assert few.returncode == 2 and "--gate-rows" in few.stdout + few.stderr
 
 
 def test_bench_grpo_gain_refuses_a_task_without_references_too_few_groups_and_a_greedy_group(built, engines):

@@ -253,3 +253,19 @@ def test_the_picks_arms_spread_is_a_generation_batchs_std_as_trl_logs_it():
     first = statistics.stdev([0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     assert _batch_spread(groups, 2) == pytest.approx((first + statistics.stdev([0.2, 0.4, 0.2, 0.4])) / 2)
     assert _batch_spread(groups[1:2], 2) == 0.0
+
+
+@pytest.mark.parametrize("args, option", [(["--gate-rows", "2"], "--gate-rows"), (["--gate-rows", "-1"], "--gate-rows"),
+                                          (["--task", "insights"], "--task"), (["--epochs", "0"], "--epochs"),
+                                          (["--temperature", "0"], "--temperature")])
+def test_bench_grpo_gain_refuses_what_gives_no_measurement_before_anything_runs(tmp_path, args, option):
+    """Too few gate rows for an interval, a task without references, no passes, greedy groups: a
+    usage error naming the option, and nothing written."""
+    from typer.testing import CliRunner
+
+    from cli import main as cli
+
+    result = CliRunner().invoke(cli.app, ["bench", "grpo-gain", *args], env={"TUCANO_DATA_DIR": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert option in result.output
+    assert list(tmp_path.iterdir()) == []
