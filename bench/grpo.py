@@ -99,7 +99,7 @@ def run(settings: Settings, task: str, groups: int, steps: int, repeats: int, sa
     own = training_settings(settings, task)
     # a generation batch is `grpo_prompts_per_step` groups, optimised `grpo_iterations` times: `steps` steps need this many groups
     needed = -(-steps // own.grpo_iterations) * own.grpo_prompts_per_step
-    own = own.model_copy(update={"grpo_max_epochs": 1.0})
+    own = own.model_copy(update={"grpo_max_epochs": 1.0, "grpo_max_batches": 0})  # batches of a fixed size: seconds per step compare
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-grpo-")))
         server = local_engine(TASK_ENGINE[task], model_path_of(own, task), "cpu", scratch,

@@ -97,7 +97,7 @@ def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path)
     return {"steps": outcome.steps, "seconds": round(outcome.seconds, 1), "groups_seen": report.groups,
             "groups_dropped": report.groups_dropped, "kl_to_parent": report.kl_to_parent, "clip_ratio": report.clip_ratio,
             "reward_mean": report.reward_mean, "reward_std": report.reward_std, "entropy": report.entropy,
-            "capped_tokens": [report.importance_clipped, report.importance_tokens]}
+            "capped_tokens": [report.importance_clipped, report.importance_tokens], "groups_per_batch": report.groups_per_batch}
 
 
 def served_totals(task: str, group: RolloutGroup, samples: list[str]) -> list[float]:
@@ -162,7 +162,7 @@ def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], d
     trains on, without references; saved to `out`, with the same watch list where it applies."""
     from trainer import methods, sft
     from trainer.data import SftExample
-    from trainer.grpo import KL_GROUPS, kl_to_parent
+    from trainer.grpo import KL_GROUPS, groups_per_batch, kl_to_parent
     from trainer.policy import load_policy
 
     picks, flat, served_by_group = [], 0, []
@@ -186,7 +186,7 @@ def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], d
     return {"steps": outcome.steps, "seconds": round(outcome.seconds, 1), "groups_seen": len(groups), "groups_dropped": flat,
             "kl_to_parent": float(f"{kl:.3g}") if kl is not None else None, "clip_ratio": None,
             "reward_mean": round(statistics.fmean(v for served in served_by_group for v in served), 5),
-            "reward_std": round(_batch_spread(served_by_group, settings.grpo_prompts_per_step), 5),
+            "reward_std": round(_batch_spread(served_by_group, groups_per_batch(settings, len(groups))), 5),
             "entropy": None, "capped_tokens": None, "stopped_by": outcome.stopped_by, "picks": len(train), "validation": len(validation)}
 
 
@@ -309,17 +309,17 @@ def table(results: dict) -> str:
              f"measured on {results['measure_rows']} held-out test rows with their references; "
              f"the base model: {base['held_out']['mean']:.3f}, its served score there {served}, their rank correlation {rho}. "
              f"Its answers as served to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
-             "| method | temperature | learning rate | passes | steps (s) | groups dropped / seen | group served score (spread) | "
-             "KL to the parent | clip ratio | "
+             "| method | temperature | learning rate | passes | steps (s) | groups a batch | groups dropped / seen | "
+             "group served score (spread) | KL to the parent | clip ratio | "
              "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
-             "|---|---:|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             "|---|---:|---:|---:|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for arm in results["arms"]:
         gain, free = arm["gain"], arm["reference_free_gain"]
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
         clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
         lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm['learning_rate']:g} | "
-                     f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | "
+                     f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | {arm.get('groups_per_batch') or '-'} | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
                      f"{_signed(gain)} | {free['mean']:+.3f}{flag} | "

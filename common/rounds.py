@@ -208,6 +208,8 @@ class GrpoReport:
     computed by the trainer; None where no group was the parent's."""
     older_groups: int = 0
     """Served groups sampled by an older version of the lineage: weighted by the importance ratio."""
+    groups_per_batch: int = 0
+    """Groups in each generation batch (`trainer.grpo.groups_per_batch`): more groups, larger batches; 0 in older rounds."""
 
 
 @dataclass
@@ -257,6 +259,9 @@ class TrainingData:
     """Served groups (every completion one request sampled) its GRPO could train on."""
     labelled_groups: int = 0
     """Of those, groups of a request that carried a reference or later got a correction: scored with it."""
+    earlier_groups: int = 0
+    """Of those, groups the policy served before the round's new records, read again because no
+    round has yet made a version from them (its candidates were rejected, or none trained)."""
     skipped: dict[str, int] = field(default_factory=dict)
     sources: DataSources = field(default_factory=DataSources)
 

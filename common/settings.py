@@ -185,7 +185,9 @@ class Settings(BaseSettings):
                                              "(`train_learning_rate`): 64 steps on push's served groups improved held-out "
                                              "references at 1e-4, collapsed push at 3e-4 and moved it less at 3e-5 "
                                              "(docs/results.md, 2026-12-02).")
-    grpo_prompts_per_step: int = Field(2, ge=1, description="Prompts (groups) per GRPO optimisation step.")
+    grpo_prompts_per_step: int = Field(2, ge=1, description="Prompts (groups) per GRPO generation batch, at least.")
+    grpo_max_batches: int = Field(30, ge=0, description="Most generation batches per pass of a GRPO run: more groups than "
+                                  "grpo_prompts_per_step times this make larger batches, not more steps (0: never larger).")
     grpo_iterations: int = Field(2, ge=1, description="Optimisation passes over each generation batch (>1 lets clip-higher act).")
     grpo_max_steps: int = Field(8, ge=1, description="Most GRPO optimisation steps per task per round.")
     grpo_max_epochs: float = Field(1.0, gt=0, description="Most passes of GRPO over the round's prompts.")
@@ -202,6 +204,9 @@ class Settings(BaseSettings):
                                    "into it (each under a fresh name).")
     grpo_max_groups: int = Field(256, ge=0, description="Newest served groups a round's GRPO trains on per task (0: none; "
                                  "GRPO then generates from the prompts as before groups).")
+    grpo_kept_scan: int = Field(5000, ge=0, description="Records a round looks back through for the groups its policy served in "
+                                "earlier rounds and no version was made from (a rejected round's), trained on after its own "
+                                "(0: only the round's new records).")
     grpo_entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient (TRL's entropy_coef).")
     grpo_adaptive_entropy: bool = Field(False, description="TRL's adaptive entropy coefficient.")
     unlabelled_prompts_per_round: int = Field(64, ge=0, description="Newest distinct unlabelled inputs a round uses for GRPO.")

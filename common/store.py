@@ -238,16 +238,16 @@ class Store:
             raise StoreUnavailable(str(error)) from None
         return self.get_record(record_id).record
 
-    def recent_records(self, task: str, count: int, scan: int = 5000) -> list[Record]:
-        """The newest `count` readable records of a task, newest first (looking at most `scan` back, in
-        pages of 500)."""
+    def recent_records(self, task: str, count: int, scan: int = 5000, keep: Callable[[Record], bool] | None = None) -> list[Record]:
+        """The newest `count` readable records of a task (those `keep` accepts, where given), newest
+        first, looking at most `scan` entries back, in pages of 500."""
         out, end, seen = [], "+", 0
         while len(out) < count and seen < scan:
             entries = self.redis.xrevrange(RECORDS, max=end, count=500)
             if not entries:
                 break
             seen += len(entries)
-            out += _of_task(entries, task)
+            out += [record for record in _of_task(entries, task) if keep is None or keep(record)]
             end = "(" + entries[-1][0]
         return out[:count]
 

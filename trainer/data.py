@@ -133,6 +133,7 @@ class TaskData:
     prompts: list[GrpoPrompt] = field(default_factory=list)
     groups: list[RolloutGroup] = field(default_factory=list)  # GRPO: served groups, newest first
     policy: str = BASE_VERSION  # the version the round's LoRA starts as (`lineage`'s first): its groups are on-policy
+    earlier_groups: int = 0  # of `groups`, those the policy served before this round's records (`kept_groups`)
     entry_ids: list[str] = field(default_factory=list)  # records read this round (acknowledged with it)
     skipped: Counter = field(default_factory=Counter)
 
@@ -144,6 +145,7 @@ class TaskData:
                             pairs=len(self.pairs), kto=len(self.kto), prompts=len(self.prompts),
                             labelled_prompts=sum(1 for p in self.prompts if p.reference), records=len(self.entry_ids),
                             groups=len(self.groups), labelled_groups=sum(1 for g in self.groups if g.reference),
+                            earlier_groups=self.earlier_groups,
                             skipped=dict(self.skipped),
                             sources=DataSources(sft=sources(self.sft), pairs=sources(self.pairs), kto=sources(self.kto),
                                                 prompts=sources(self.prompts), groups=sorted({g.source for g in self.groups})))
@@ -184,10 +186,12 @@ def served_demonstrations(settings: Settings, task: str, labels: list[Label]) ->
 def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | None]], render: Callable[[list[dict]], str],
           reward_context: Callable[[BaseModel], RewardContext], held_out: frozenset[str], seed: int, unlabelled_limit: int,
           liked_as_supervised: bool, shown: Demonstrations = no_demonstrations, lineage: tuple[str, ...] = (BASE_VERSION,),
-          groups_limit: int = 0) -> TaskData:
+          groups_limit: int = 0, earlier: list[Record] | None = None) -> TaskData:
     """`held_out`: input keys of every eval set; `new_records`: (entry id, record) of this task;
     `shown`: the demonstrations each input's prompt carries (`served_demonstrations`); `lineage`:
-    the versions whose served groups the round may train on (`lineage`), at most `groups_limit`."""
+    the versions whose served groups the round may train on (`lineage`), at most `groups_limit`;
+    `earlier`: records of earlier rounds whose groups the policy itself served (`kept_groups`),
+    newest first, used after this round's own."""
     data = TaskData(task, policy=lineage[0])
     liked_answers: list[SftExample] = []
     labelled_inputs: set[str] = set()
@@ -226,7 +230,12 @@ def build(task: str, labels: list[Label], new_records: list[tuple[str, Record | 
         data.prompts.append(GrpoPrompt(prompt, task, newest.id, json.dumps(reference, ensure_ascii=False) if reference is not None else "",
                                         context.to_json()))
     _add_unlabelled(data, new_records, render, reward_context, held_out | labelled_inputs, unlabelled_limit, shown)
-    _add_groups(data, new_records, {label.id: label for label in labels}, reward_context, held_out, lineage, groups_limit)
+    labels_by_id = {label.id: label for label in labels}
+    _add_groups(data, new_records, labels_by_id, reward_context, held_out, lineage, groups_limit)
+    fresh = len(data.groups)
+    _add_groups(data, [("", record) for record in reversed(earlier or [])], labels_by_id, reward_context, held_out, (data.policy,),
+                groups_limit, "earlier ")
+    data.earlier_groups = len(data.groups) - fresh
     split_validation(data, seed)
     if data.sft and liked_as_supervised:  # the validation slice stays the team's own answers
         data.sft += liked_answers
@@ -278,8 +287,9 @@ def _whole(record: Record) -> bool:
 
 
 def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], reward_context, held_out: frozenset[str],
-                versions: tuple[str, ...], limit: int) -> None:
-    """The newest served groups of the records read this round that carry a signal."""
+                versions: tuple[str, ...], limit: int, counted_as: str = "") -> None:
+    """The newest served groups of `new_records` (oldest first) that carry a signal; a skipped one
+    is counted under its reason, prefixed with `counted_as`."""
     for _entry_id, record in reversed(new_records):
         if record is None or record.group is None:
             continue
@@ -301,7 +311,7 @@ def _add_groups(data: TaskData, new_records, labels_by_id: dict[str, Label], rew
         elif len(data.groups) >= limit:
             reason = "group beyond the round's limit"
         if reason:
-            data.skipped[reason] += 1
+            data.skipped[counted_as + reason] += 1
             continue
         label = labels_by_id.get(record.id)
         answer = label.answer if label is not None and label.split == "train" else None

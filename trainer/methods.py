@@ -126,7 +126,8 @@ def plan(setting: str, data: TaskData, settings: Settings, left_out: dict[str, s
         why = ("; ".join(skipped) or "no supervised or preference data") if not steps else "TUCANO_GRPO_AFTER_SUPERVISED"
         if data.groups:
             labelled = sum(1 for g in data.groups if g.reference)
-            steps.append(("grpo", f"{why}: GRPO on {len(data.groups)} served groups ({labelled} scored with a label)"))
+            earlier = f", {data.earlier_groups} served before this round" if data.earlier_groups else ""
+            steps.append(("grpo", f"{why}: GRPO on {len(data.groups)} served groups ({labelled} scored with a label{earlier})"))
         else:
             steps.append(("grpo", f"{why}: GRPO on the prompts, no served groups "
                                   f"({len(data.prompts)} prompts, {sum(1 for p in data.prompts if p.reference)} with a reference)"))

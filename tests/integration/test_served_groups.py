@@ -131,6 +131,25 @@ def test_a_rounds_grpo_trains_on_the_served_groups(built, served):
     print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))
 
 
+def test_a_round_reads_again_the_groups_its_policy_served_in_earlier_rounds(built, gateway, served):
+    """The groups no version was made from come back from the real records stream, newest first,
+    whether or not a round already read and acknowledged them; never this round's own records
+    twice, never another version's groups."""
+    from trainer.round import kept_groups
+
+    store, policy = gateway.state.store, served[0].version  # the base model, unless another test promoted a version
+    assert {record.version for record in served} == {policy}
+    ids = [record.id for record in served]
+    kept = [record.id for record in kept_groups(store, built, "extraction", policy, [])]
+    assert [i for i in kept if i in ids] == ids[::-1]  # the newest first
+    newest = [("1-0", served[-1])]  # the round's own new record is not read again as an earlier one
+    assert served[-1].id not in {record.id for record in kept_groups(store, built, "extraction", policy, newest)}
+    assert kept_groups(store, built, "extraction", "extraction-v9", []) == []  # another version served none of them
+    assert kept_groups(store, built.model_copy(update={"grpo_kept_scan": 0}), "extraction", policy, []) == []
+    few = kept_groups(store, built.model_copy(update={"grpo_max_groups": 2}), "extraction", policy, [])
+    assert len(few) == 2 and all(record.group is not None for record in few)
+
+
 def test_grpo_samples_its_groups_on_the_engine_where_traffic_is_thin(built, engines):
     """The policy loaded into the real base engine under fresh names, its groups sampled there with
     their logprobs, trained with TRL; every name it loaded is unloaded by the end."""

@@ -82,7 +82,7 @@ def test_served_groups_train_without_generating_and_move_the_policy_toward_what_
     assert generated == []  # the served samples were the rollouts
     assert report.rollouts == grpo.SERVED_GROUPS and report.generation_tokens_per_s is None
     # 8 groups x 3 epochs, 2 a generation batch, each batch optimised twice (grpo_iterations)
-    assert outcome.steps == report.steps == 24
+    assert outcome.steps == report.steps == 24 and report.groups_per_batch == 2
     assert report.groups == 24 and report.groups_dropped == 3  # the flat group, in each epoch
     assert report.older_groups == 1
     assert report.importance_tokens == 24 * 4 * 4 - 3 * 4 * 4  # every token of the groups not dropped
@@ -95,6 +95,24 @@ def test_served_groups_train_without_generating_and_move_the_policy_toward_what_
     assert grpo.kl_to_parent(model, same, sampled, TEMPERATURE) == pytest.approx(0.0, abs=1e-6)  # ...and from itself, not at all
     assert report.reward_mean > 0 and report.reward_std > 0 and report.optimisation_tokens_per_s > 0
     assert after > before + 1.0, (before, after)  # the rewarded sample became likelier than the other
+
+
+def test_more_groups_than_the_batches_allow_make_larger_batches_not_more_steps(monkeypatch):
+    """`grpo_max_batches` caps the generation batches of a pass: 8 groups in at most 2 batches are
+    2 batches of 4, each optimised twice, so 4 steps where batches of 2 would make 8."""
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    settings = load_settings(grpo_prompts_per_step=2, grpo_max_batches=30)
+    assert [grpo.groups_per_batch(settings, n) for n in (1, 8, 60, 61, 180)] == [2, 2, 2, 3, 6]
+    assert grpo.groups_per_batch(settings.model_copy(update={"grpo_max_batches": 0}), 180) == 2  # off: the fixed batch
+    model, tok = policy(), tokenizer()
+    good, bad = [GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]
+    groups = [served_group(model, f"g{i}", [good, bad, bad, good]) for i in range(8)]
+    capped = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_max_batches=2, grpo_iterations=2,
+                           grpo_max_epochs=1, train_cpu_precision="fp32")
+    outcome = grpo.train_on_groups(capped, model, tok, "push", groups, 600.0, "test", policy="base")
+    assert outcome.steps == 4 and outcome.grpo.groups_per_batch == 4 and outcome.grpo.groups == 8
 
 
 def test_groups_of_another_size_or_temperature_are_left_out_and_counted():
@@ -180,17 +198,18 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
                                  "groups_ranked": 48, "samples": 0.511, "served_pick": 0.618, "best_sample": 0.645, "greedy": 0.503},
                                 {"temperature": 0.3, "within_group_rank_correlation": None, "groups_ranked": 1, "samples": 0.5,
                                  "served_pick": 0.5, "best_sample": 0.5, "greedy": 0.503}],
-               "arms": [arm(0.7, 1e-4, 0.06, 0.13), arm(0.3, 3e-5, 0.02, 0.06), {**arm(0.3, 3e-5, 0.02, 0.06), "epochs": 2.0},
+               "arms": [{**arm(0.7, 1e-4, 0.06, 0.13), "groups_per_batch": 2}, arm(0.3, 3e-5, 0.02, 0.06), {**arm(0.3, 3e-5, 0.02, 0.06), "epochs": 2.0},
                         {**arm(0.7, 1e-3, 0.03, 0.03), "method": "sft on picks", "clip_ratio": None, "epochs": None}]}
     text = table(results)
     assert "(4 samples each, passes over them: 1, 2)" in text
     assert "the base model: 0.500, its served score there 0.6, their rank correlation 0.77" in text
     assert "Its answers as served to the groups' own rows: served score 0.52." in text
-    assert ("| grpo | 0.7 | 0.0001 | 1 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
+    assert ("| grpo | 0.7 | 0.0001 | 1 | 24 (400) | 2 | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
             "| 0.81 | 7 of 40 |") in text
-    assert "| grpo | 0.3 | 3e-05 | 1 | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 | 0.81 | 7 of 40 |" in text
+    assert ("| grpo | 0.3 | 3e-05 | 1 | 24 (400) | - | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 "
+            "| 0.81 | 7 of 40 |") in text
     assert "| grpo | 0.3 | 3e-05 | 2 | 24 (400) |" in text
-    assert "| sft on picks | 0.7 | 0.001 | - | 24 (400) | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
+    assert "| sft on picks | 0.7 | 0.001 | - | 24 (400) | - | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
     assert "| 0.7 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
     assert "| 0.3 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
     assert "gate's eval split" not in text  # measured on the test rows alone

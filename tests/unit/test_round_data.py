@@ -200,6 +200,9 @@ class NoLabels:
     def adapters(self, *tasks):
         return []
 
+    def recent_records(self, task, count, scan=5000, keep=None):
+        return []
+
 
 def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypatch):
     """`task_training`'s sft_from_liked decides, per task, whether liked answers join its SFT; the
@@ -214,7 +217,7 @@ def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypat
     class Built(Exception):
         pass
 
-    def capture(task, labels, records, render, reward_context, held_out, seed, limit, liked_as_supervised, shown, lineage, groups_limit):
+    def capture(task, labels, records, render, reward_context, held_out, seed, limit, liked_as_supervised, shown, lineage, groups_limit, earlier):
         built[task] = (liked_as_supervised, shown is not no_demonstrations)
         raise Built
 
@@ -315,6 +318,36 @@ def test_served_groups_become_rollouts_of_the_lineage_and_every_one_without_sign
                   lineage=lineage(None, {}), groups_limit=1)
     assert [g.source for g in fresh.groups] == ["r1"] and fresh.skipped["group beyond the round's limit"] == 1
     assert fresh.skipped["group of a version outside the lineage"] == 2  # a fresh LoRA is the base model's policy
+
+
+def test_groups_the_policy_served_in_earlier_rounds_are_trained_after_the_rounds_own_and_counted_apart():
+    """A round whose candidate was rejected loses no groups: the next round, training from the same
+    policy, reads them again after its own new ones, within the same limit. Only the policy's own
+    groups come back (a parent's were trained into it already), and each is checked as a new one is."""
+    from trainer.data import lineage
+
+    new = [grouped(20, "Quantos pedidos?", [GOOD, BAD]), grouped(21, "Quantos clientes?", [BAD, GOOD], adapter="sql-v2")]
+    earlier = [record for _, record in [grouped(12, "Quantos vendedores?", [GOOD, BAD], adapter="sql-v2"),
+                                        grouped(11, "Quantos itens?", [BAD, BAD], adapter="sql-v2"),
+                                        grouped(10, "Quantos produtos?", [GOOD, BAD], adapter="sql-v2"),
+                                        grouped(9, "Quantos fretes?", [GOOD, BAD], adapter="sql-v1")]]  # newest first
+    v1 = AdapterMeta(version="sql-v1", task="sql", path="/a/1")
+    v2 = AdapterMeta(version="sql-v2", task="sql", path="/a/2", parent="sql-v1")
+    versions = lineage(v2, {"sql-v1": v1, "sql-v2": v2})
+    data = build("sql", [], new, render, ctx_of_sql, frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True,
+                 lineage=versions, groups_limit=10, earlier=earlier)
+    assert [g.source for g in data.groups] == ["r21", "r20", "r12", "r10"]  # the round's own first, then the newest earlier
+    assert data.earlier_groups == 2 and data.summary().earlier_groups == 2 and data.summary().groups == 4
+    assert data.skipped == {"earlier group of identical completions": 1, "earlier group of a version outside the lineage": 1}
+    assert {p.source for p in data.prompts} == {"r20", "r21"}  # earlier records are not this round's prompts
+    assert "GRPO on 4 served groups (0 scored with a label, 2 served before this round)" in methods_plan(data)[0][1]
+    limited = build("sql", [], new, render, ctx_of_sql, frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True,
+                    lineage=versions, groups_limit=3, earlier=earlier)
+    assert [g.source for g in limited.groups] == ["r21", "r20", "r12"] and limited.earlier_groups == 1
+    assert limited.skipped["earlier group beyond the round's limit"] == 1
+    alone = build("sql", [], new, render, ctx_of_sql, frozenset(), seed=1, unlabelled_limit=64, liked_as_supervised=True,
+                  lineage=versions, groups_limit=10)
+    assert [g.source for g in alone.groups] == ["r21", "r20"] and alone.earlier_groups == 0
 
 
 def methods_plan(data):
