@@ -37,7 +37,7 @@ from redis.exceptions import LockError
 from common import lifecycle
 from common.lifecycle import AdapterChange
 from common.processes import peak_rss_gb
-from common.records import BASE_VERSION, AdapterMeta, TrainedNotServed
+from common.records import BASE_VERSION, AdapterMeta, Record, TrainedNotServed
 from common.rounds import GateRecord, Outcome, PlanStep, RoundSummary, TaskOutcome, TrainingStart, encode_round
 from common.settings import Settings
 from common.store import Store
@@ -198,14 +198,14 @@ def _has_news(store: Store, task: str, labels, new_records: int, settings: Setti
     return False, f"nothing new: no label changed, {new_records} new records < {settings.min_records_per_task}"
 
 
-def kept_groups(store: Store, settings: Settings, task: str, policy: str, records) -> list:
+def kept_groups(store: Store, settings: Settings, task: str, policy: str, records) -> list[Record]:
     """The records of earlier rounds whose groups `policy` (the version the round trains from)
     served, newest first, at most `grpo_max_groups`: no round has made a version from them, since
     the policy still serves, so they are as on-policy as this round's own groups. A round whose
     candidate is rejected thus loses none of its groups, and the next trains on them with its own
-    (contract §8); without them each candidate is trained on one round's groups alone, and push's
-    candidates of three such rounds came out -0.035, -0.011 and +0.115 at the gate (run 38).
-    Looks back at most `grpo_kept_scan` records of the stream; 0 turns it off."""
+    (contract §8). Without them each push candidate trained on one round's ~60 groups; with them,
+    run 40's round 2 trained on 120 in larger batches and gained +0.172 on held-out rows
+    (docs/results.md). Looks back at most `grpo_kept_scan` records of the stream; 0 turns it off."""
     if settings.grpo_kept_scan <= 0 or settings.grpo_max_groups <= 0:
         return []
     new = {record.id for _, record in records if record is not None}
