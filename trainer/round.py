@@ -227,7 +227,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
                             settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels), lineage,
-                            settings.grpo_max_groups, kept_groups(store, settings, task, lineage[0], records))
+                            settings.grpo_max_groups, kept_groups(store, settings, task, lineage[0], records) if news else [])
     left_out = methods.far_worse(store.rounds(HISTORY_ROUNDS), task, settings) if settings.train_method == "auto" else {}
     steps = methods.plan(settings.train_method, data, settings, left_out) if news else []
     entry = TaskOutcome(outcome=Outcome.NOT_TRAINED, why=why, labels=len(labels), data=data.summary(),

@@ -235,6 +235,24 @@ def test_a_round_builds_each_tasks_data_with_its_own_training_settings(monkeypat
     assert built == {"push": (False, True), "sql": (True, True), "insights": (True, False)}
 
 
+def test_a_task_with_nothing_new_reads_no_earlier_groups(monkeypatch):
+    """The earlier groups are read from the records stream only for a task that trains this round:
+    one with no new records and no changed label is not trained, and costs no scan."""
+    from common.rounds import Outcome
+    from trainer import round as round_module
+
+    class Template:
+        render = staticmethod(render)
+
+    class NoScan(NoLabels):
+        def recent_records(self, task, count, scan=5000, keep=None):
+            raise AssertionError("scanned the records stream for a task that does not train")
+
+    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
+    entry = round_module._train_task(load_settings(), NoScan(), None, "push", [], "r1", print, None)
+    assert entry.outcome == Outcome.NOT_TRAINED and entry.reason.startswith("nothing new")
+
+
 def test_each_training_prompt_shows_what_serving_would_and_never_its_own_label():
     """A version learns from the prompts it will be served with: each input's most similar train
     examples as earlier turns, never the input's own label, never an eval label."""
