@@ -8,7 +8,9 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
 1. One vLLM engine (the task's model, as `serve` starts it, with runtime LoRA) samples one group
    for each of the first `--groups` train rows, as the gateway samples a served group: `n`
    completions in one request, with their logprobs, at the task's group temperature (or at each
-   `--temperature` asked, each its own groups) and with its JSON schema. Each group is scored by
+   `--temperature` asked, each its own groups) and with its JSON schema. Each `--group-size` asked
+   samples its own groups of that many completions: whether more samples a prompt put answers in
+   a group that the served score can prefer, where the task's few samples hold none (SQL's). Each group is scored by
    the served score, without a reference, as traffic is. The temperature is the question for a
    greedy task: its groups must vary to carry a signal, and the gradient is taken on what was
    sampled, not on what is served greedily.
@@ -195,11 +197,12 @@ def _free_gain(after: list, before: list) -> dict:
 
 
 def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: list[float], measure_rows: int, say=print,
-        temperatures: list[float] | None = None, picks: bool = False, gate_rows: int = 0) -> dict:
+        temperatures: list[float] | None = None, picks: bool = False, gate_rows: int = 0, sizes: list[int] | None = None) -> dict:
     """`task` is one scored with references (the command checks it before anything starts). Each
-    temperature samples its own groups (default: the task's group temperature); every rate and every
-    number of passes (default one) trains on each, so the arms are every temperature with every rate
-    and passes, all measured against the same base answers.
+    temperature with each group size samples its own groups (default: the task's group temperature
+    and `grpo_num_generations`); every rate and every number of passes (default one) trains on each,
+    so the arms are every temperature and size with every rate and passes, all measured against the
+    same base answers.
     `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`).
     `gate_rows`: the first that many rows of the gate's bootstrap eval split are answered too (module docstring)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
@@ -209,6 +212,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
     own = training_settings(settings, task)
     rates = rates or [own.grpo_learning_rate]
     temperatures = temperatures or [definition(task).group_temperature]
+    sizes = sizes or [own.grpo_num_generations]
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
     if len(rows) < 3:
         raise ValueError(f"{task}'s test split has {len(rows)} rows; at least 3 are needed for an interval")
@@ -234,7 +238,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
         say(f"{task} base model's answers as served to the groups' {len(rows_of_groups)} train rows: served score {greedy_served}")
         arms, checks, skipped = [], [], []
 
-        def measure(method: str, temperature: float, rate: float, passes: float | None, train) -> None:
+        def measure(method: str, temperature: float, size: int, rate: float, passes: float | None, train) -> None:
             """One arm: a fresh LoRA trained by `train(out)`, loaded under a fresh name (vLLM keeps a
             reused name's cached blocks), measured on the held-out rows, unloaded."""
             version = f"{task}-gain-{uuid.uuid4().hex[:8]}"
@@ -245,36 +249,40 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
                 on_gate_rows = asyncio.run(_answers(own, task, url, version, gated))[0] if gated else []
             finally:
                 asyncio.run(unload_everywhere([url], version))
-            arm = {"method": method, "temperature": temperature, "learning_rate": rate, "epochs": passes, **trained, "held_out": measured(scores),
+            arm = {"method": method, "temperature": temperature, "group_size": size, "learning_rate": rate, "epochs": passes, **trained,
+                   "held_out": measured(scores),
                    "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
                    "scorer": scorer_check(free, scores),
                    "gain_on_gate_rows": paired_gain(on_gate_rows, base_gated) if gated else None,
                    "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
             arms.append(arm)
             passes_said = "" if passes is None else f", {passes:g} pass(es)"
-            say(f"{task}, {method} at temperature {temperature:g}, rate {rate:g}{passes_said}: {trained['steps']} steps in {trained['seconds']} s, "
+            say(f"{task}, {method} at temperature {temperature:g}, {size} samples a group, rate {rate:g}{passes_said}: "
+                f"{trained['steps']} steps in {trained['seconds']} s, "
                 f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
 
-        for temperature in temperatures:
+        for temperature, size in [(t, n) for t in temperatures for n in sizes]:
+            sized = own.model_copy(update={"grpo_num_generations": size})
             decoded: dict[str, Decoded] = {}
-            sampled = asyncio.run(sample_groups(own, task, url, groups, temperature, decoded))
+            sampled = asyncio.run(sample_groups(sized, task, url, groups, temperature, decoded))
             served_by_key = {group.key: served_totals(task, group, decoded[group.key].samples) for group in sampled}
             checked = group_check(task, train_rows, sampled, decoded, served_by_key, greedy)
-            checks.append({"temperature": temperature, **checked})
-            say(f"{task}: sampled {len(sampled)} groups of {own.grpo_num_generations} at temperature {temperature:g} without references; "
+            checks.append({"temperature": temperature, "group_size": size, **checked})
+            say(f"{task}: sampled {len(sampled)} groups of {size} at temperature {temperature:g} without references; "
                 f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
-                f"as served {checked['greedy']:.3f}")
+                f"best sample {checked['best_sample']:.3f}, as served {checked['greedy']:.3f}")
             for rate in rates:
                 for passes in epochs:
-                    arm_settings = own.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes})
-                    measure(GRPO, temperature, rate, passes, partial(_train, arm_settings, task, sampled))
+                    arm_settings = sized.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes})
+                    measure(GRPO, temperature, size, rate, passes, partial(_train, arm_settings, task, sampled))
             if picks:
                 try:
-                    measure(PICKS, temperature, own.train_learning_rate, None, partial(_train_on_picks, own, task, sampled, decoded, served_by_key))
+                    measure(PICKS, temperature, size, own.train_learning_rate, None,
+                            partial(_train_on_picks, sized, task, sampled, decoded, served_by_key))
                 except NothingToPick as reason:
-                    skipped.append(f"{PICKS} at temperature {temperature:g}: {reason}")
+                    skipped.append(f"{PICKS} at temperature {temperature:g}, {size} samples a group: {reason}")
                     say(f"{task}: skipped {skipped[-1]}")
-    return {"task": task, "groups": groups, "group_size": own.grpo_num_generations, "epochs": epochs,
+    return {"task": task, "groups": groups, "group_sizes": sizes, "epochs": epochs,
             "temperatures": temperatures, "measure_rows": len(rows), "gate_rows": len(gated),
             "base_on_gate_rows": measured(base_gated) if gated else None, "greedy_served_on_group_rows": greedy_served,
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
@@ -285,6 +293,11 @@ def _epochs(results: dict) -> list[float]:
     """The passes a run's arms trained: a list since passes became arms; one number in older results."""
     epochs = results["epochs"]
     return [float(epochs)] if isinstance(epochs, (int, float)) else [float(e) for e in epochs]
+
+
+def _sizes(results: dict) -> list[int]:
+    """The samples a group of a run's arms: a list since group sizes became arms; one number in older results."""
+    return list(results["group_sizes"]) if "group_sizes" in results else [int(results["group_size"])]
 
 
 def _passes(arm: dict, results: dict) -> str:
@@ -304,21 +317,21 @@ def table(results: dict) -> str:
     base = results["base"]
     rho = (base["scorer"] or {}).get("rank_correlation")
     served = (base["scorer"] or {}).get("served_mean")
-    lines = [f"Trained on {results['groups']} reference-free groups of {results['task']} ({results['group_size']} samples each, "
+    lines = [f"Trained on {results['groups']} reference-free groups of {results['task']} ({' or '.join(map(str, _sizes(results)))} samples each, "
              f"passes over them: {', '.join(f'{e:g}' for e in _epochs(results))}), "
              f"measured on {results['measure_rows']} held-out test rows with their references; "
              f"the base model: {base['held_out']['mean']:.3f}, its served score there {served}, their rank correlation {rho}. "
              f"Its answers as served to the groups' own rows: served score {results['greedy_served_on_group_rows']}.", "",
-             "| method | temperature | learning rate | passes | steps (s) | groups a batch | groups dropped / seen | "
+             "| method | temperature | samples a group | learning rate | passes | steps (s) | groups a batch | groups dropped / seen | "
              "group served score (spread) | KL to the parent | clip ratio | "
              "held-out mean | gain [95%] | reference-free gain | rank correlation | answers as the base model's |",
-             "|---|---:|---:|---:|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for arm in results["arms"]:
         gain, free = arm["gain"], arm["reference_free_gain"]
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
         clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
-        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm['learning_rate']:g} | "
+        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm.get('group_size', _sizes(results)[0])} | {arm['learning_rate']:g} | "
                      f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | {arm.get('groups_per_batch') or '-'} | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
@@ -328,20 +341,23 @@ def table(results: dict) -> str:
     if results.get("gate_rows"):
         lines += ["", f"On the first {results['gate_rows']} rows of the gate's eval split (the base model: "
                   f"{results['base_on_gate_rows']['mean']:.3f}), beside the test rows:", "",
-                  "| method | learning rate | passes | gain on the test rows [95%] | gain on the gate's rows [95%] |", "|---|---:|---:|---|---|"]
+                  "| method | temperature | samples a group | learning rate | passes | gain on the test rows [95%] | gain on the gate's rows [95%] |",
+                  "|---|---:|---:|---:|---:|---|---|"]
         for arm in results["arms"]:
             gain, gated = arm["gain"], arm["gain_on_gate_rows"]
-            lines.append(f"| {arm.get('method', GRPO)} | {arm['learning_rate']:g} | {_passes(arm, results)} | "
+            lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm.get('group_size', _sizes(results)[0])} | "
+                         f"{arm['learning_rate']:g} | {_passes(arm, results)} | "
                          f"{_signed(gain)} | {_signed(gated)} |")
     lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "
               "correlation within each group, and the reference score of the samples, of the sample it ranks first, "
               "of the best sample and of the base model's answer as served:", "",
-              "| temperature | within-group rank correlation [95%] (groups) | samples | served score's pick | best sample | as served |",
-              "|---:|---|---:|---:|---:|---:|"]
+              "| temperature | samples a group | within-group rank correlation [95%] (groups) | samples | served score's pick | best sample | as served |",
+              "|---:|---:|---|---:|---:|---:|---:|"]
     for check in results.get("groups_check", []):
         rho = check["within_group_rank_correlation"]
         shown = f"{rho['mean']:.2f} [{rho['ci95'][0]:.2f}, {rho['ci95'][1]:.2f}]" if rho else "-"
-        lines.append(f"| {check['temperature']:g} | {shown} ({check['groups_ranked']}) | {check['samples']:.3f} | "
+        lines.append(f"| {check['temperature']:g} | {check.get('group_size', _sizes(results)[0])} | {shown} ({check['groups_ranked']}) | "
+                     f"{check['samples']:.3f} | "
                      f"{check['served_pick']:.3f} | {check['best_sample']:.3f} | {check['greedy']:.3f} |")
     lines.append(f"\nTook {results['minutes']} minutes.")
     return "\n".join(lines)

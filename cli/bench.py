@@ -211,6 +211,8 @@ def bench_grpo_gain(
     picks: Annotated[bool, typer.Option(help="Also train, on each temperature's groups, an arm of SFT on each group's served pick.")] = False,
     gate_rows: Annotated[int, typer.Option(min=0, help=(
         "Also measure every arm on the first N rows of the gate's eval split (0: none)."))] = 0,
+    group_size: Annotated[list[int] | None, typer.Option(min=2, max=16, help=(
+        "Completions a group, each size its own groups and arms (repeatable; default TUCANO_GRPO_NUM_GENERATIONS)."))] = None,
 ) -> None:
     """What a round's GRPO learns from reference-free groups alone, on held-out rows with references, against the base model."""
     from bench import grpo_gain as bench
@@ -224,7 +226,7 @@ def bench_grpo_gain(
         raise fail(f"--gate-rows: {gate_rows} rows give no interval; ask for at least 3, or 0 for none", 2)
     settings = built_settings()
     results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
-                        temperatures=temperature or [], picks=picks, gate_rows=gate_rows)
+                        temperatures=temperature or [], picks=picks, gate_rows=gate_rows, sizes=list(dict.fromkeys(group_size or [])))
     report(settings, f"grpo-gain-{task}", results, bench.table(results))
 
 

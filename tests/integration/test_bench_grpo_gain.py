@@ -26,7 +26,7 @@ def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_
                     "--temperature", "0.4", "--temperature", "1.0", "--picks")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
-    assert written["groups"] == 4 and written["group_size"] == 4 and written["measure_rows"] == 5
+    assert written["groups"] == 4 and written["group_sizes"] == [4] and written["measure_rows"] == 5
     assert written["base"]["held_out"]["n"] == 5 and 0.0 <= written["greedy_served_on_group_rows"] <= 1.0
     assert written["temperatures"] == [0.4, 1.0]
     # each temperature's groups scored with their train rows' references: no pick beats the best sample
@@ -54,24 +54,29 @@ def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_
     assert after == before  # each arm's LoRA unloaded
     table = (built.bench_dir / "grpo-gain-push.md").read_text()
     # method, temperature, rate, passes, steps: one pass is the default
-    assert "| grpo | 0.4 | 0.0001 | 1 | 4 (" in table and "| grpo | 1 | 0.001 | 1 | 4 (" in table
+    assert "| grpo | 0.4 | 4 | 0.0001 | 1 | 4 (" in table and "| grpo | 1 | 4 | 0.001 | 1 | 4 (" in table
 
 
-def test_bench_grpo_gain_trains_each_number_of_passes_as_an_arm_and_measures_the_gates_rows_too(built, engines):
+def test_bench_grpo_gain_trains_each_number_of_passes_and_group_size_as_an_arm_and_measures_the_gates_rows_too(built, engines):
     result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "4", "--lr", "1e-3",
-                    "--temperature", "1.0", "--epochs", "1", "--epochs", "2", "--gate-rows", "4")
+                    "--temperature", "1.0", "--epochs", "1", "--epochs", "2", "--gate-rows", "4", "--group-size", "2", "--group-size", "4")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
     assert written["epochs"] == [1.0, 2.0] and written["gate_rows"] == 4 and written["base_on_gate_rows"]["n"] == 4
+    assert written["group_sizes"] == [2, 4] and [check["group_size"] for check in written["groups_check"]] == [2, 4]
     arms = written["arms"]
-    assert [(arm["method"], arm["epochs"]) for arm in arms] == [("grpo", 1.0), ("grpo", 2.0)]
-    # 4 groups, 2 a step, each batch optimised twice: 4 steps a pass
-    assert [arm["steps"] for arm in arms] == [4, 8]
+    assert [(arm["method"], arm["group_size"], arm["epochs"]) for arm in arms] == [
+        ("grpo", 2, 1.0), ("grpo", 2, 2.0), ("grpo", 4, 1.0), ("grpo", 4, 2.0)]
+    # 4 groups of either size, 2 a step, each batch optimised twice: 4 steps a pass, and no group
+    # left out as one of another size than the arm trains
+    assert [arm["steps"] for arm in arms] == [4, 8, 4, 8]
     for arm in arms:
+        assert arm["groups_seen"] == 4
         gated = arm["gain_on_gate_rows"]
         assert gated["n"] == 4 and gated["ci95"][0] <= gated["mean"] <= gated["ci95"][1]
     table = (built.bench_dir / "grpo-gain-push.md").read_text()
-    assert "| grpo | 1 | 0.001 | 2 | 8 (" in table and "On the first 4 rows of the gate's eval split" in table
+    assert "| grpo | 1 | 2 | 0.001 | 2 | 8 (" in table and "| grpo | 1 | 4 | 0.001 | 2 | 8 (" in table
+    assert "On the first 4 rows of the gate's eval split" in table
     few = _bench(built, engines, "--task", "push", "--gate-rows", "2")
     assert few.returncode == 2 and "--gate-rows" in few.stdout + few.stderr
 

@@ -191,7 +191,7 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
                 "reference_free_gain": {"mean": free, "ci95": [free - 0.02, free + 0.02], "n": 40},
                 "scorer": {"rank_correlation": 0.81}, "same_answer_as_base": 7}
 
-    results = {"task": "extraction", "groups": 48, "group_size": 4, "epochs": [1.0, 2.0], "measure_rows": 40, "minutes": 41.5,
+    results = {"task": "extraction", "groups": 48, "group_sizes": [4], "epochs": [1.0, 2.0], "measure_rows": 40, "minutes": 41.5,
                "greedy_served_on_group_rows": 0.52,
                "base": {"held_out": {"mean": 0.5}, "scorer": {"rank_correlation": 0.77, "served_mean": 0.6}},
                "groups_check": [{"temperature": 0.7, "within_group_rank_correlation": {"mean": 0.597, "ci95": [0.45, 0.72], "n": 48},
@@ -204,24 +204,29 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     assert "(4 samples each, passes over them: 1, 2)" in text
     assert "the base model: 0.500, its served score there 0.6, their rank correlation 0.77" in text
     assert "Its answers as served to the groups' own rows: served score 0.52." in text
-    assert ("| grpo | 0.7 | 0.0001 | 1 | 24 (400) | 2 | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
+    assert ("| grpo | 0.7 | 4 | 0.0001 | 1 | 24 (400) | 2 | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.560 | +0.060 [+0.030, +0.090] | +0.130 (ahead by 0.070) "
             "| 0.81 | 7 of 40 |") in text
-    assert ("| grpo | 0.3 | 3e-05 | 1 | 24 (400) | - | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 "
+    assert ("| grpo | 0.3 | 4 | 3e-05 | 1 | 24 (400) | - | 5 / 48 | 0.460 (0.155) | 0.21 | 0.004 | 0.520 | +0.020 [-0.010, +0.050] | +0.060 "
             "| 0.81 | 7 of 40 |") in text
-    assert "| grpo | 0.3 | 3e-05 | 2 | 24 (400) |" in text
-    assert "| sft on picks | 0.7 | 0.001 | - | 24 (400) | - | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
-    assert "| 0.7 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
-    assert "| 0.3 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
+    assert "| grpo | 0.3 | 4 | 3e-05 | 2 | 24 (400) |" in text
+    assert "| sft on picks | 0.7 | 4 | 0.001 | - | 24 (400) | - | 5 / 48 | 0.460 (0.155) | 0.21 | - | 0.530 |" in text
+    assert "| 0.7 | 4 | 0.60 [0.45, 0.72] (48) | 0.511 | 0.618 | 0.645 | 0.503 |" in text
+    assert "| 0.3 | 4 | - (1) | 0.500 | 0.500 | 0.500 | 0.503 |" in text
     assert "gate's eval split" not in text  # measured on the test rows alone
-    older = table({**results, "epochs": 2.0, "arms": results["arms"][:1]})  # results from before passes were arms
-    assert "passes over them: 2)" in older and "| grpo | 0.7 | 0.0001 | 2 | 24 (400) |" in older
+    older = table({**{k: v for k, v in results.items() if k != "group_sizes"}, "group_size": 4, "epochs": 2.0,
+                   "arms": results["arms"][:1]})  # results from before passes, then group sizes, were arms
+    assert "(4 samples each, passes over them: 2)" in older and "| grpo | 0.7 | 4 | 0.0001 | 2 | 24 (400) |" in older
+    sized = table({**results, "group_sizes": [4, 8], "arms": [results["arms"][0], {**results["arms"][0], "group_size": 8}],
+                   "groups_check": [{**results["groups_check"][0], "group_size": size} for size in (4, 8)]})
+    assert "(4 or 8 samples each, passes over them: 1, 2)" in sized
+    assert "| grpo | 0.7 | 8 | 0.0001 | 1 | 24 (400) | 2 |" in sized and "| 0.7 | 8 | 0.60 [0.45, 0.72] (48) |" in sized
 
     gated = {"mean": -0.01, "ci95": [-0.05, 0.03], "n": 32}
     text = table({**results, "gate_rows": 32, "base_on_gate_rows": {"mean": 0.28},
                   "arms": [{**a, "gain_on_gate_rows": gated} for a in results["arms"]]})
     assert "On the first 32 rows of the gate's eval split (the base model: 0.280), beside the test rows:" in text
-    assert "| grpo | 0.0001 | 1 | +0.060 [+0.030, +0.090] | -0.010 [-0.050, +0.030] |" in text
-    assert "| sft on picks | 0.001 | - | +0.030 [+0.000, +0.060] | -0.010 [-0.050, +0.030] |" in text
+    assert "| grpo | 0.7 | 4 | 0.0001 | 1 | +0.060 [+0.030, +0.090] | -0.010 [-0.050, +0.030] |" in text
+    assert "| sft on picks | 0.7 | 4 | 0.001 | - | +0.030 [+0.000, +0.060] | -0.010 [-0.050, +0.030] |" in text
 
 
 def test_bench_grpo_gains_group_check_scores_each_groups_samples_with_its_rows_reference():
@@ -276,10 +281,11 @@ def test_the_picks_arms_spread_is_a_generation_batchs_std_as_trl_logs_it():
 
 @pytest.mark.parametrize("args, option", [(["--gate-rows", "2"], "--gate-rows"), (["--gate-rows", "-1"], "--gate-rows"),
                                           (["--task", "insights"], "--task"), (["--epochs", "0"], "--epochs"),
-                                          (["--temperature", "0"], "--temperature")])
+                                          (["--temperature", "0"], "--temperature"), (["--group-size", "1"], "--group-size"),
+                                          (["--group-size", "17"], "--group-size")])
 def test_bench_grpo_gain_refuses_what_gives_no_measurement_before_anything_runs(tmp_path, args, option):
-    """Too few gate rows for an interval, a task without references, no passes, greedy groups: a
-    usage error naming the option, and nothing written."""
+    """Too few gate rows for an interval, a task without references, no passes, greedy groups, a
+    group of one or of more than 16: a usage error naming the option, and nothing written."""
     from typer.testing import CliRunner
 
     from cli import main as cli
