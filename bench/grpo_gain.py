@@ -10,8 +10,8 @@ gateway, the gate, shadow replay, promotions), so that one task's answer costs m
    completions in one request, with their logprobs, at the task's group temperature (or at each
    `--temperature` asked, each its own groups) and with its JSON schema. Each `--group-size` asked
    samples its own groups of that many completions: whether more samples a prompt put answers in
-   a group that the served score can prefer, where the task's few samples hold none (SQL's). Each group is scored by
-   the served score, without a reference, as traffic is. The temperature is the question for a
+   a group that the served score can prefer, where the task's few samples hold none (SQL's).
+   Each group is scored by the served score, without a reference, as traffic is. The temperature is the question for a
    greedy task: its groups must vary to carry a signal, and the gradient is taken on what was
    sampled, not on what is served greedily.
 2. For each learning rate and each number of passes asked (`--lr`, `--epochs`), a fresh LoRA from
@@ -300,6 +300,11 @@ def _sizes(results: dict) -> list[int]:
     return list(results["group_sizes"]) if "group_sizes" in results else [int(results["group_size"])]
 
 
+def _size(entry: dict, results: dict) -> int:
+    """The samples a group of one arm or one groups' check; older results name one size for all."""
+    return entry.get("group_size", _sizes(results)[0])
+
+
 def _passes(arm: dict, results: dict) -> str:
     """An arm's passes over the groups as the table shows them: older results name them once for
     every GRPO arm; an SFT arm's epochs are its early stopping's, not a setting (-)."""
@@ -331,7 +336,7 @@ def table(results: dict) -> str:
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
         clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
-        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm.get('group_size', _sizes(results)[0])} | {arm['learning_rate']:g} | "
+        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {_size(arm, results)} | {arm['learning_rate']:g} | "
                      f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | {arm.get('groups_per_batch') or '-'} | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
@@ -345,7 +350,7 @@ def table(results: dict) -> str:
                   "|---|---:|---:|---:|---:|---|---|"]
         for arm in results["arms"]:
             gain, gated = arm["gain"], arm["gain_on_gate_rows"]
-            lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {arm.get('group_size', _sizes(results)[0])} | "
+            lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {_size(arm, results)} | "
                          f"{arm['learning_rate']:g} | {_passes(arm, results)} | "
                          f"{_signed(gain)} | {_signed(gated)} |")
     lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "
@@ -356,7 +361,7 @@ def table(results: dict) -> str:
     for check in results.get("groups_check", []):
         rho = check["within_group_rank_correlation"]
         shown = f"{rho['mean']:.2f} [{rho['ci95'][0]:.2f}, {rho['ci95'][1]:.2f}]" if rho else "-"
-        lines.append(f"| {check['temperature']:g} | {check.get('group_size', _sizes(results)[0])} | {shown} ({check['groups_ranked']}) | "
+        lines.append(f"| {check['temperature']:g} | {_size(check, results)} | {shown} ({check['groups_ranked']}) | "
                      f"{check['samples']:.3f} | "
                      f"{check['served_pick']:.3f} | {check['best_sample']:.3f} | {check['greedy']:.3f} |")
     lines.append(f"\nTook {results['minutes']} minutes.")

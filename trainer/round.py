@@ -203,9 +203,10 @@ def kept_groups(store: Store, settings: Settings, task: str, policy: str, record
     served, newest first, at most `grpo_max_groups`: no round has made a version from them, since
     the policy still serves, so they are as on-policy as this round's own groups. A round whose
     candidate is rejected thus loses none of its groups, and the next trains on them with its own
-    (contract §8). Without them each push candidate trained on one round's ~60 groups; with them,
-    run 40's round 2 trained on 120 in larger batches and gained +0.172 on held-out rows
-    (docs/results.md). Looks back at most `grpo_kept_scan` records of the stream; 0 turns it off."""
+    (contract §8). Without them each push candidate trained on one round's ~60 groups. With them,
+    run 40's round 2 trained on 120 and gained +0.172 on held-out rows, while run 42's candidates
+    on 120 and 180 were rejected (docs/results.md): more groups are no promise of a gain. Looks
+    back at most `grpo_kept_scan` records of the stream; 0 turns it off."""
     if settings.grpo_kept_scan <= 0 or settings.grpo_max_groups <= 0:
         return []
     new = {record.id for _, record in records if record is not None}
