@@ -210,6 +210,8 @@ class GrpoReport:
     """Served groups sampled by an older version of the lineage: weighted by the importance ratio."""
     groups_per_batch: int = 0
     """Groups in each generation batch (`trainer.grpo.groups_per_batch`): more groups, larger batches; 0 in older rounds."""
+    group_size: int = 0
+    """Samples in each group: the served groups' own size, or `grpo_num_generations` where the run sampled them; 0 in older rounds."""
 
 
 @dataclass

@@ -39,6 +39,7 @@ class ConfigError(ValueError):
 TimeBudget = Annotated[float, Field(gt=0)]
 LearningRate = Annotated[float, Field(gt=0, le=1)]
 BatchSize = Annotated[int, Field(ge=1)]
+GroupSize = Annotated[int, Field(ge=2)]
 
 
 class TaskTraining(BaseModel):
@@ -52,6 +53,7 @@ class TaskTraining(BaseModel):
     train_time_budget_s: TimeBudget | None = None
     sft_from_liked: bool | None = None
     train_gradient_checkpointing: bool | None = None
+    grpo_num_generations: GroupSize | None = None
 
 
 class Settings(BaseSettings):
@@ -154,8 +156,8 @@ class Settings(BaseSettings):
     task_training: dict[str, TaskTraining] | None = Field(
         None,
         description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
-                    "settings train_learning_rate, sft_batch_size, train_time_budget_s, sft_from_liked and "
-                    "train_gradient_checkpointing); once set, a task not named trains with the general ones. Unset: each "
+                    "settings train_learning_rate, sft_batch_size, train_time_budget_s, sft_from_liked, "
+                    "train_gradient_checkpointing and grpo_num_generations); once set, a task not named trains with the general ones. Unset: each "
                     "task's own (tasks/: extraction's and insights' are the ones their learning was measured with, "
                     "docs/results.md).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
@@ -180,7 +182,9 @@ class Settings(BaseSettings):
                                          "for a candidate to count as far worse (`auto_far_worse_tries`).")
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
-    grpo_num_generations: int = Field(4, ge=2, description="Completions per prompt in a GRPO group.")
+    grpo_num_generations: GroupSize = Field(4, description="Completions per prompt in a GRPO group that the round samples on an "
+                                            "engine or in the trainer (served groups keep the size they were served with); a "
+                                            "task's own in task_training wins.")
     grpo_learning_rate: LearningRate = Field(1e-4, description="GRPO's LoRA learning rate, apart from the supervised methods' "
                                              "(`train_learning_rate`): 64 steps on push's served groups improved held-out "
                                              "references at 1e-4, collapsed push at 3e-4 and moved it less at 3e-5 "

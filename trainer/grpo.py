@@ -298,4 +298,5 @@ def report(rollouts: str, trainer, outcome: methods.TrainingRun, iterations: int
         clip_ratio=_mean(steps, "clip_ratio/region_mean") or 0.0, entropy=_mean(steps, "entropy"),
         completion_length=_mean(steps, "completions/mean_length") or 0.0, grad_norm=_mean(steps, "grad_norm"),
         importance_tokens=importance[0], importance_clipped=importance[1], kl_to_parent=float(f"{kl:.3g}") if kl is not None else None,
-        older_groups=older, groups_per_batch=trainer.args.per_device_train_batch_size // trainer.args.num_generations)
+        older_groups=older, groups_per_batch=trainer.args.per_device_train_batch_size // trainer.args.num_generations,
+        group_size=trainer.args.num_generations)

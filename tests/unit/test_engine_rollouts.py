@@ -117,7 +117,8 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     model = policy()
     monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("the trainer generated"))
     settings = load_settings(data_dir=tmp_path, grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=2,
-                             train_cpu_precision="fp32", grpo_reload_every=3)
+                             train_cpu_precision="fp32", grpo_reload_every=3,
+                             grpo_num_generations=6)
     prompts = [GrpoPrompt(f"t3 t4 t{i}", "sql", f"r{i}") for i in range(4)]
     outcome = grpo.train_on_engine(settings, model, tokenizer(), "sql", prompts, engine.url, "sql-rollout-r4", 600.0, "test")
     report = outcome.grpo
@@ -126,6 +127,7 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     # generation batches start at steps 0, 2, 4 and 6; with a reload every 3 steps, at 0 and 4
     assert len(engine.asked) == 4 and engine.loaded == ["sql-rollout-r4-1", "sql-rollout-r4-2"]  # one request a batch
     assert [b["model"] for b in engine.asked] == ["sql-rollout-r4-1"] * 2 + ["sql-rollout-r4-2"] * 2
+    assert {b["n"] for b in engine.asked} == {6} == {report.group_size}  # the group size set, not the default 4
     assert engine.unloaded == engine.loaded  # each replaced one, and the last at the end
     assert report.groups == 8 and report.groups_dropped == 0 and report.kl_to_parent is not None and report.kl_to_parent > 0
     assert outcome.seconds_by_phase["reloads"] == 2

@@ -44,6 +44,7 @@ def test_env_and_toml_file(tmp_path, monkeypatch):
     ("TUCANO_TASK_TRAINING", '{"sql": {"train_learning_rate": 2}}'),
     ("TUCANO_TASK_TRAINING", '{"sql": {"sft_batch_size": 0}}'),
     ("TUCANO_TASK_TRAINING", '{"sql": {"learning_rate": 0.001}}'),
+    ("TUCANO_TASK_TRAINING", '{"sql": {"grpo_num_generations": 1}}'),  # a group of one has no spread to learn from
     ("TUCANO_SERVE_SAMPLES", '{"pushh": 2}'),
     ("TUCANO_EXAMPLES_TASKS", '["sql", "translation"]'),
     ("TUCANO_SERVE_SAMPLES_CAP", "2"),  # below push's own 4
@@ -99,6 +100,7 @@ def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_ge
     settings = load_settings()
     sql = training_settings(settings, "sql")
     assert (sql.train_learning_rate, sql.sft_batch_size, sql.train_time_budget_s) == (0.0005, 2, 30.0)
+    assert sql.grpo_num_generations == 4  # the general one: setting task_training replaced SQL's own 8
     for task in ("push", "extraction", "insights"):  # setting it replaces the default whole: extraction's own is gone
         own = training_settings(settings, task)
         assert (own.train_learning_rate, own.sft_batch_size, own.train_time_budget_s) == (0.003, 8, 30.0)
@@ -109,7 +111,7 @@ def test_a_task_trains_with_its_own_training_settings_and_the_others_with_the_ge
     assert training_settings(load_settings(), "push").train_time_budget_s == 20.0
 
 
-def test_extraction_insights_and_push_train_with_their_own_defaults():
+def test_each_task_trains_with_its_own_defaults():
     settings = load_settings()
     extraction, insights = training_settings(settings, "extraction"), training_settings(settings, "insights")
     assert (extraction.train_learning_rate, extraction.sft_batch_size, extraction.train_time_budget_s, extraction.sft_from_liked) == (
@@ -118,5 +120,7 @@ def test_extraction_insights_and_push_train_with_their_own_defaults():
         0.002, 4, 90.0, False)
     sql, push = training_settings(settings, "sql"), training_settings(settings, "push")
     assert (sql.train_learning_rate, sql.sft_batch_size, sql.train_time_budget_s, sql.sft_from_liked) == (0.003, 8, 45.0, True)
+    # SQL only the larger groups its engine rollouts gained with (tasks/sql.py); the others the general 4
+    assert [training_settings(settings, t).grpo_num_generations for t in ("sql", "push", "extraction", "insights")] == [8, 4, 4, 4]
     # push only the longer budget its GRPO's larger batches take (tasks/push.py)
     assert (push.train_learning_rate, push.sft_batch_size, push.train_time_budget_s, push.sft_from_liked) == (0.003, 8, 75.0, True)
