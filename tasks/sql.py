@@ -51,8 +51,9 @@ SQL = TaskDefinition(
         (r"\b(olist_|orders_enriched|customer_|product_|payment_|review_score)", 2),
     ),
     # groups of 8 on the engine: in three runs of bench grpo-gain (48 groups, 48 steps) they gained
-    # +0.066 to +0.072 on held-out rows, each interval above 0, and groups of 4 -0.009 to +0.055
-    # (docs/results.md, 2026-12-04 and 12-05); a step takes 1.6x as long
+    # +0.066 to +0.072 on held-out rows, each interval above 0, and groups of 4 -0.009 to +0.055;
+    # in three rounds from traffic alone, +0.072 (run 44; docs/results.md, 2026-12-05). A step
+    # takes 1.6x as long, so a round's budget holds fewer
     training={"grpo_num_generations": 8},
     examples=True,
     review_view=_intent,

@@ -117,8 +117,7 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     model = policy()
     monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("the trainer generated"))
     settings = load_settings(data_dir=tmp_path, grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=2,
-                             train_cpu_precision="fp32", grpo_reload_every=3,
-                             grpo_num_generations=6)
+                             train_cpu_precision="fp32", grpo_reload_every=3, grpo_num_generations=6)
     prompts = [GrpoPrompt(f"t3 t4 t{i}", "sql", f"r{i}") for i in range(4)]
     outcome = grpo.train_on_engine(settings, model, tokenizer(), "sql", prompts, engine.url, "sql-rollout-r4", 600.0, "test")
     report = outcome.grpo
