@@ -156,10 +156,8 @@ class Settings(BaseSettings):
     task_training: dict[str, TaskTraining] | None = Field(
         None,
         description="Per task, training settings that replace the general ones for it (JSON: {task: {setting: value}}, the "
-                    "settings train_learning_rate, sft_batch_size, train_time_budget_s, sft_from_liked, "
-                    "train_gradient_checkpointing and grpo_num_generations); once set, a task not named trains with the general ones. Unset: each "
-                    "task's own (tasks/: extraction's and insights' are the ones their learning was measured with, "
-                    "docs/results.md).")
+                    f"settings {', '.join(TaskTraining.model_fields)}); once set, a task not named trains with the general "
+                    "ones. Unset: each task's own (tasks/: each is the one its learning was measured with, docs/results.md).")
     min_sft_examples: int = Field(8, ge=1, description="Supervised examples a task needs for `auto` to run SFT.")
     sft_max_epochs: float = Field(12.0, gt=0, description="SFT epochs over the labelled set (early stopping ends sooner).")
     sft_min_steps: int = Field(40, ge=1, description="Fewest SFT optimizer steps (more epochs when there are few labels).")
