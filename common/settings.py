@@ -222,7 +222,8 @@ class Settings(BaseSettings):
     gate_min_rows: int = Field(16, ge=4, description="Fewest eval rows a decision needs; with fewer the candidate is rejected.")
     gate_look_rows: int = Field(32, ge=0, description="The gate scores its sample in blocks of this many rows and stops after a "
                                 "block once the outcome is plain (trainer/gate.py); 0: one look at every row.")
-    promote_margin: float = Field(0.0, ge=-1, le=1, description="The paired difference's 95% lower bound must exceed this.")
+    promote_margin: float = Field(0.01, ge=-1, le=1, description="The paired difference's 95% lower bound must exceed this: "
+                                  "a gain the gate is sure of but smaller than this is not one (trainer/gate.py).")
     component_tolerance: float = Field(0.05, ge=0, le=1, description="A component (each extraction field too) is significantly "
                                        "worse when its whole 95% interval lies below minus this.")
     serve_alone: bool = Field(True, description="Where a task shows the team's examples, the gate also judges a candidate "

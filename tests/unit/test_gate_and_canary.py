@@ -68,6 +68,26 @@ def test_a_clearly_better_candidate_is_promoted_with_its_interval_and_sources():
     assert decision.n == 60 and "interval" in decision.reason
 
 
+def test_the_default_margin_turns_away_a_sure_gain_too_small_to_be_one():
+    """Run 45's sql-v3 in small: 64 rows, most alike, a few a little better. The gate is sure of the
+    gain (its interval lies above 0), and with the default margin of 0.01 it is still rejected;
+    three times that gain on the same rows is promoted."""
+    defaults = load_settings()
+    assert defaults.promote_margin == 0.01
+    rng = random.Random(45)
+    incumbent = answers(rng, 64)
+    better = set(rng.sample(range(64), 12))
+
+    def lifted(by: float) -> list[Score]:
+        return [scored(min(1.0, i.total + (by if k in better else 0.0)), sentiment=1.0) for k, i in enumerate(incumbent)]
+
+    small = decide(lifted(0.04), incumbent, rows(64), defaults)
+    assert 0.0 < small.interval[0] <= 0.01 and not small.promote, small
+    assert "does not clear the margin 0.01" in small.reason
+    assert decide(lifted(0.04), incumbent, rows(64), SETTINGS).promote  # a margin of 0 promotes it
+    assert decide(lifted(0.12), incumbent, rows(64), defaults).promote
+
+
 def test_a_significantly_worse_field_blocks_a_better_total():
     rng = random.Random(8)
     incumbent = answers(rng, 60)
