@@ -52,7 +52,7 @@ SQL = TaskDefinition(
     ),
     # groups of 8 on the engine: in three runs of bench grpo-gain (48 groups, 48 steps) they gained
     # +0.066 to +0.072 on held-out rows, each interval above 0, and groups of 4 -0.009 to +0.055;
-    # in three rounds from traffic alone, +0.072 and +0.029 (runs 44 and 45; docs/results.md). A step
+    # in three rounds from traffic alone, +0.072, +0.029 and +0.008 (runs 44, 45, 47; docs/results.md). A step
     # takes 1.6x as long, so a round's budget holds fewer
     training={"grpo_num_generations": 8},
     examples=True,
