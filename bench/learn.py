@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import shutil
@@ -40,13 +41,14 @@ from pathlib import Path
 import httpx
 import msgspec
 import redis
+from scipy.stats import spearmanr
 
 from bench.stack import start, wait_ready
 from common import lifecycle
 from common.datasets import load_split
 from common.processes import free_port
 from common.settings import Settings
-from common.stats import mean_interval, rank_correlation_interval
+from common.stats import block_interval, mean_interval, rank_correlation_interval
 from common.store import UNKNOWN_NUMERICS, Store
 from deploy.embedded_redis import EmbeddedRedis
 from deploy.hotswap import HotSwap
@@ -187,36 +189,101 @@ def _retry_after_s(response: httpx.Response) -> float:
 
 
 async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: str | None, rows: list[dict],
-                        examples_from: Store | None = None, reference_free: list | None = None) -> list[Score]:
+                        examples_from: Store | None = None, reference_free: list | None = None,
+                        samples: list | None = None) -> list[Score]:
     """Each held-out row answered by `version` through the engines, scored with its reference;
     with `examples_from`, each prompt shows that store's examples as the gateway would; with
-    `reference_free`, it receives each answer's served (reference-free) score too."""
+    `reference_free`, it receives each answer's served (reference-free) score too; with `samples`,
+    each row's (served score, reference score) of every sample its answer was picked from
+    (`sample_pairs`)."""
     kind = TASK_ENGINE[task]
     eval_rows = [gate.EvalRow.of(task, row, "bench") for row in rows]
     shown = gate.demonstrations(settings, examples_from, task, {row.id: row.input for row in eval_rows})
     pool = EnginePool.for_task(settings, task, fleet.urls(kind))
+    groups: list[list[str]] = []
     try:
-        return await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown, reference_free=reference_free,
-                                 free_sources=frozenset({"bench"}))
+        scores = await gate.answer(pool, settings, task, version, eval_rows, settings.seed, shown=shown, reference_free=reference_free,
+                                   free_sources=frozenset({"bench"}), groups=groups)
     finally:
         await pool.close()
+    if samples is not None:
+        samples += sample_pairs(settings, task, eval_rows, groups)
+    return scores
 
 
-def scorer_check(free: list[Score | None], scores: list[Score]) -> dict | None:
+def sample_pairs(settings: Settings, task: str, rows: list, groups: list[list[str]]) -> list[list[tuple[float, float]]]:
+    """Per row with a reference, each sample of its group scored twice: (served score, reference
+    score). A row served greedily is a group of one."""
+    out = []
+    for row, texts in zip(rows, groups):
+        if row.reference is None:
+            continue
+        context = settings.reward_context(row.input)
+        out.append([(score(task, text, None, context).total, score(task, text, row.reference, context).total) for text in texts])
+    return out
+
+
+def _pooled_rho(blocks: list[list[tuple[float, float]]]) -> float:
+    served, referenced = zip(*[pair for block in blocks for pair in block])
+    return float(spearmanr(served, referenced).statistic) if len(set(served)) > 1 and len(set(referenced)) > 1 else math.nan
+
+
+def _ordered_alike(blocks: list[list[tuple[float, float]]]) -> float:
+    """Of the pairs of samples within a group whose reference scores differ, the share the served
+    score orders the same way (a tie on the served score counts half): how often a GRPO advantage
+    from the served score points where the references' would."""
+    agree = total = 0.0
+    for block in blocks:
+        for i, (served_i, ref_i) in enumerate(block):
+            for served_j, ref_j in block[i + 1:]:
+                if ref_i == ref_j:
+                    continue
+                total += 1
+                agree += 0.5 if served_i == served_j else float((served_i - served_j) * (ref_i - ref_j) > 0)
+    return agree / total if total else math.nan
+
+
+def samples_check(blocks: list[list[tuple[float, float]]]) -> dict | None:
+    """How the served score ranks every sample a version's held-out answers were picked from, which
+    is what a round's GRPO trains on: Spearman's rho over all samples, and the share of pairs
+    within a group ordered as their references order them; 95% intervals with whole groups
+    resampled (a group's samples share a prompt). None where every group is one sample: the picks
+    are then all there is (`scorer_check`)."""
+    blocks = [block for block in blocks if block]
+    if not blocks or max(map(len, blocks)) < 2:
+        return None
+    rho = _pooled_rho(blocks)
+    rho_low, rho_high = block_interval(blocks, _pooled_rho) if rho == rho else (math.nan, math.nan)
+    alike = _ordered_alike(blocks)
+    alike_low, alike_high = block_interval(blocks, _ordered_alike) if alike == alike else (math.nan, math.nan)
+
+    def rounded(*values: float) -> list | None:
+        return None if any(v != v for v in values) else [round(v, 3) for v in values]
+
+    return {"samples": sum(map(len, blocks)), "groups": len(blocks),
+            "rank_correlation": None if rho != rho else round(rho, 3), "ci95": rounded(rho_low, rho_high),
+            "ordered_alike": None if alike != alike else round(alike, 3), "ordered_alike_ci95": rounded(alike_low, alike_high)}
+
+
+def scorer_check(free: list[Score | None], scores: list[Score], samples: list | None = None) -> dict | None:
     """How far the served score ranks a version's held-out answers as their references do:
     Spearman's rho with its 95% interval (issue 64: at least 0.7 on each structured task as the
     model learns), and the reference-free mean beside the reference-scored one (a policy that
-    learns to please the scorer gains on the first and not on the second). None where the task
-    has no reference."""
+    learns to please the scorer gains on the first and not on the second). Where the answers
+    were picked from groups, `samples` (`sample_pairs`) adds the same over every sample
+    (`samples_check`): a pick is the sample the served score liked best, partly by its own error,
+    so the picks alone understate how it ranks what GRPO trains on. None where the task has no
+    reference."""
     pairs = [(f.total, s.total) for f, s in zip(free, scores) if f is not None]
     if len(pairs) < 3:
         return None
     served, referenced = zip(*pairs)
+    over_samples = {"over_samples": samples_check(samples)} if samples and samples_check(samples) else {}
     rho, low, high = rank_correlation_interval(served, referenced)
     if rho != rho:  # every answer scored alike on one side: no ranking to compare
-        return {"rank_correlation": None, "ci95": None, "n": len(pairs), "served_mean": round(statistics.fmean(served), 4)}
+        return {"rank_correlation": None, "ci95": None, "n": len(pairs), "served_mean": round(statistics.fmean(served), 4), **over_samples}
     return {"rank_correlation": round(rho, 3), "ci95": [round(low, 3), round(high, 3)] if low == low else None, "n": len(pairs),
-            "served_mean": round(statistics.fmean(served), 4)}
+            "served_mean": round(statistics.fmean(served), 4), **over_samples}
 
 
 def interval(values: list[float]) -> dict:
@@ -410,10 +477,12 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                                                                                       "team_eval_share"})},
                        "tasks": {t: {"rounds": []} for t in tasks}, "rounds": []}
             free: dict[str, list] = {t: [] for t in tasks}  # the served score of the latest measurement's answers
-            baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t], reference_free=free[t])) for t in tasks}
+            samples: dict[str, list] = {t: [] for t in tasks}  # and of every sample they were picked from
+            baseline = {t: asyncio.run(served_scores(bench, fleet, t, None, team.held_out[t], reference_free=free[t], samples=samples[t]))
+                        for t in tasks}
             for t in tasks:
                 results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t]),
-                                                      "scorer": scorer_check(free[t], baseline[t])})
+                                                      "scorer": scorer_check(free[t], baseline[t], samples[t])})
                 say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
             latest = dict(baseline)
             for number in range(1, rounds + 1):
@@ -428,11 +497,13 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                     active = store.route(t).active
                     before = results["tasks"][t]["rounds"][-1]["version"]
                     if (active or "base") != before:
-                        free[t] = []
-                        scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], reference_free=free[t]))
+                        free[t], samples[t] = [], []
+                        scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], reference_free=free[t],
+                                                           samples=samples[t]))
                     else:
                         scores = latest[t]
-                    measurement = {"round": number, "version": active or "base", **measured(scores), "scorer": scorer_check(free[t], scores)}
+                    measurement = {"round": number, "version": active or "base", **measured(scores),
+                                   "scorer": scorer_check(free[t], scores, samples[t])}
                     if (active or "base") != before:  # a promotion: the new version against the one it replaced, row by row
                         measurement["against_previous"] = {"previous": before, **paired_gain(scores, latest[t])}
                     latest[t] = scores
@@ -624,15 +695,24 @@ def scorer_table(results: dict) -> str:
     """Per task and round, the served score against the references on the version's held-out answers."""
     lines = ["The served (reference-free) score against the references, on each version's held-out answers (target: "
              "rank correlation at least 0.7 on each structured task):", "",
-             "| task | round | version | rank correlation [95%] | served score mean | reference-scored mean |", "|---|---:|---|---|---:|---:|"]
+             "| task | round | version | rank correlation [95%] | over every sample of the groups [95%] (samples) "
+             "| pairs within a group ordered alike [95%] | served score mean | reference-scored mean |",
+             "|---|---:|---|---|---|---|---:|---:|"]
+
+    def shown(value: float | None, ci95: list | None) -> str:
+        return "-" if value is None else f"{value:.3f}" + (
+            " (no interval: undefined in too many resamples)" if ci95 is None else f" [{ci95[0]:.3f}, {ci95[1]:.3f}]")
+
     for t, entry in results["tasks"].items():
         for r in entry["rounds"]:
             check = r.get("scorer")
             if not check:
                 continue
-            rho = "-" if check["rank_correlation"] is None else f"{check['rank_correlation']:.3f}" + (
-                " (no interval: undefined in too many resamples)" if check["ci95"] is None else f" [{check['ci95'][0]:.3f}, {check['ci95'][1]:.3f}]")
-            lines.append(f"| {t} | {r['round']} | {r['version']} | {rho} | {check['served_mean']:.3f} | {r['mean']:.3f} |")
+            groups = check.get("over_samples")
+            over = "-" if not groups else f"{shown(groups['rank_correlation'], groups['ci95'])} ({groups['samples']})"
+            alike = "-" if not groups else shown(groups["ordered_alike"], groups["ordered_alike_ci95"])
+            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {over} | {alike} "
+                         f"| {check['served_mean']:.3f} | {r['mean']:.3f} |")
     return "\n".join(lines)
 
 

@@ -153,7 +153,7 @@ def demonstrations(settings: Settings, store, task: str, inputs: dict[str, BaseM
 
 async def answer(pool: EnginePool, settings: Settings, task: str, version: str | None, rows: list[EvalRow], seed: int,
                  store=None, reference_free: list | None = None, shown: dict[str, tuple] | None = None,
-                 free_sources: frozenset[str] = frozenset({"team"})) -> list[Score]:
+                 free_sources: frozenset[str] = frozenset({"team"}), groups: list | None = None) -> list[Score]:
     """Each row answered by `version` (None: the base model) with the task's serving prompt,
     sampling and schema and the row's seed, scored against the row's reference. A task served as
     the best of n samples (`served_sampling`) is answered so: one group per row, and its pick by
@@ -162,7 +162,10 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
     incumbent of a gate answers the same rows round after round, and a version never changes.
     `reference_free`, when given, receives each answer's reference-free score where the row is the
     team's (of `free_sources`) and has a reference (None elsewhere): what `labelled_check` compares. `shown`: each
-    row's demonstrations (`demonstrations`), as serving would show them."""
+    row's demonstrations (`demonstrations`), as serving would show them. `groups`, when given,
+    receives each row's samples (every text of its group, the pick among them; the one answer of
+    n = 1 or of an answer read back from the store): what the served score ranks, and what a
+    round's GRPO would train on."""
     spec, shown = definition(task), shown or {}
     prompts = [pool.template.render(build_messages(task, row.input, shown.get(row.id, ()))) for row in rows]
     sampling = served_sampling(settings, task)
@@ -180,9 +183,12 @@ async def answer(pool: EnginePool, settings: Settings, task: str, version: str |
 
     async def ask(i: int) -> None:
         async with gate:
-            texts[i] = await served_answer(pool, task, version, prompts[i], samplings[i], settings.reward_context(rows[i].input))
+            texts[i], sampled[i] = await served_group(pool, task, version, prompts[i], samplings[i], settings.reward_context(rows[i].input))
 
+    sampled: list[list[str] | None] = [None] * len(rows)
     await asyncio.gather(*(ask(i) for i in missing))
+    if groups is not None:
+        groups += [group if group is not None else [text] for group, text in zip(sampled, texts)]
     if store is not None:
         store.cache_answers(scope, {keys[i]: texts[i] for i in missing})
     if reference_free is not None:
@@ -195,11 +201,18 @@ async def served_answer(pool: EnginePool, task: str, version: str | None, prompt
     """The text a request sampled with `sampling` is answered with: its one sample, or of a group
     (n > 1) the best by the served score without a reference (traffic carries none), the first of
     equals, as the gateway picks it."""
+    return (await served_group(pool, task, version, prompt, sampling, context))[0]
+
+
+async def served_group(pool: EnginePool, task: str, version: str | None, prompt: str, sampling: Sampling,
+                       context) -> tuple[str, list[str]]:
+    """`served_answer`'s text, and every sample it was picked from."""
     schema = definition(task).json_schema
     if sampling.n == 1:
-        return (await pool.complete(prompt, version, sampling, schema)).text
+        text = (await pool.complete(prompt, version, sampling, schema)).text
+        return text, [text]
     texts = [c.text for c in await pool.complete_group(prompt, version, sampling, schema)]
-    return texts[first_best([score(task, text, None, context).total for text in texts])]
+    return texts[first_best([score(task, text, None, context).total for text in texts])], texts
 
 
 def parts(s: Score) -> dict[str, float]:

@@ -355,14 +355,22 @@ def test_a_task_served_as_the_best_of_n_is_judged_by_the_sample_serving_picks(tm
     assert good > poor
 
     settings, pool, store = load_settings(data_dir=tmp_path), GroupPool(), DictStore()
-    scores = asyncio.run(gate.answer(pool, settings, "push", "push-v1", rows_, settings.seed, store))
+    groups: list = []
+    scores = asyncio.run(gate.answer(pool, settings, "push", "push-v1", rows_, settings.seed, store, groups=groups))
     assert [s.total for s in scores] == [good] * 3
     assert [(s.n, s.temperature) for s in pool.samplings] == [(4, definition("push").sampling.temperature)] * 3
+    # every sample the pick was made from, the pick last as the engine returned it
+    assert groups == [[POOR_COPY] * 3 + [json.dumps(GOOD_COPY, ensure_ascii=False)]] * 3
+    read_back: list = []
+    asyncio.run(gate.answer(pool, settings, "push", "push-v1", rows_, settings.seed, store, groups=read_back))
+    assert read_back == [[json.dumps(GOOD_COPY, ensure_ascii=False)]] * 3 and len(pool.samplings) == 3  # only the pick was kept
 
     single = load_settings(data_dir=tmp_path, serve_samples={"push": 1})
-    scores = asyncio.run(gate.answer(pool, single, "push", "push-v1", rows_, settings.seed, store))
+    groups = []
+    scores = asyncio.run(gate.answer(pool, single, "push", "push-v1", rows_, settings.seed, store, groups=groups))
     assert [s.total for s in scores] == [poor] * 3  # another sampling is another request: nothing read back from the groups
     assert [s.n for s in pool.samplings[3:]] == [1] * 3
+    assert groups == [[POOR_COPY]] * 3
 
 
 @pytest.mark.xdist_group("torch")
