@@ -57,7 +57,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.grpo import Decoded, group_rows, sample_groups
-from bench.learn import bench_engines, interval, measured, paired_gain, scorer_check
+from bench.learn import bench_engines, interval, measured, paired_gain, scorer_check, within_group_rhos
 from common.datasets import load_split
 from common.records import RewardContext
 from common.settings import Settings
@@ -121,12 +121,10 @@ def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded
     mean of each group's Spearman rho where both sides vary, with a 95% interval over groups): what
     GRPO's centred advantages act on; and the reference score of the samples, of the one the served
     score ranks first (what best of n serves), of the best sample, and of the answer as served."""
-    from scipy.stats import spearmanr
-
     from tasks import definition, score
 
     input_model = definition(task).input_model
-    rhos, samples, picked, best = [], [], [], []
+    pairs, samples, picked, best = [], [], [], []
     for row, group in zip(rows, groups, strict=True):
         context = RewardContext.from_json(group.context, input_model)
         texts = decoded[group.key].samples
@@ -135,8 +133,8 @@ def group_check(task: str, rows: list[dict], groups: list[RolloutGroup], decoded
         samples += with_reference
         picked.append(with_reference[first_best(served)])
         best.append(max(with_reference))
-        if len(set(served)) > 1 and len(set(with_reference)) > 1:
-            rhos.append(float(spearmanr(served, with_reference).statistic))
+        pairs.append(list(zip(served, with_reference)))
+    rhos = within_group_rhos(pairs)
     return {"within_group_rank_correlation": interval(rhos) if len(rhos) >= 2 else None, "groups_ranked": len(rhos),
             "samples": round(statistics.fmean(samples), 4), "served_pick": round(statistics.fmean(picked), 4),
             "best_sample": round(statistics.fmean(best), 4), "greedy": round(statistics.fmean(s.total for s in greedy), 4)}

@@ -228,41 +228,36 @@ def _pooled_rho(blocks: list[list[tuple[float, float]]]) -> float:
     return float(spearmanr(served, referenced).statistic) if len(set(served)) > 1 and len(set(referenced)) > 1 else math.nan
 
 
-def _ordered_alike(blocks: list[list[tuple[float, float]]]) -> float:
-    """Of the pairs of samples within a group whose reference scores differ, the share the served
-    score orders the same way (a tie on the served score counts half): how often a GRPO advantage
-    from the served score points where the references' would."""
-    agree = total = 0.0
+def within_group_rhos(blocks: list[list[tuple[float, float]]]) -> list[float]:
+    """Each group's Spearman rho of its samples' served score against their reference score, where
+    both sides vary: what GRPO's centred advantages act on (a group whose served scores tie is
+    dropped from training anyway)."""
+    rhos = []
     for block in blocks:
-        for i, (served_i, ref_i) in enumerate(block):
-            for served_j, ref_j in block[i + 1:]:
-                if ref_i == ref_j:
-                    continue
-                total += 1
-                agree += 0.5 if served_i == served_j else float((served_i - served_j) * (ref_i - ref_j) > 0)
-    return agree / total if total else math.nan
+        served, referenced = zip(*block) if block else ((), ())
+        if len(set(served)) > 1 and len(set(referenced)) > 1:
+            rhos.append(float(spearmanr(served, referenced).statistic))
+    return rhos
 
 
 def samples_check(blocks: list[list[tuple[float, float]]]) -> dict | None:
     """How the served score ranks every sample a version's held-out answers were picked from, which
-    is what a round's GRPO trains on: Spearman's rho over all samples, and the share of pairs
-    within a group ordered as their references order them; 95% intervals with whole groups
-    resampled (a group's samples share a prompt). None where every group is one sample: the picks
-    are then all there is (`scorer_check`)."""
+    is what a round's GRPO trains on: Spearman's rho over all samples (95% interval with whole
+    groups resampled: a group's samples share a prompt), and the mean of each group's own rho
+    (`within_group_rhos`, as `bench grpo-gain` reports it for its train rows; interval over
+    groups). None where every group is one sample: the picks are then all there is (`scorer_check`)."""
     blocks = [block for block in blocks if block]
     if not blocks or max(map(len, blocks)) < 2:
         return None
     rho = _pooled_rho(blocks)
-    rho_low, rho_high = block_interval(blocks, _pooled_rho) if rho == rho else (math.nan, math.nan)
-    alike = _ordered_alike(blocks)
-    alike_low, alike_high = block_interval(blocks, _ordered_alike) if alike == alike else (math.nan, math.nan)
-
-    def rounded(*values: float) -> list | None:
-        return None if any(v != v for v in values) else [round(v, 3) for v in values]
-
+    low, high = block_interval(blocks, _pooled_rho) if rho == rho else (math.nan, math.nan)
+    rhos = within_group_rhos(blocks)
+    within = interval(rhos) if len(rhos) >= 2 else None
     return {"samples": sum(map(len, blocks)), "groups": len(blocks),
-            "rank_correlation": None if rho != rho else round(rho, 3), "ci95": rounded(rho_low, rho_high),
-            "ordered_alike": None if alike != alike else round(alike, 3), "ordered_alike_ci95": rounded(alike_low, alike_high)}
+            "rank_correlation": None if rho != rho else round(rho, 3),
+            "ci95": None if low != low or high != high else [round(low, 3), round(high, 3)],
+            "within_group": None if within is None else {"mean": round(within["mean"], 3), "ci95": [round(v, 3) for v in within["ci95"]],
+                                                          "groups": len(rhos)}}
 
 
 def scorer_check(free: list[Score | None], scores: list[Score], samples: list | None = None) -> dict | None:
@@ -696,7 +691,7 @@ def scorer_table(results: dict) -> str:
     lines = ["The served (reference-free) score against the references, on each version's held-out answers (target: "
              "rank correlation at least 0.7 on each structured task):", "",
              "| task | round | version | rank correlation [95%] | over every sample of the groups [95%] (samples) "
-             "| pairs within a group ordered alike [95%] | served score mean | reference-scored mean |",
+             "| within a group, mean [95%] (groups ranked) | served score mean | reference-scored mean |",
              "|---|---:|---|---|---|---|---:|---:|"]
 
     def shown(value: float | None, ci95: list | None) -> str:
@@ -710,8 +705,9 @@ def scorer_table(results: dict) -> str:
                 continue
             groups = check.get("over_samples")
             over = "-" if not groups else f"{shown(groups['rank_correlation'], groups['ci95'])} ({groups['samples']})"
-            alike = "-" if not groups else shown(groups["ordered_alike"], groups["ordered_alike_ci95"])
-            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {over} | {alike} "
+            within = (groups or {}).get("within_group")
+            inside = "-" if not within else f"{shown(within['mean'], within['ci95'])} ({within['groups']})"
+            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {over} | {inside} "
                          f"| {check['served_mean']:.3f} | {r['mean']:.3f} |")
     return "\n".join(lines)
 

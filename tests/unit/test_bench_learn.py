@@ -432,19 +432,21 @@ def test_the_scorer_check_over_every_sample_of_a_group_is_not_the_picks_and_resa
     """A best-of-n pick is the sample the served score liked best, so the picks alone can rank
     worse than the samples GRPO trains on. Over every sample: the pooled rank correlation, and the
     share of pairs within a group that the served score orders as the references do."""
-    from bench.learn import samples_check, scorer_check, scorer_table
+    from bench.learn import samples_check, scorer_check, scorer_table, within_group_rhos
 
-    # each group: (served, reference) per sample; within a group the served score orders 3 pairs of 3 alike
+    # each group: (served, reference) per sample; within a group the served score orders its samples as the references do
     groups = [[(0.1 + g / 10, 0.05 + g / 10), (0.3 + g / 10, 0.2 + g / 10), (0.5 + g / 10, 0.6 + g / 10)] for g in range(8)]
     check = samples_check(groups)
     assert check["samples"] == 24 and check["groups"] == 8
-    assert check["ordered_alike"] == 1.0 and check["ordered_alike_ci95"] == [1.0, 1.0]
+    assert check["within_group"] == {"mean": 1.0, "ci95": [1.0, 1.0], "groups": 8}
     assert 0.8 < check["rank_correlation"] < 1.0 and check["ci95"][0] <= check["rank_correlation"] <= check["ci95"][1]
-    # in each group one pair tied on the served score (half) and two reversed: 0.5 / 3 ordered alike
-    mixed = [[(0.3, 0.1), (0.3, 0.2), (0.2, 0.6)] for _ in range(8)]
-    assert samples_check(mixed)["ordered_alike"] == pytest.approx(0.5 / 3, abs=1e-3)
-    # pairs whose references tie are not counted at all
-    assert samples_check([[(0.1, 0.5), (0.9, 0.5)], [(0.1, 0.2), (0.9, 0.7)]])["ordered_alike"] == 1.0
+    # reversed within each group while the groups' levels agree: the pooled rank correlation hides what GRPO sees
+    reversed_within = [[(g + 0.3, g + 0.1), (g + 0.2, g + 0.2), (g + 0.1, g + 0.3)] for g in range(8)]
+    check_reversed = samples_check(reversed_within)
+    assert check_reversed["rank_correlation"] > 0.9 and check_reversed["within_group"]["mean"] == -1.0
+    # a group tied on either side ranks nothing and is left out of the mean
+    assert samples_check([[(0.1, 0.5), (0.9, 0.5)], [(0.1, 0.2), (0.9, 0.7)]])["within_group"] is None  # one group ranked
+    assert within_group_rhos([[(0.1, 0.5), (0.9, 0.5)], [(0.1, 0.2), (0.9, 0.7)], [(0.2, 0.1), (0.2, 0.9)]]) == [pytest.approx(1.0)]
     assert samples_check([[(0.1, 0.5)], [(0.2, 0.6)]]) is None  # greedy: groups of one, the picks are all there is
     assert samples_check([]) is None
     picks = [_score(max(g)[0]) for g in groups]
@@ -455,7 +457,7 @@ def test_the_scorer_check_over_every_sample_of_a_group_is_not_the_picks_and_resa
     text = scorer_table({"tasks": {"extraction": {"rounds": [{"round": 0, "version": "base", "mean": 0.6, "scorer": check}]}}})
     over = check["over_samples"]
     assert (f"| extraction | 0 | base | 1.000 [1.000, 1.000] | {over['rank_correlation']:.3f} [{over['ci95'][0]:.3f}, "
-            f"{over['ci95'][1]:.3f}] (24) | 1.000 [1.000, 1.000] |") in text
+            f"{over['ci95'][1]:.3f}] (24) | 1.000 [1.000, 1.000] (8) |") in text
 
 
 def test_learning_from_traffic_alone_is_judged_on_two_structured_tasks_and_the_scorer_it_pleases():
