@@ -150,8 +150,10 @@ class TrafficFailed(RuntimeError):
 def answer_shape(task: str, answers: list[dict]) -> dict:
     """How long the answers ran and took: completion tokens (median, 95th percentile, longest),
     how many stopped at the task's token limit (an answer that repeats itself until cut off), and
-    the gateway's latency. A version that writes long answers shows here before it times out."""
-    tokens = sorted(a["usage"]["completion_tokens"] for a in answers)
+    the gateway's latency. A version that writes long answers shows here before it times out. An
+    answer picked from a group is billed every sample's tokens, so its tokens are the group's mean
+    per sample, and it is at the limit only when that mean is (every sample ran to it)."""
+    tokens = sorted(round(a["usage"]["completion_tokens"] / _samples(a)) for a in answers)
     seconds = sorted(a["latency_ms"] / 1000 for a in answers)
     limit = definition(task).sampling.max_tokens
 
@@ -161,6 +163,12 @@ def answer_shape(task: str, answers: list[dict]) -> dict:
     return {"answer_tokens": {"p50": at(tokens, 0.5), "p95": at(tokens, 0.95), "max": tokens[-1]},
             "at_token_limit": sum(t >= limit for t in tokens),
             "latency_s": {"p50": round(at(seconds, 0.5), 1), "p95": round(at(seconds, 0.95), 1), "max": round(seconds[-1], 1)}}
+
+
+def _samples(answer: dict) -> int:
+    """How many completions the answer's request sampled (finished and cut)."""
+    sample = answer.get("sample")
+    return 1 if not sample else sample["of"] + sample.get("cut", 0)
 
 
 async def post_as_a_client(client: httpx.AsyncClient, url: str, body: dict, unavailable: list[str]) -> dict:

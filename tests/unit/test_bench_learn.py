@@ -324,6 +324,13 @@ def test_the_traffic_says_how_long_answers_ran_and_how_many_hit_the_token_limit(
     assert shape["answer_tokens"] == {"p50": 110, "p95": limit, "max": limit}
     assert shape["at_token_limit"] == 1
     assert shape["latency_s"] == {"p50": 4.5, "p95": 90.0, "max": 90.0}
+    # a best-of-4 answer is billed its four samples' tokens (run 48 counted 145 of 150 such answers "at the limit")
+    grouped = [{"usage": {"completion_tokens": 4 * 110}, "latency_ms": 4000.0, "sample": {"chosen": 0, "of": 4, "totals": [0.5] * 4, "cut": 0}},
+               {"usage": {"completion_tokens": 2 * limit + 2 * 90}, "latency_ms": 4000.0, "sample": {"chosen": 1, "of": 2, "totals": [0.5] * 2, "cut": 2}},
+               {"usage": {"completion_tokens": 4 * limit}, "latency_ms": 4000.0, "sample": {"chosen": 1, "of": 4, "totals": [0.5] * 4, "cut": 0}}]
+    shape = answer_shape("insights", grouped)
+    assert shape["answer_tokens"]["p50"] == round((2 * limit + 180) / 4) and shape["answer_tokens"]["max"] == limit
+    assert shape["at_token_limit"] == 1
 
 
 def test_a_run_keeps_its_rounds_after_each_and_its_logs_when_it_fails(tmp_path):
