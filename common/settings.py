@@ -104,8 +104,8 @@ class Settings(BaseSettings):
         description="Completions the gateway asks vLLM for per request, per task (JSON object; one engine request with `n`, "
                     "its prompt's prefill shared): every one is scored, the best by the served score is answered, and the "
                     "whole group is recorded as a rollout for the round's GRPO. 1 turns it off for that task; once set, a task "
-                    "not named gets 1. Unset: each task's own (tasks/: push 4, the others 1; push's 4 was measured in "
-                    "bench samples, docs/results.md). Streaming requests are always sampled once.")
+                    "not named gets 1. Unset: each task's own (tasks/: push and extraction 4, the others 1, as measured in "
+                    "bench samples and bench learn, docs/results.md). Streaming requests are always sampled once.")
     serve_samples_cap: int = Field(8, ge=1, le=32, description="Most completions one request may ask for (`options.samples`).")
     serve_first_finished: dict[str, int] | None = Field(
         None,

@@ -36,7 +36,7 @@ EXTRACTION = TaskDefinition(
     name="extraction",
     traits=TaskTraits(EngineKind.BASE, scored_with_reference=True, thinks=False, runs_sql=False, answer_field=None, chat_input_json=False),
     sampling=Sampling(0.0, 1.0, 384),
-    # greedy alone; a group of it (options.samples, a team's serve_samples, a round's engine rollouts) samples at 0.7:
+    # a group of it (served by default, options.samples, a round's engine rollouts) samples at 0.7, and one sample alone is greedy:
     # GRPO on groups sampled at 0.3 lowered held-out reward by 0.106 and at 0.5 by 0.045; 0.7 and 1.0 moved nothing
     # (`tucano bench grpo-gain --temperature`, docs/results.md, 2026-12-03)
     group_temperature=0.7,
@@ -54,9 +54,11 @@ EXTRACTION = TaskDefinition(
         (r"\b(defeito|quebrad|atrasou|atraso|embalagem|caixa)\b", 1), (r"\b(amei|gostei|pessim|horrivel|otim)", 1.5),
         (r"\b(nao compro|aguardo retorno|minha compra|meu pedido)\b", 2),
     ),
-    # served greedily (serve_samples 1): best of 4 raised the base model's reward with references by +0.051, but on
-    # the tiny model it also lifted the base from 0.290 to 0.393, so a round's gain from the team's corrections as
-    # served fell from +0.096 to +0.012 (docs/results.md, 2026-12-05); the labelled runs with it are not yet measured
+    # best of 4 raised its reward with references by +0.051 [+0.021, +0.082] on the 60 test rows, at 1.22x and 1.26x
+    # the greedy p95 (and 1.63x, undecided, in a third run); served so, three labelled rounds gained +0.199
+    # [+0.143, +0.257] as served, above the +0.134 of the greedy rounds issue 64 was filed on (run 48,
+    # docs/results.md, 2026-12-05). On the tiny model it lifts the base as much as a round of corrections does
+    serve_samples=4,
     examples=True,
     # measured at a lower learning rate than the general one (docs/results.md)
     training={"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0, "sft_from_liked": False},
