@@ -214,7 +214,7 @@ async def served_scores(settings: Settings, fleet: HotSwap, task: str, version: 
                                    free_sources=frozenset({"bench"}), groups=groups)
     finally:
         await pool.close()
-    if samples is not None:
+    if samples is not None and any(len(texts) > 1 for texts in groups):  # groups of one: the picks are all there is
         samples += sample_pairs(settings, task, eval_rows, groups)
     return scores
 
@@ -281,7 +281,8 @@ def scorer_check(free: list[Score | None], scores: list[Score], samples: list | 
     if len(pairs) < 3:
         return None
     served, referenced = zip(*pairs)
-    over_samples = {"over_samples": samples_check(samples)} if samples and samples_check(samples) else {}
+    over = samples_check(samples) if samples else None
+    over_samples = {"over_samples": over} if over else {}
     rho, low, high = rank_correlation_interval(served, referenced)
     if rho != rho:  # every answer scored alike on one side: no ranking to compare
         return {"rank_correlation": None, "ci95": None, "n": len(pairs), "served_mean": round(statistics.fmean(served), 4), **over_samples}

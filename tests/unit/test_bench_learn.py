@@ -438,7 +438,7 @@ def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says
 def test_the_scorer_check_over_every_sample_of_a_group_is_not_the_picks_and_resamples_whole_groups():
     """A best-of-n pick is the sample the served score liked best, so the picks alone can rank
     worse than the samples GRPO trains on. Over every sample: the pooled rank correlation, and the
-    share of pairs within a group that the served score orders as the references do."""
+    mean of each group's own rank correlation."""
     from bench.learn import samples_check, scorer_check, scorer_table, within_group_rhos
 
     # each group: (served, reference) per sample; within a group the served score orders its samples as the references do
