@@ -11,16 +11,21 @@ adjacent sentiment, closeness within two points for the score, content-word over
 phrases and the summary (function words earn nothing). A constant answer (each field's most
 common value) scores well below a model that reads.
 
-Without a reference, each claim of the answer is checked against what the review's words say
-(`rewards.review_cues`): `phrases` (key phrases are whole words of the review that carry a
-sentiment or complaint cue, covering its cues; any other substring earns nothing), `summary`
-(in its own words, about the review, stating its complaint or verdict and no complaint it does
-not make: the review's words shuffled or reversed restate nothing), `product` (a whole noun
-phrase of the review, not a function word, a generic word, a complaint or a name cut short),
-`sentiment_cue` and `category_cue` (the sentiment and the complaint category its words call
-for), and `consistency` (the fields agree with each other and with the review's delivery
-problem, recommendation and need for an answer). Form and consistency are paid in proportion to
-that evidence.
+Without a reference, each field is checked against what the review's words say of it
+(`rewards.review_cues`), and weighs what it weighs with a reference (`FIELD_JUDGES`): `phrases`
+(key phrases are whole words of the review that carry a sentiment or complaint cue, covering its
+cues; any other substring earns nothing), `summary` (in its own words, about the review, stating
+its complaint or verdict and no complaint it does not make: the review's words shuffled or
+reversed restate nothing), `product` (a whole noun phrase of the review, not a function word, a
+generic word, a complaint or a name cut short), `sentiment_cue` and `score_cue` (the sentiment
+and the score range its words call for), `category_cue` (the complaint category they name),
+`delivery_cue` (a late or missing delivery), `recommend_cue` (a recommendation, a refusal, or
+null where it says neither), and `response_cue` and `urgency_cue` (a strong complaint that no
+praise softens waits for an answer and is not of low urgency; any other review is low and waits
+for none). A field the words say nothing of earns half. Form is paid in proportion to that
+evidence. Version 7 paid the booleans, the score and the urgency inside one `consistency` share
+of 0.2; a round's GRPO then traded `delivery_issue` against the other checks (run 46 in
+docs/results.md), and the served score ranked a group's samples less like the references did.
 """
 from __future__ import annotations
 
@@ -42,9 +47,6 @@ from rewards.text import META_WORDS, STOP_WORDS, content_f1, content_words, fold
 
 SENTIMENT_ORDER = {"negative": 0, "neutral": 1, "positive": 2}
 WEIGHTS_WITH_REFERENCE = {"format": 0.05, "schema": 0.1, "content": 0.85}
-# mirrors FIELD_WEIGHTS: `consistency` stands for the score, the booleans and the urgency
-WEIGHTS_WITHOUT_REFERENCE = {"format": 0.04, "schema": 0.06, "phrases": 0.1, "summary": 0.1, "product": 0.15,
-                             "sentiment_cue": 0.15, "category_cue": 0.2, "consistency": 0.2}
 # How much each field weighs in `content`: the fields only a reader of the review gets right
 # weigh most; the booleans, which a constant guesses right most of the time, least.
 FIELD_WEIGHTS = {
@@ -300,39 +302,75 @@ def _category_evidence(value: dict, review: str, reading: review_cues.Reading) -
         (0.25, f"{category}, which the review's words do not name")
 
 
-def _consistency(value: dict, reading: review_cues.Reading) -> tuple[float, str]:
-    """The fields agree with each other and with what the review says: a delivery problem, a
-    recommendation, a complaint that needs an answer (and is not of low urgency)."""
-    sentiment, number, category = value.get("sentiment"), as_score(value.get("sentiment_score")), value.get("complaint_category")
-    checks = []
-    if sentiment in SENTIMENTS and number is not None:
-        low, high = {"positive": (3.5, 5.0), "neutral": (2.0, 4.0), "negative": (1.0, 3.0)}[sentiment]
-        checks.append(("score", low <= number <= high))
-    if sentiment in SENTIMENTS and category in COMPLAINT_CATEGORIES:
-        checks.append(("category", (category == "none") == (sentiment == "positive") or sentiment == "neutral"))
-    if isinstance(value.get("delivery_issue"), bool):
-        if category in COMPLAINT_CATEGORIES:
-            checks.append(("delivery", value["delivery_issue"] or category != "delivery_delay"))
-        if reading.complaints or reading.positive:
-            checks.append(("delivery in the review", value["delivery_issue"] == reading.delivery_problem))
-    if "would_recommend" in value:  # null is "not said": a review that does not say gets null
-        checks.append(("recommend in the review", value["would_recommend"] is reading.recommends))
-    if value.get("urgency") == "high" and isinstance(value.get("requires_response"), bool):
-        checks.append(("urgency", value["requires_response"]))
-    complains = bool(reading.complaints & review_cues.STRONG_COMPLAINTS) or reading.recommends is False
-    if complains or reading.positive or reading.neutral:  # a review whose words say something
-        if isinstance(value.get("requires_response"), bool):
-            checks.append(("response to the review", value["requires_response"] is complains))
-        if value.get("urgency") in URGENCIES:
-            checks.append(("urgency of the review", (value["urgency"] == "low") is not complains))
-    if not checks:
-        return 0.0, "no fields to check"
-    failed = [name for name, ok in checks if not ok]
-    return 1.0 - len(failed) / len(checks), "fields agree" if not failed else f"disagree: {', '.join(failed)}"
+# The sentiment score each verdict calls for (PT-BR reviews: 1 is the worst, 5 the best); a score
+# outside the range loses its credit over two points, as the reference's closeness does.
+SCORE_RANGES = {"negative": (1.0, 2.0), "mixed": (2.5, 3.5), "neutral": (2.5, 3.5), "positive": (4.0, 5.0)}
 
 
-EVIDENCE = (("phrases", _phrases_evidence), ("summary", _summary_evidence), ("product", _product_evidence),
-            ("sentiment_cue", _sentiment_evidence), ("category_cue", _category_evidence))
+def _score_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    number = as_score(value.get("sentiment_score"))
+    if number is None or not _valid_score(number):
+        return 0.0, "no valid sentiment score"
+    if reading.polarity is None:
+        return 0.5, "the review's words say nothing either way"
+    low, high = SCORE_RANGES[reading.polarity]
+    off = max(low - number, number - high, 0.0)
+    return max(0.0, 1.0 - off / 2.0), f"{number:g} for a review whose words are {reading.polarity} ({low:g}-{high:g})"
+
+
+def _decided(value, expected: bool | None, decided: bool, name: str, said: tuple[str, str]) -> tuple[float, str]:
+    """A boolean field against what the review's words say of it (`said`: how a review that does,
+    and one that does not, reads); half credit where they say nothing."""
+    if not isinstance(value, bool):
+        return 0.0, f"no valid {name}"
+    if not decided:
+        return 0.5, "the review's words say nothing either way"
+    return float(value is expected), f"{value} for a review that {said[0] if expected else said[1]}"
+
+
+def _delivery_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    return _decided(value.get("delivery_issue"), reading.delivery_problem, reading.says_something, "delivery_issue",
+                    ("complains of a late or missing delivery", "makes no delivery complaint"))
+
+
+def _response_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    return _decided(value.get("requires_response"), reading.needs_answer, reading.says_something, "requires_response",
+                    ("makes a strong complaint no praise softens", "makes no unsoftened strong complaint"))
+
+
+def _recommend_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    """null is "not said": a review that does not say gets null."""
+    if "would_recommend" not in value or not FIELD_CHECKS["would_recommend"](value["would_recommend"]):
+        return 0.0, "no valid would_recommend"
+    said = {True: "recommends", False: "does not recommend", None: "does not say"}[reading.recommends]
+    return float(value["would_recommend"] is reading.recommends), f"{value['would_recommend']} for a review that {said}"
+
+
+def _urgency_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
+    """Low for a review that waits for no answer; medium or high for one that does."""
+    urgency = value.get("urgency")
+    if urgency not in URGENCIES:
+        return 0.0, "no valid urgency"
+    if not reading.says_something:
+        return 0.5, "the review's words say nothing either way"
+    right = (urgency == "low") is not reading.needs_answer
+    return float(right), f"{urgency} for a review that {'waits' if reading.needs_answer else 'does not wait'} for an answer"
+
+
+# Without a reference, each field is judged by what the review's words say of it (its judge below)
+# and weighs what it weighs with one: the two scores pay the same fields in the same proportions.
+FIELD_JUDGES = {
+    "sentiment": ("sentiment_cue", _sentiment_evidence), "sentiment_score": ("score_cue", _score_evidence),
+    "complaint_category": ("category_cue", _category_evidence), "product_mentioned": ("product", _product_evidence),
+    "delivery_issue": ("delivery_cue", _delivery_evidence), "would_recommend": ("recommend_cue", _recommend_evidence),
+    "urgency": ("urgency_cue", _urgency_evidence), "key_phrases": ("phrases", _phrases_evidence),
+    "summary": ("summary", _summary_evidence), "requires_response": ("response_cue", _response_evidence),
+}
+assert set(FIELD_JUDGES) == set(EXTRACTION_FIELDS)
+WEIGHTS_WITHOUT_REFERENCE = {"format": WEIGHTS_WITH_REFERENCE["format"], "schema": WEIGHTS_WITH_REFERENCE["schema"],
+                             **{name: round(WEIGHTS_WITH_REFERENCE["content"] * FIELD_WEIGHTS[field] / TOTAL_FIELD_WEIGHT, 6)
+                                for field, (name, _) in FIELD_JUDGES.items()}}
+
 
 
 def valid(output) -> bool:
@@ -373,10 +411,9 @@ def score(completion: str, reference: dict | None, review: str | None, fields: d
         return {**dict.fromkeys(weights, 0.0), "format": fmt, "schema": schema}, weights, details, value
     reading = review_cues.read(review)
     components = {}
-    for name, judge in EVIDENCE:
+    for name, judge in FIELD_JUDGES.values():
         components[name], details[name] = judge(value, review, reading)
-    evidence = sum(components.values()) / len(components)
-    components["consistency"], details["consistency"] = _consistency(value, reading)
-    components["consistency"] *= evidence
+    evidence = sum(components[name] * weights[name] for name, _ in FIELD_JUDGES.values()) / WEIGHTS_WITH_REFERENCE["content"]
+    # form is paid in proportion to the evidence, as with a reference in proportion to the content
     components["format"], components["schema"] = fmt * evidence, schema * evidence
     return components, weights, details, value

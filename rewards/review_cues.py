@@ -76,9 +76,25 @@ class Reading(NamedTuple):
     cue_spans: tuple[tuple[int, int], ...]  # where the cues are, in the folded text
 
     @property
+    def strong(self) -> bool:
+        """A complaint that makes a review negative, or a refusal to recommend."""
+        return bool(self.complaints & STRONG_COMPLAINTS) or self.recommends is False
+
+    @property
+    def says_something(self) -> bool:
+        """The words carry a complaint or a verdict; otherwise they decide no field."""
+        return bool(self.complaints) or self.positive or self.neutral
+
+    @property
+    def needs_answer(self) -> bool:
+        """A strong complaint that no praise softens: it waits for the store's answer and is not of
+        low urgency. One softened by praise ("chegou amassada, mas o som é ótimo") does not."""
+        return self.strong and not self.positive
+
+    @property
     def polarity(self) -> str | None:
         """The sentiment the words call for, or None when they say nothing either way."""
-        strong = bool(self.complaints & STRONG_COMPLAINTS) or self.recommends is False
+        strong = self.strong
         mild = bool(self.complaints) and not strong
         if strong and self.positive:
             return "mixed"

@@ -58,9 +58,9 @@ def test_the_discount_counts_in_full_only_when_said_as_a_discount():
 REVIEW = "Comprei o fone de ouvido bluetooth e chegou com a caixa amassada, mas funciona bem. O som é ótimo, só demorou 12 dias."
 HONEST_EXTRACTION = {"sentiment": "neutral", "sentiment_score": 3.0, "complaint_category": "delivery_delay",
                      "product_mentioned": "fone de ouvido bluetooth", "delivery_issue": True, "would_recommend": None,
-                     "urgency": "medium", "key_phrases": ["chegou com a caixa amassada", "só demorou 12 dias", "o som é ótimo"],
+                     "urgency": "low", "key_phrases": ["chegou com a caixa amassada", "só demorou 12 dias", "o som é ótimo"],
                      "summary": "Cliente gostou do som, mas a entrega atrasou e a embalagem veio danificada.",
-                     "requires_response": True}
+                     "requires_response": False}
 
 
 def _extraction(**changes):
@@ -105,6 +105,57 @@ def test_sentiment_and_category_follow_the_review():
     assert said(complaint_category="none").components["category_cue"] == 1.0
     assert said(complaint_category="product_defect").components["category_cue"] == 0.0
     assert _extraction(complaint_category="wrong_item").components["category_cue"] == 0.0
+
+
+def _read(review: str, **changes):
+    return score("extraction", json.dumps({**HONEST_EXTRACTION, **changes}, ensure_ascii=False), None, ctx("extraction", review=review))
+
+
+def test_each_field_is_judged_by_what_the_review_says_of_it_and_weighs_what_it_weighs_with_a_reference():
+    """Version 8: the booleans, the score and the urgency are each paid at their reference weight,
+    not inside one shared check a policy could trade them within."""
+    from rewards.extraction import FIELD_JUDGES, FIELD_WEIGHTS, TOTAL_FIELD_WEIGHT, WEIGHTS_WITH_REFERENCE, WEIGHTS_WITHOUT_REFERENCE
+
+    for field, (name, _) in FIELD_JUDGES.items():
+        assert WEIGHTS_WITHOUT_REFERENCE[name] == pytest.approx(WEIGHTS_WITH_REFERENCE["content"] * FIELD_WEIGHTS[field] / TOTAL_FIELD_WEIGHT)
+    assert sum(WEIGHTS_WITHOUT_REFERENCE.values()) == pytest.approx(1.0)
+    # a late delivery softened by praise: no answer owed, low urgency, null recommendation, a middling score
+    honest = _extraction()
+    assert all(honest.components[c] == 1.0 for c in ("delivery_cue", "response_cue", "urgency_cue", "recommend_cue", "score_cue"))
+    assert _extraction(delivery_issue=False).components["delivery_cue"] == 0.0
+    assert _extraction(requires_response=True).components["response_cue"] == 0.0
+    assert _extraction(urgency="high").components["urgency_cue"] == 0.0
+    assert _extraction(would_recommend=True).components["recommend_cue"] == 0.0
+    assert _extraction(sentiment_score=1.0).components["score_cue"] == 0.25  # 1.5 points under 2.5-3.5
+    # a strong complaint alone waits for an answer
+    broken = "Não recomendo, veio quebrado."
+    assert review_cues.read(broken).needs_answer and not review_cues.read(REVIEW).needs_answer
+    assert _read(broken, requires_response=True, urgency="high", would_recommend=False).components["response_cue"] == 1.0
+    assert _read(broken, urgency="high").components["urgency_cue"] == 1.0
+    assert _read(broken, urgency="low").components["urgency_cue"] == 0.0
+    assert _read(broken, would_recommend=False).components["recommend_cue"] == 1.0
+    assert _read(broken, delivery_issue=True).components["delivery_cue"] == 0.0  # broken, not late
+    # words that say nothing decide nothing: half credit, never full
+    silent = "Recebi a encomenda ontem."
+    assert review_cues.read(silent).polarity is None
+    assert {c: _read(silent).components[c] for c in ("delivery_cue", "response_cue", "urgency_cue", "score_cue")} == dict.fromkeys(
+        ("delivery_cue", "response_cue", "urgency_cue", "score_cue"), 0.5)
+    # a field of the wrong type earns nothing
+    for field, name in (("delivery_issue", "delivery_cue"), ("requires_response", "response_cue"), ("urgency", "urgency_cue"),
+                        ("would_recommend", "recommend_cue"), ("sentiment_score", "score_cue")):
+        assert _extraction(**{field: "sim"}).components[name] == 0.0
+
+
+def test_flipping_one_boolean_costs_its_weight_whatever_the_other_fields_say():
+    """The trade run 46's candidates made (delivery_issue wrong, other checks right) now costs the
+    field's own share: in version 7 it was one check of up to eight inside a 0.2 share."""
+    from rewards.extraction import WEIGHTS_WITHOUT_REFERENCE
+
+    honest, flipped = _extraction(), _extraction(delivery_issue=False)
+    lost = honest.total - flipped.total
+    assert lost >= WEIGHTS_WITHOUT_REFERENCE["delivery_cue"] - 1e-3
+    traded = _extraction(delivery_issue=False, urgency="high", requires_response=True)
+    assert traded.total < flipped.total < honest.total
 
 
 def test_more_than_five_key_phrases_do_not_beat_five_with_a_reference():
