@@ -308,9 +308,9 @@ SCORE_RANGES = {"negative": (1.0, 2.0), "mixed": (2.5, 3.5), "neutral": (2.5, 3.
 
 
 def _score_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
-    number = as_score(value.get("sentiment_score"))
-    if number is None or not _valid_score(number):
+    if not _valid_score(value.get("sentiment_score")):
         return 0.0, "no valid sentiment score"
+    number = as_score(value["sentiment_score"])
     if reading.polarity is None:
         return 0.5, "the review's words say nothing either way"
     low, high = SCORE_RANGES[reading.polarity]
