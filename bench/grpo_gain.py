@@ -87,7 +87,7 @@ async def _answers(settings: Settings, task: str, url: str, version: str | None,
 
 
 def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path) -> dict:
-    """A fresh LoRA trained on the groups, saved to `out`; the run's watch list."""
+    """A fresh LoRA trained on the groups (the settings' `grpo_advantage`), saved to `out`; the run's watch list."""
     from trainer import grpo, methods
     from trainer.policy import load_policy
 
@@ -99,7 +99,9 @@ def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path)
     return {"steps": outcome.steps, "seconds": round(outcome.seconds, 1), "groups_seen": report.groups,
             "groups_dropped": report.groups_dropped, "kl_to_parent": report.kl_to_parent, "clip_ratio": report.clip_ratio,
             "reward_mean": report.reward_mean, "reward_std": report.reward_std, "entropy": report.entropy,
-            "capped_tokens": [report.importance_clipped, report.importance_tokens], "groups_per_batch": report.groups_per_batch}
+            "capped_tokens": [report.importance_clipped, report.importance_tokens], "groups_per_batch": report.groups_per_batch,
+            "advantage": settings.grpo_advantage,
+            **{k: outcome.seconds_by_phase[k] for k in ("field_credit_samples", "field_credit_whole") if k in outcome.seconds_by_phase}}
 
 
 def served_totals(task: str, group: RolloutGroup, samples: list[str]) -> list[float]:
@@ -195,12 +197,13 @@ def _free_gain(after: list, before: list) -> dict:
 
 
 def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: list[float], measure_rows: int, say=print,
-        temperatures: list[float] | None = None, picks: bool = False, gate_rows: int = 0, sizes: list[int] | None = None) -> dict:
+        temperatures: list[float] | None = None, picks: bool = False, gate_rows: int = 0, sizes: list[int] | None = None,
+        advantages: list[str] | None = None) -> dict:
     """`task` is one scored with references (the command checks it before anything starts). Each
     temperature with each group size samples its own groups (default: the task's group temperature
     and `grpo_num_generations`); every rate and every number of passes (default one) trains on each,
-    so the arms are every temperature and size with every rate and passes, all measured against the
-    same base answers.
+    so the arms are every temperature and size with every rate, passes and advantage (`advantages`:
+    `grpo_advantage` values, default the task's own), all measured against the same base answers.
     `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`).
     `gate_rows`: the first that many rows of the gate's bootstrap eval split are answered too (module docstring)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
@@ -211,6 +214,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
     rates = rates or [own.grpo_learning_rate]
     temperatures = temperatures or [definition(task).group_temperature]
     sizes = sizes or [own.grpo_num_generations]
+    advantages = advantages or [own.grpo_advantage]
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
     if len(rows) < 3:
         raise ValueError(f"{task}'s test split has {len(rows)} rows; at least 3 are needed for an interval")
@@ -255,7 +259,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
                    "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
             arms.append(arm)
             passes_said = "" if passes is None else f", {passes:g} pass(es)"
-            say(f"{task}, {method} at temperature {temperature:g}, {size} samples a group, rate {rate:g}{passes_said}: "
+            say(f"{task}, {_method(arm)} at temperature {temperature:g}, {size} samples a group, rate {rate:g}{passes_said}: "
                 f"{trained['steps']} steps in {trained['seconds']} s, "
                 f"held-out {arm['held_out']['mean']:.3f}, gain {arm['gain']['mean']:+.3f} {arm['gain']['ci95']}")
 
@@ -269,10 +273,9 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
             say(f"{task}: sampled {len(sampled)} groups of {size} at temperature {temperature:g} without references; "
                 f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
                 f"best sample {checked['best_sample']:.3f}, as served {checked['greedy']:.3f}")
-            for rate in rates:
-                for passes in epochs:
-                    arm_settings = sized.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes})
-                    measure(GRPO, temperature, size, rate, passes, partial(_train, arm_settings, task, sampled))
+            for rate, passes, advantage in [(r, p, a) for r in rates for p in epochs for a in advantages]:
+                arm_settings = sized.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes, "grpo_advantage": advantage})
+                measure(GRPO, temperature, size, rate, passes, partial(_train, arm_settings, task, sampled))
             if picks:
                 try:
                     measure(PICKS, temperature, size, own.train_learning_rate, None,
@@ -280,7 +283,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
                 except NothingToPick as reason:
                     skipped.append(f"{PICKS} at temperature {temperature:g}, {size} samples a group: {reason}")
                     say(f"{task}: skipped {skipped[-1]}")
-    return {"task": task, "groups": groups, "group_sizes": sizes, "epochs": epochs,
+    return {"task": task, "groups": groups, "group_sizes": sizes, "epochs": epochs, "advantages": advantages,
             "temperatures": temperatures, "measure_rows": len(rows), "gate_rows": len(gated),
             "base_on_gate_rows": measured(base_gated) if gated else None, "greedy_served_on_group_rows": greedy_served,
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
@@ -310,6 +313,13 @@ def _passes(arm: dict, results: dict) -> str:
     return "-" if passes is None else format(passes, "g")
 
 
+def _method(arm: dict) -> str:
+    """An arm's method as the table names it: GRPO with its advantages where they are not the sum
+    (older results name none: the sum)."""
+    method, advantage = arm.get("method", GRPO), arm.get("advantage", "sum")
+    return f"{method} ({advantage})" if method == GRPO and advantage != "sum" else method
+
+
 def _signed(difference: dict) -> str:
     """A paired difference with its 95% interval, signed: +0.067 [+0.027, +0.115]."""
     low, high = difference["ci95"]
@@ -334,7 +344,7 @@ def table(results: dict) -> str:
         lead = free["mean"] - gain["mean"]
         flag = f" (ahead by {lead:.3f})" if lead > REFERENCE_FREE_LEAD else ""
         clip = "-" if arm["clip_ratio"] is None else f"{arm['clip_ratio']:.3f}"
-        lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {_size(arm, results)} | {arm['learning_rate']:g} | "
+        lines.append(f"| {_method(arm)} | {arm['temperature']:g} | {_size(arm, results)} | {arm['learning_rate']:g} | "
                      f"{_passes(arm, results)} | {arm['steps']} ({arm['seconds']:.0f}) | {arm.get('groups_per_batch') or '-'} | "
                      f"{arm['groups_dropped']} / {arm['groups_seen']} | {arm['reward_mean']:.3f} ({arm['reward_std']:.3f}) | "
                      f"{arm['kl_to_parent']} | {clip} | {arm['held_out']['mean']:.3f} | "
@@ -348,7 +358,7 @@ def table(results: dict) -> str:
                   "|---|---:|---:|---:|---:|---|---|"]
         for arm in results["arms"]:
             gain, gated = arm["gain"], arm["gain_on_gate_rows"]
-            lines.append(f"| {arm.get('method', GRPO)} | {arm['temperature']:g} | {_size(arm, results)} | "
+            lines.append(f"| {_method(arm)} | {arm['temperature']:g} | {_size(arm, results)} | "
                          f"{arm['learning_rate']:g} | {_passes(arm, results)} | "
                          f"{_signed(gain)} | {_signed(gated)} |")
     lines += ["", "The groups' train rows scored with their references (never trained on): the served score's rank "

@@ -2,12 +2,14 @@
 through `report`. A benchmark's module is imported inside its command: several import torch."""
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from cli.shared import built_settings, console, fail, known_tasks, read_settings, report, task_option
+from common.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="Performance benchmarks (results under <data dir>/bench).")
 
@@ -213,6 +215,8 @@ def bench_grpo_gain(
         "Also measure every arm on the first N rows of the gate's eval split (0: none)."))] = 0,
     group_size: Annotated[list[int] | None, typer.Option(min=2, max=16, help=(
         "Completions a group, each size its own groups and arms (repeatable; default TUCANO_GRPO_NUM_GENERATIONS)."))] = None,
+    advantage: Annotated[list[str] | None, typer.Option(help=(
+        "GRPO advantages, each its own arm (repeatable: sum, gdpo, fields; default the task's TUCANO_GRPO_ADVANTAGE)."))] = None,
 ) -> None:
     """What a round's GRPO learns from reference-free groups alone, on held-out rows with references, against the base model."""
     from bench import grpo_gain as bench
@@ -224,9 +228,14 @@ def bench_grpo_gain(
                    f"{', '.join(t for t in TASKS if TRAITS[t].scored_with_reference)}", 2)
     if 0 < gate_rows < 3:
         raise fail(f"--gate-rows: {gate_rows} rows give no interval; ask for at least 3, or 0 for none", 2)
+    known = typing.get_args(Settings.model_fields["grpo_advantage"].annotation)
+    unknown = [a for a in advantage or [] if a not in known]
+    if unknown:
+        raise fail(f"--advantage: {', '.join(map(repr, unknown))} is not one of {', '.join(known)}", 2)
     settings = built_settings()
     results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
-                        temperatures=temperature or [], picks=picks, gate_rows=gate_rows, sizes=list(dict.fromkeys(group_size or [])))
+                        temperatures=temperature or [], picks=picks, gate_rows=gate_rows, sizes=list(dict.fromkeys(group_size or [])),
+                        advantages=list(dict.fromkeys(advantage or [])))
     report(settings, f"grpo-gain-{task}", results, bench.table(results))
 
 

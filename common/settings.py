@@ -194,8 +194,10 @@ class Settings(BaseSettings):
     grpo_max_steps: int = Field(8, ge=1, description="Most GRPO optimisation steps per task per round.")
     grpo_max_epochs: float = Field(1.0, gt=0, description="Most passes of GRPO over the round's prompts.")
     grpo_max_completion_tokens: int | None = Field(None, ge=8, le=4096, description="Longest GRPO completion; unset: the task's serving limit.")
-    grpo_advantage: Literal["sum", "gdpo"] = Field("sum", description="sum: the scored total, centred per group (Dr. GRPO); gdpo: each "
-                                                   "component normalised per group with a std floor, then weighted.")
+    grpo_advantage: Literal["sum", "gdpo", "fields"] = Field("sum", description=(
+        "sum: the scored total, centred per group (Dr. GRPO); gdpo: each component normalised per group with a std floor, "
+        "then weighted; fields: the total, with each JSON field's tokens credited with the change in its own part of it "
+        "(a task whose answers are not JSON fields trains with sum, and its run says so)."))
     grpo_std_floor: float = Field(0.1, gt=0, le=1, description="GDPO: the least std a component is divided by.")
     grpo_importance_cap: float = Field(2.0, gt=1, le=100, description="GRPO on served groups: the cap of each token's importance "
                                        "ratio between the policy being trained and the version that sampled it (its recorded "

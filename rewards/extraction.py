@@ -417,3 +417,16 @@ def score(completion: str, reference: dict | None, review: str | None, fields: d
     # form is paid in proportion to the evidence, as with a reference in proportion to the content
     components["format"], components["schema"] = fmt * evidence, schema * evidence
     return components, weights, details, value
+
+
+def field_shares(components: dict[str, float], weights: dict[str, float], fields: dict[str, float]) -> dict[str, float]:
+    """Each output field's part of a scored answer's total: its credit times what it weighs in the
+    total (with a reference its credit against the reference, `fields`; without one its judge's
+    component). The parts sum to the total less the form's (format and schema), which is paid in
+    proportion to them. GRPO's per-field credit gives each field's tokens the change in its own
+    part (`trainer.field_credit`)."""
+    whole = sum(weights.values())
+    if "content" in weights:  # scored with a reference
+        scale = weights["content"] / whole / TOTAL_FIELD_WEIGHT
+        return {name: scale * FIELD_WEIGHTS[name] * fields.get(name, 0.0) for name in EXTRACTION_FIELDS}
+    return {name: weights[component] / whole * components.get(component, 0.0) for name, (component, _) in FIELD_JUDGES.items()}

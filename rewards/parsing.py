@@ -172,3 +172,35 @@ def format_score(parsed: ParsedJSON) -> tuple[float, str]:
     if parsed.wrapped:
         return 0.75, "JSON was wrapped in think/fences/prose"
     return 1.0, "clean JSON"
+
+
+_STD_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"\s*")
+
+
+def value_spans(text: str) -> dict[str, tuple[int, int]]:
+    """Where each top-level key's value of the first JSON object in `text` lies, as character
+    spans [start, end) of `text`: what GRPO's per-field credit gives each field's tokens. Only
+    well-formed JSON is read (no repair): the walk stops at the first thing it cannot read, and
+    what it found before stays (a caller that needs every field checks that all are there)."""
+    spans: dict[str, tuple[int, int]] = {}
+    position = text.find("{")
+    if position == -1:
+        return spans
+    position = _SPACE.match(text, position + 1).end()
+    try:
+        while position < len(text) and text[position] == '"':
+            key, position = _STD_DECODER.raw_decode(text, position)
+            position = _SPACE.match(text, position).end()
+            if text[position:position + 1] != ":":
+                return spans
+            start = _SPACE.match(text, position + 1).end()
+            _, position = _STD_DECODER.raw_decode(text, start)
+            spans[key] = (start, position)
+            position = _SPACE.match(text, position).end()
+            if text[position:position + 1] != ",":
+                return spans
+            position = _SPACE.match(text, position + 1).end()
+    except (ValueError, RecursionError):
+        pass
+    return spans

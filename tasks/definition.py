@@ -24,6 +24,8 @@ Scorer = Callable[[str, object, RewardContext, dict], tuple[dict[str, float], di
 Validity = Callable[[dict[str, float], dict[str, str], object], bool]  # (components, details, output) -> well formed
 ReferenceCheck = Callable[[object], object]  # a reference or correction -> its stored form, or raises InvalidReference
 Makers = Callable[[list], dict[str, Callable[[BaseModel], str]]]  # the task's references -> cheap answers (of an input) by name
+# (components, weights, per-field credits) of a score -> each output field's part of its total
+FieldShares = Callable[[dict[str, float], dict[str, float], dict[str, float]], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class TaskDefinition:
     examples: bool = False  # its prompts carry the team's examples unless the settings say otherwise (`examples_tasks`)
     training: dict = field(default_factory=dict)  # its own training settings (`TaskTraining` fields) unless `task_training` is set
     review_view: Callable[[BaseModel], frozenset[str]] | None = None  # what an input says apart from its words (the review queue)
+    field_shares: FieldShares | None = None  # a JSON answer's fields' parts of the total: GRPO's per-field credit (`trainer.field_credit`)
 
     @property
     def engine(self) -> EngineKind:

@@ -47,6 +47,7 @@ EXTRACTION = TaskDefinition(
     user_message=lambda task_input: f"Avaliação:\n{task_input.review}",
     scorer=lambda completion, reference, context, fields: extraction.score(completion, reference, _review(context), fields),
     valid=lambda components, details, output: extraction.valid(output),
+    field_shares=extraction.field_shares,
     check_reference=lambda value: references.structured("extraction", ExtractionOutput, value),
     makers=lambda refs: trivial.extraction_makers([r for r in refs if isinstance(r, dict)]),  # drawn from its references' own values
     cues=(

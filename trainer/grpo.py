@@ -18,8 +18,8 @@
   up to the task's serving limit). The run's report says which.
 
 Either way each completion is scored by `rewards/` (with the prompt's reference when it has one),
-and the group's values become advantages (`trainer.grpo_reward`: the total, or GDPO per component with a
-floor on the std).
+and the group's values become advantages (`trainer.grpo_reward`: the total, GDPO per component with a
+floor on the std, or the total with each JSON field's tokens credited with its own part: `trainer.field_credit`).
 
 What makes the recipe act (TRL 1.16 as installed):
 - `num_iterations` > 1: each generation batch is optimised more than once, so the policy ratio
@@ -43,6 +43,7 @@ from common.settings import Settings
 from tasks import definition
 from trainer import methods, trl_internals
 from trainer.data import GrpoPrompt, RolloutGroup
+from trainer.field_credit import FieldCredit, has_fields
 from trainer.grpo_reward import StepLog, reward_function
 from trainer.probe import group_logprobs
 from trainer.rollouts import EngineRollouts, whole_groups
@@ -112,9 +113,9 @@ def _batches_logged(outcome: methods.TrainingRun, log: StepLog) -> None:
 def train(settings: Settings, model, tokenizer, task: str, prompts: list[GrpoPrompt], budget_s: float | methods.Budget, why: str,
           progress=None, aggregation: str | None = None) -> methods.TrainingRun:
     generations = settings.grpo_num_generations
-    aggregation = aggregation or settings.grpo_advantage
+    aggregation, credit, said = _advantages(aggregation or settings.grpo_advantage, task)
     log = StepLog()
-    timed_reward, scoring = _timed(reward_function(aggregation, generations, settings.grpo_std_floor, log))
+    timed_reward, scoring = _timed(reward_function(aggregation, generations, settings.grpo_std_floor, log, credit))
     config = _config(settings, generations, len(prompts) * generations, 1.0,
                      settings.grpo_max_completion_tokens or definition(task).sampling.max_tokens, False, max_steps=settings.grpo_max_steps)
     budget, metrics = methods.TimeBudget(budget_s), methods.StepMetrics()
@@ -122,16 +123,33 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[GrpoPro
     trainer = trainer_class(model=model, reward_funcs=[timed_reward], args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list([p.row() for p in prompts]),
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
+    trainer.field_credit = credit
     timer = _GenerationTimer(trainer.model)
-    outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
+    outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {said}", len(prompts)), budget, metrics)
     if outcome.stopped_by == "epochs" and outcome.steps >= settings.grpo_max_steps:
         outcome.stopped_by = "steps"
     _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": round(timer.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - timer.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups}
+    _credited(outcome, credit)
     outcome.grpo = report(GENERATED, trainer, outcome, settings.grpo_iterations, timer.tokens / timer.seconds if timer.seconds else None)
     return outcome
+
+
+def _advantages(aggregation: str, task: str) -> tuple[str, FieldCredit | None, str]:
+    """The run's aggregation, the per-field credit it needs, and how the run names it: `fields` on
+    a task whose answers are not JSON fields is `sum`, and the run says so."""
+    if aggregation != "fields":
+        return aggregation, None, aggregation
+    if not has_fields(task):
+        return "sum", None, f"sum ({task}'s answers have no JSON fields to credit one by one)"
+    return "fields", FieldCredit(), "fields"
+
+
+def _credited(outcome: methods.TrainingRun, credit: FieldCredit | None) -> None:
+    if credit is not None:
+        outcome.seconds_by_phase.update(field_credit_samples=credit.samples, field_credit_whole=credit.whole)
 
 
 def _timed(reward):
@@ -172,9 +190,9 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
         raise ValueError("no served group to train on")
     size, temperature = groups[0].size, groups[0].temperature
     by_key = {g.key: g for g in groups}
-    aggregation = aggregation or settings.grpo_advantage
+    aggregation, credit, said = _advantages(aggregation or settings.grpo_advantage, task)
     log = StepLog()
-    reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log))
+    reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log, credit))
 
     def replay(prompts: list[str], trainer) -> dict:
         """The served samples of each block of `size` repeats of a group's key, in their order."""
@@ -194,13 +212,15 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
     trainer_class = trl_internals.served_groups_grpo_trainer()
     trainer = trainer_class(model=model, reward_funcs=[reward], args=config, processing_class=tokenizer, rollout_func=replay,
                             train_dataset=Dataset.from_list(rows), callbacks=[budget, metrics, methods.Progress("grpo", progress)])
+    trainer.field_credit = credit
     older = sum(1 for g in groups if g.version != started_as)
-    outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(groups)), budget, metrics)
+    outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {said}", len(groups)), budget, metrics)
     _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": 0.0, "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
                                 **{f"left out: {k}": v for k, v in left_out.items()}}
+    _credited(outcome, credit)
     on_policy = [(g.prompt_token_ids, g.completion_ids) for g in groups if g.version == started_as][:KL_GROUPS]
     outcome.grpo = report(SERVED_GROUPS, trainer, outcome, settings.grpo_iterations, None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
@@ -215,9 +235,9 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
     spec = definition(task)
     size = settings.grpo_num_generations
     sampling = spec.sampling_for(size, {})
-    aggregation = aggregation or settings.grpo_advantage
+    aggregation, credit, said = _advantages(aggregation or settings.grpo_advantage, task)
     log = StepLog()
-    reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log))
+    reward, scoring = _timed(reward_function(aggregation, size, settings.grpo_std_floor, log, credit))
     config = _config(settings, size, len(prompts) * size, sampling.temperature or 1.0, sampling.max_tokens, True)
     rollouts = EngineRollouts(engine_url, model, name_prefix, sampling, spec.json_schema, settings.grpo_reload_every, settings.seed,
                               settings.adapters_dir)
@@ -228,9 +248,10 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                             train_dataset=Dataset.from_list([p.row() for p in prompts]),
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     trainer.vllm_generation, rollouts.step = rollouts, (lambda: trainer.state.global_step)  # TRL's sync hook reloads the policy
+    trainer.field_credit = credit
     parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     try:
-        outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {aggregation}", len(prompts)), budget, metrics)
+        outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {said}", len(prompts)), budget, metrics)
     finally:
         rollouts.close()
     _batches_logged(outcome, log)
@@ -238,6 +259,7 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                                 "optimisation": round(outcome.seconds - rollouts.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
                                 "reloads": len(rollouts.names)}
+    _credited(outcome, credit)
     outcome.grpo = report(f"{ENGINE} ({len(rollouts.names)} reloads under fresh names)", trainer, outcome, settings.grpo_iterations,
                           rollouts.tokens / rollouts.seconds if rollouts.seconds else None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),

@@ -10,6 +10,8 @@ TRL with `scale_rewards="none"`, so nothing rescales them afterwards):
   then combined with the sample's weights. A component that varies only a little moves the
   advantage only a little: the floor keeps a 0.001 spread from becoming a full unit of advantage,
   which plain normalise-then-sum (std + 1e-4) does.
+- `fields`: the total, as `sum`, with each sample's score kept for the trainer, which gives each
+  JSON field's tokens the change in that field's own part of the total (`trainer.field_credit`).
 
 Completions arrive in groups of `num_generations` consecutive samples of one prompt (TRL's
 sampler repeats each prompt that many times in a row). The dataset carries `task`, `reference`
@@ -27,8 +29,9 @@ from collections.abc import Callable
 from common.records import RewardContext
 from rewards.scoring import Score
 from tasks import definition, score
+from trainer.field_credit import FieldCredit
 
-AGGREGATIONS = ("sum", "gdpo")
+AGGREGATIONS = ("sum", "gdpo", "fields")
 
 
 def completion_text(completion) -> str:
@@ -97,10 +100,14 @@ class StepLog:
         self.batches.append(entry)
 
 
-def reward_function(aggregation: str, num_generations: int, std_floor: float, log: StepLog | None = None) -> Callable:
-    """The TRL reward function for a GRPO round of any task (the task comes with each sample)."""
+def reward_function(aggregation: str, num_generations: int, std_floor: float, log: StepLog | None = None,
+                    credit: FieldCredit | None = None) -> Callable:
+    """The TRL reward function for a GRPO round of any task (the task comes with each sample);
+    `credit`, which `fields` needs, receives each batch's scores."""
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {aggregation!r}")
+    if (aggregation == "fields") != (credit is not None):
+        raise ValueError("the fields aggregation, and only it, takes a FieldCredit")
 
     def reward(prompts=None, completions=(), task=None, reference=None, context=None, **kwargs) -> list[float]:
         n = len(completions)
@@ -108,7 +115,9 @@ def reward_function(aggregation: str, num_generations: int, std_floor: float, lo
                   for t, c, r, x in zip(task or [""] * n, completions, reference or [None] * n, context or [None] * n)]
         if log is not None:
             log.add(scores, num_generations)
-        if aggregation == "sum":
+        if credit is not None:
+            credit.scored(list(task or [""] * n), [completion_text(c) for c in completions], scores)
+        if aggregation in ("sum", "fields"):
             return [s.total for s in scores]
         return gdpo_values(scores, num_generations, std_floor)
 

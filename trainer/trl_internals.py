@@ -16,7 +16,8 @@ The two reaches, and why neither has a public equivalent:
 - `group_dropping_grpo_trainer()`: a `GRPOTrainer` whose `_generate_and_score_completions` drops
   groups whose rewards did not vary from the loss (their tokens would dilute the others'), and
   counts them per group in `_metrics`; TRL's own `frac_reward_zero_std` is batch-wide and drops
-  nothing. Its `_get_per_token_logps_and_entropies` runs each distinct prompt of a batch once
+  nothing. With a `field_credit` set it hands TRL's loss per-token advantages (B, T), which TRL
+  1.16's `_compute_loss` takes as they are (`trainer.field_credit`). Its `_get_per_token_logps_and_entropies` runs each distinct prompt of a batch once
   (`trainer.shared_prefix.with_shared_prompts`): TRL runs every sample's prompt again, and a
   group's samples share theirs whole.
 - `served_groups_grpo_trainer()`: the same, for rollouts that a `rollout_func` hands back with the
@@ -75,10 +76,15 @@ def group_dropping_grpo_trainer() -> type:
         dropped_groups = 0
         seen_groups = 0
 
+        field_credit = None  # a trainer.field_credit.FieldCredit: per-field token advantages (aggregation `fields`)
+
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
             generations = self.num_generations
             advantages = output["advantages"].view(-1, generations)
+            if self.field_credit is not None:  # TRL's loss takes (B, T) advantages as they are
+                output["advantages"] = self.field_credit.token_advantages(
+                    output["advantages"], output["completion_ids"], output["completion_mask"], self.processing_class, generations)
             flat = advantages.abs().amax(dim=1) < 1e-8
             self.seen_groups += int(flat.numel())
             self.dropped_groups += int(flat.sum())
