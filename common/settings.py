@@ -190,6 +190,8 @@ class Settings(BaseSettings):
     grpo_prompts_per_step: int = Field(2, ge=1, description="Prompts (groups) per GRPO generation batch, at least.")
     grpo_max_batches: int = Field(30, ge=0, description="Most generation batches per pass of a GRPO run: more groups than "
                                   "grpo_prompts_per_step times this make larger batches, not more steps (0: never larger).")
+    grpo_groups_per_forward: int = Field(2, ge=1, description="Most groups in one forward and backward pass of GRPO: a larger "
+                                         "generation batch is accumulated in passes of this many, so memory follows them, not the batch.")
     grpo_iterations: int = Field(2, ge=1, description="Optimisation passes over each generation batch (>1 lets clip-higher act).")
     grpo_max_steps: int = Field(8, ge=1, description="Most GRPO optimisation steps per task per round.")
     grpo_max_epochs: float = Field(1.0, gt=0, description="Most passes of GRPO over the round's prompts.")

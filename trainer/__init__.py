@@ -1,5 +1,6 @@
 """Everything about learning: a round's data from the labelled set and the new records (`data`),
-which methods a task gets (`methods`), one TRL trainer per method (`sft`, `dpo`, `kto`, `grpo`, with its reward as TRL takes it: `grpo_reward`),
+which methods a task gets (`methods`), one TRL trainer per method (`sft`, `dpo`, `kto`, `grpo`, with its reward as TRL takes it: `grpo_reward`,
+and its per-field credit for answers made of JSON fields: `field_credit`),
 the policy (`policy`), GRPO's groups sampled on a vLLM engine (`rollouts`), whether serving is idle
 (`idle`), the candidate version (`candidate`), the promotion gate (`gate`), shadow
 replay (`shadow`), a canary's verdict (`canary`), the examples a promotion retires (`retire`),

@@ -24,12 +24,14 @@ token advantages after TRL has computed the sample's.
 from __future__ import annotations
 
 import statistics
-
-import torch
+from typing import TYPE_CHECKING
 
 from rewards.parsing import value_spans
 from rewards.scoring import Score
 from tasks import definition
+
+if TYPE_CHECKING:  # torch is imported by the trainer that calls in; the reward function's module must not pull it in
+    import torch
 
 
 def has_fields(task: str) -> bool:

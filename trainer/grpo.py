@@ -84,6 +84,17 @@ def groups_per_batch(settings: Settings, groups: int) -> int:
     return max(settings.grpo_prompts_per_step, -(-groups // settings.grpo_max_batches))
 
 
+def groups_per_forward(settings: Settings, per_batch: int) -> int:
+    """Groups in one forward and backward pass: the most, up to `grpo_groups_per_forward`, that
+    divide the generation batch's `per_batch` evenly. The rest of the batch is accumulated, so a
+    step still takes in the whole generation batch (TRL's `dapo` loss is normalised by the tokens
+    of the whole batch), while memory follows the groups of one pass: round 3 of a traffic-only run
+    on extraction, 180 groups in batches of 6 groups of 4 in one pass, was killed for memory at
+    17.5 GB (docs/results.md, run 49)."""
+    cap = min(per_batch, settings.grpo_groups_per_forward)
+    return max(d for d in range(1, cap + 1) if per_batch % d == 0)
+
+
 def _config(settings: Settings, size: int, examples: int, temperature: float, max_completion: int, importance: bool, **extra):
     """The GRPO recipe every run shares (module docstring): `size` completions a group, a batch of
     `groups_per_batch` groups, epochs over `examples` completions; `importance`: weigh each
@@ -93,11 +104,13 @@ def _config(settings: Settings, size: int, examples: int, temperature: float, ma
     if importance:
         extra.update(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
                      vllm_importance_sampling_clip_max=settings.grpo_importance_cap)
+    per_batch = groups_per_batch(settings, examples // size)
+    per_forward = groups_per_forward(settings, per_batch)
     # no warm-up: its first step is at learning rate 0, and on two cores a GRPO run is a handful
     # of steps, and a warm-up spent a round's few steps below the rate (docs/results.md, run 27)
     return GRPOConfig(
-        **{**methods.trainer_args(settings, settings.grpo_max_epochs, size * groups_per_batch(settings, examples // size), examples),
-           "learning_rate": settings.grpo_learning_rate, "warmup_steps": 0},
+        **{**methods.trainer_args(settings, settings.grpo_max_epochs, size * per_forward, examples),
+           "learning_rate": settings.grpo_learning_rate, "warmup_steps": 0, "gradient_accumulation_steps": per_batch // per_forward},
         num_generations=size, num_iterations=settings.grpo_iterations, max_completion_length=max_completion,
         temperature=temperature, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
         multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
@@ -320,5 +333,5 @@ def report(rollouts: str, trainer, outcome: methods.TrainingRun, iterations: int
         clip_ratio=_mean(steps, "clip_ratio/region_mean") or 0.0, entropy=_mean(steps, "entropy"),
         completion_length=_mean(steps, "completions/mean_length") or 0.0, grad_norm=_mean(steps, "grad_norm"),
         importance_tokens=importance[0], importance_clipped=importance[1], kl_to_parent=float(f"{kl:.3g}") if kl is not None else None,
-        older_groups=older, groups_per_batch=trainer.args.per_device_train_batch_size // trainer.args.num_generations,
+        older_groups=older, groups_per_batch=trainer.args.generation_batch_size // trainer.args.num_generations,
         group_size=trainer.args.num_generations)

@@ -46,7 +46,7 @@ def logprobs_of(model, prompt: list[int], completion: list[int]) -> list[float]:
     return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()
 
 
-def counting_reward(aggregation, num_generations, std_floor, log=None):
+def counting_reward(aggregation, num_generations, std_floor, log=None, credit=None):
     """One point per GOOD token in the decoded completion."""
     def reward(prompts=None, completions=(), **kwargs):
         return [float(c.split().count(f"t{GOOD}")) for c in completions]
@@ -113,6 +113,32 @@ def test_more_groups_than_the_batches_allow_make_larger_batches_not_more_steps(m
                            grpo_max_epochs=1, train_cpu_precision="fp32")
     outcome = grpo.train_on_groups(capped, model, tok, "push", groups, 600.0, "test", policy="base")
     assert outcome.steps == 4 and outcome.grpo.groups_per_batch == 4 and outcome.grpo.groups == 8
+
+
+def test_a_large_generation_batch_is_accumulated_in_passes_of_a_few_groups_to_the_same_weights(monkeypatch):
+    """`grpo_groups_per_forward` bounds the groups of one forward pass, so memory follows it, not the
+    generation batch: a batch of 4 groups run as 2 passes of 2 (or 4 of 1) ends at the weights of
+    one pass of 4, at the same steps."""
+    import torch
+
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    settings = load_settings(grpo_groups_per_forward=2)
+    assert [grpo.groups_per_forward(settings, n) for n in (1, 2, 3, 4, 6, 7)] == [1, 2, 1, 2, 2, 1]
+    good, bad = [GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]
+    trained = {}
+    for per_forward in (4, 2, 1):
+        torch.manual_seed(0)
+        model = policy()
+        groups = [served_group(model, f"g{i}", [good, bad, bad, good] if i % 2 else [bad, good, good, bad]) for i in range(8)]
+        capped = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=4, grpo_iterations=2, grpo_max_epochs=1,
+                               train_cpu_precision="fp32", grpo_groups_per_forward=per_forward)
+        outcome = grpo.train_on_groups(capped, model, tokenizer(), "push", groups, 600.0, "test", policy="base")
+        assert outcome.steps == 4 and outcome.grpo.groups_per_batch == 4
+        trained[per_forward] = torch.cat([p.detach().flatten() for n, p in model.named_parameters() if p.requires_grad])
+    moved = (trained[4] - trained[2]).abs().max().item(), (trained[4] - trained[1]).abs().max().item()
+    assert max(moved) < 1e-4, moved
 
 
 def test_groups_of_another_size_or_temperature_are_left_out_and_counted():
