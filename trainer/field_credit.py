@@ -2,12 +2,10 @@
 
 GRPO gives every token of a sample the sample's advantage: its total less its group's mean. On
 extraction the total is ten fields' parts added up, so the tokens of `delivery_issue` are pushed
-by how the summary and the key phrases of the same sample did. With a few dozen groups that
-noise is as large as the field's own signal: in runs 46 and the reward-version-8 run of `bench
-learn --traffic-only --task extraction`, the candidates moved `delivery_issue` wrong by 0.34 at
-the gate while other fields rose (docs/results.md). Across the base model's samples the right
-value of each boolean field had the higher advantage, yet summed over groups the tokens of one
-value were pushed whichever way the other fields went.
+by how the summary and the key phrases of the same sample did. In runs 46 and 49 of `bench learn
+--traffic-only --task extraction` the candidates moved `delivery_issue` wrong by 0.34 at the gate
+while other fields rose, though across the base model's samples the right value of each boolean
+field had the higher advantage (docs/results.md).
 
 Here each field's value tokens get the change in that field's own part of the total (its part
 less its group's mean part: `TaskDefinition.field_shares`), and every other token (keys,
@@ -16,6 +14,12 @@ parts add up to the sample's advantage, so nothing is paid twice; only the cross
 field's tokens paid for another field's credit, are gone. A sample whose fields cannot all be
 found in its text (not a well-formed object) keeps the sample's advantage on every token, as
 plain GRPO does. TRL 1.16's loss takes per-token advantages of shape (B, T) as they are.
+
+Measured, it is not the fix: on 48 reference-free groups of extraction it gained -0.006 [-0.065,
++0.053] on held-out rows where the sum gained +0.041 [-0.008, +0.092] on the same groups, at twice
+the KL to the parent (`tucano bench grpo-gain --advantage`, docs/results.md, 2026-12-06): each
+field's tokens then follow its reference-free judge alone, errors included. `sum` stays the
+default; this is an option and an arm of the bench.
 
 The reward function (`trainer.grpo_reward`, aggregation `fields`) returns the totals as `sum`
 does and keeps each batch's scores here; the trainer (`trainer.trl_internals`) asks for the

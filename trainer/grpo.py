@@ -90,7 +90,8 @@ def groups_per_forward(settings: Settings, per_batch: int) -> int:
     step still takes in the whole generation batch (TRL's `dapo` loss is normalised by the tokens
     of the whole batch), while memory follows the groups of one pass: round 3 of a traffic-only run
     on extraction, 180 groups in batches of 6 groups of 4 in one pass, was killed for memory at
-    17.5 GB (docs/results.md, run 49)."""
+    17.5 GB (docs/results.md, run 49). On batches of 6 of extraction's groups of 4, passes of 2
+    peaked at 7.33 GB against 13.77 GB in one pass, and took 1.29x as long."""
     cap = min(per_batch, settings.grpo_groups_per_forward)
     return max(d for d in range(1, cap + 1) if per_batch % d == 0)
 

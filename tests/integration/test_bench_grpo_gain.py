@@ -81,6 +81,26 @@ def test_bench_grpo_gain_trains_each_number_of_passes_and_group_size_as_an_arm_a
     assert few.returncode == 2 and "--gate-rows" in few.stdout + few.stderr
 
 
+def test_bench_grpo_gain_trains_the_per_field_credit_as_an_arm_beside_the_sum(built, engines):
+    """`--advantage fields` on extraction: each sample's field tokens are credited one by one (the
+    arm counts them), beside an arm of the sum on the same groups; an advantage GRPO does not have
+    is a usage error."""
+    result = _bench(built, engines, "--task", "extraction", "--groups", "2", "--measure-rows", "3", "--lr", "1e-3",
+                    "--advantage", "sum", "--advantage", "fields")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = json.loads((built.bench_dir / "grpo-gain-extraction.json").read_text())["results"]
+    assert written["advantages"] == ["sum", "fields"]
+    plain, credited = written["arms"]
+    assert (plain["advantage"], credited["advantage"]) == ("sum", "fields")
+    assert "field_credit_samples" not in plain
+    samples = written["group_sizes"][0] * 2  # 2 groups, one pass
+    assert credited["field_credit_samples"] + credited["field_credit_whole"] == samples and credited["field_credit_samples"] > 0
+    table = (built.bench_dir / "grpo-gain-extraction.md").read_text()
+    assert "| grpo | 0.7 |" in table and "| grpo (fields) | 0.7 |" in table
+    bad = _bench(built, engines, "--task", "extraction", "--advantage", "mean")
+    assert bad.returncode == 2 and "--advantage" in bad.stdout + bad.stderr
+
+
 def test_bench_grpo_gain_refuses_a_task_without_references_too_few_groups_and_a_greedy_group(built, engines):
     insights = _bench(built, engines, "--task", "insights")
     assert insights.returncode == 2 and "insights has no references" in insights.stdout + insights.stderr

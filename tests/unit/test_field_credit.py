@@ -218,3 +218,13 @@ def test_per_field_credit_pushes_a_field_its_own_way_where_the_total_pushes_it_t
     if aggregation == "fields":
         assert outcome.seconds_by_phase["field_credit_samples"] == 3 * 2 * 4  # every sample of every pass, credited
         assert outcome.seconds_by_phase["field_credit_whole"] == 0
+
+
+def test_a_task_whose_answers_are_not_json_fields_trains_with_the_sum_and_its_run_says_so():
+    from trainer import grpo
+
+    aggregation, credit, said = grpo._advantages("fields", "sql")
+    assert (aggregation, credit) == ("sum", None) and "sql's answers have no JSON fields" in said
+    aggregation, credit, said = grpo._advantages("fields", "extraction")
+    assert aggregation == said == "fields" and credit is not None
+    assert grpo._advantages("gdpo", "extraction") == ("gdpo", None, "gdpo")
