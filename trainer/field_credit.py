@@ -15,9 +15,9 @@ field's tokens paid for another field's credit, are gone. A sample whose fields 
 found in its text (not a well-formed object) keeps the sample's advantage on every token, as
 plain GRPO does. TRL 1.16's loss takes per-token advantages of shape (B, T) as they are.
 
-Measured, it is not the fix: on 48 reference-free groups of extraction it gained -0.006 [-0.065,
-+0.053] on held-out rows where the sum gained +0.041 [-0.008, +0.092] on the same groups, at twice
-the KL to the parent (`tucano bench grpo-gain --advantage`, docs/results.md, 2026-12-06): each
+Measured, it is not the fix: on 48 reference-free groups of extraction it gained -0.006 and
+-0.010 on held-out rows in two runs, where the sum gained +0.041 and +0.046 on the same groups, at
+about twice the KL to the parent (`tucano bench grpo-gain --advantage`, docs/results.md, 2026-12-06): each
 field's tokens then follow its reference-free judge alone, errors included. `sum` stays the
 default; this is an option and an arm of the bench.
 
