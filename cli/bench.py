@@ -2,14 +2,13 @@
 through `report`. A benchmark's module is imported inside its command: several import torch."""
 from __future__ import annotations
 
-import typing
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from cli.shared import built_settings, console, fail, known_tasks, read_settings, report, task_option
-from common.settings import Settings
+from common.settings import GRPO_ADVANTAGES
 
 app = typer.Typer(no_args_is_help=True, help="Performance benchmarks (results under <data dir>/bench).")
 
@@ -228,10 +227,9 @@ def bench_grpo_gain(
                    f"{', '.join(t for t in TASKS if TRAITS[t].scored_with_reference)}", 2)
     if 0 < gate_rows < 3:
         raise fail(f"--gate-rows: {gate_rows} rows give no interval; ask for at least 3, or 0 for none", 2)
-    known = typing.get_args(Settings.model_fields["grpo_advantage"].annotation)
-    unknown = [a for a in advantage or [] if a not in known]
+    unknown = [a for a in advantage or [] if a not in GRPO_ADVANTAGES]
     if unknown:
-        raise fail(f"--advantage: {', '.join(map(repr, unknown))} is not one of {', '.join(known)}", 2)
+        raise fail(f"--advantage: {', '.join(map(repr, unknown))} is not one of {', '.join(GRPO_ADVANTAGES)}", 2)
     settings = built_settings()
     results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
                         temperatures=temperature or [], picks=picks, gate_rows=gate_rows, sizes=list(dict.fromkeys(group_size or [])),

@@ -10,7 +10,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -23,6 +23,10 @@ from pydantic_settings import (
 
 from common.records import RewardContext
 from common.tasks import EngineKind
+
+GrpoAdvantage = Literal["sum", "gdpo", "fields"]
+"""How GRPO turns a group's scores into advantages (`Settings.grpo_advantage`)."""
+GRPO_ADVANTAGES: tuple[str, ...] = get_args(GrpoAdvantage)
 
 ENV_PREFIX = "TUCANO_"
 ENGINE_TIMEOUT_S = 120.0
@@ -196,7 +200,7 @@ class Settings(BaseSettings):
     grpo_max_steps: int = Field(8, ge=1, description="Most GRPO optimisation steps per task per round.")
     grpo_max_epochs: float = Field(1.0, gt=0, description="Most passes of GRPO over the round's prompts.")
     grpo_max_completion_tokens: int | None = Field(None, ge=8, le=4096, description="Longest GRPO completion; unset: the task's serving limit.")
-    grpo_advantage: Literal["sum", "gdpo", "fields"] = Field("sum", description=(
+    grpo_advantage: GrpoAdvantage = Field("sum", description=(
         "sum: the scored total, centred per group (Dr. GRPO); gdpo: each component normalised per group with a std floor, "
         "then weighted; fields: the total, with each JSON field's tokens credited with the change in its own part of it "
         "(a task whose answers are not JSON fields trains with sum, and its run says so)."))

@@ -27,11 +27,10 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from common.records import RewardContext
+from common.settings import GRPO_ADVANTAGES
 from rewards.scoring import Score
 from tasks import definition, score
 from trainer.field_credit import FieldCredit
-
-AGGREGATIONS = ("sum", "gdpo", "fields")
 
 
 def completion_text(completion) -> str:
@@ -104,8 +103,8 @@ def reward_function(aggregation: str, num_generations: int, std_floor: float, lo
                     credit: FieldCredit | None = None) -> Callable:
     """The TRL reward function for a GRPO round of any task (the task comes with each sample);
     `credit`, which `fields` needs, receives each batch's scores."""
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {aggregation!r}")
+    if aggregation not in GRPO_ADVANTAGES:
+        raise ValueError(f"aggregation must be one of {GRPO_ADVANTAGES}, not {aggregation!r}")
     if (aggregation == "fields") != (credit is not None):
         raise ValueError("the fields aggregation, and only it, takes a FieldCredit")
 
