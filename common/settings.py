@@ -185,8 +185,8 @@ class Settings(BaseSettings):
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: GroupSize = Field(4, description="Completions per prompt in a GRPO group that the round samples on an "
-                                            "engine or in the trainer (served groups keep the size they were served with); a "
-                                            "task's own in task_training wins.")
+                                            "engine or in the trainer; smaller served groups are completed to it on an engine "
+                                            "(larger ones keep their size); a task's own in task_training wins.")
     grpo_learning_rate: LearningRate = Field(1e-4, description="GRPO's LoRA learning rate, apart from the supervised methods' "
                                              "(`train_learning_rate`): 64 steps on push's served groups improved held-out "
                                              "references at 1e-4, collapsed push at 3e-4 and moved it less at 3e-5 "

@@ -61,6 +61,9 @@ EXTRACTION = TaskDefinition(
     # docs/results.md, 2026-12-05). On the tiny model it lifts the base as much as a round of corrections does
     serve_samples=4,
     examples=True,
-    # measured at a lower learning rate than the general one (docs/results.md)
-    training={"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0, "sft_from_liked": False},
+    # measured at a lower learning rate than the general one (docs/results.md). GRPO learns from groups of 8: from 48
+    # reference-free groups, 8 gained +0.032 where 4 lost 0.026 on the same rows, and 8 gained +0.015, +0.041, +0.041 and
+    # +0.046 in four more runs (bench grpo-gain, docs/results.md, 2026-12-05 and 06); its served groups of 4 are completed
+    training={"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0, "sft_from_liked": False,
+              "grpo_num_generations": 8},
 )

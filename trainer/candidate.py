@@ -58,7 +58,8 @@ def _new_version(settings: Settings, store: Store, task: str) -> str:
 def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[tuple[str, str]], progress=None,
              engines: tuple[str, ...] = (), name_prefix: str = "rollout") -> list[methods.TrainingRun]:
     """The plan's methods in order. GRPO's rollouts: the served groups where traffic gave at least
-    `grpo_min_groups`; else groups sampled on the first of `engines` (the task's, where a round
+    `grpo_min_groups` (completed to `grpo_num_generations` samples on the first of `engines`
+    where they are smaller); else groups sampled on the first of `engines` (the task's, where a round
     runs beside them; reloads named from `name_prefix`); else the few served groups there are;
     else transformers' generate in the trainer. Each method's share of the time budget runs on
     while `engines` are idle, up to `train_idle_budget_factor` times it (`trainer.idle`)."""
@@ -77,7 +78,8 @@ def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[t
         elif len(data.groups) >= settings.grpo_min_groups or (data.groups and not (engines and data.prompts)):
             # the served groups are the rollouts: nothing is generated in the trainer
             outcomes.append(grpo.train_on_groups(settings, model, tokenizer, data.task, data.groups, budget, why, progress,
-                                                 policy=data.policy))
+                                                 policy=data.policy, engine_url=engines[0] if engines else None,
+                                                 name_prefix=name_prefix))
         elif engines and data.prompts:
             outcomes.append(grpo.train_on_engine(settings, model, tokenizer, data.task, data.prompts, engines[0], name_prefix, budget,
                                                  f"{why}; {len(data.groups)} served groups < {settings.grpo_min_groups}: "

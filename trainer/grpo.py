@@ -8,7 +8,10 @@
   engine's numerics and a group sampled by an older version of the lineage. The trainer's
   logprobs are taken at the temperature the groups were sampled at, as the engines' processed
   logprobs are (deploy/vllm_server.py). Top-p renormalises the engine's over its nucleus, so a
-  token's ratio reads a little below 1 there; the cap acts only above.
+  token's ratio reads a little below 1 there; the cap acts only above. Groups smaller than
+  `grpo_num_generations` (extraction is served as the best of 4 and learns from groups of 8) are
+  first completed to it on a vLLM engine with more samples of their prompts from the policy as
+  the run starts (`EngineRollouts.complete`), where one can be had.
 - the round's prompts on a vLLM engine (`train_on_engine`), where traffic gave fewer than
   `grpo_min_groups` served groups: the policy is loaded into the engine under a fresh name every
   `grpo_reload_every` steps and each batch's groups are sampled there at the task's group
@@ -196,12 +199,28 @@ def usable_groups(groups: list[RolloutGroup]) -> tuple[list[RolloutGroup], Count
 
 
 def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: list[RolloutGroup], budget_s: float | methods.Budget, why: str,
-                    progress=None, aggregation: str | None = None, policy: str | None = None) -> methods.TrainingRun:
+                    progress=None, aggregation: str | None = None, policy: str | None = None, engine_url: str | None = None,
+                    name_prefix: str = "complete") -> methods.TrainingRun:
     """GRPO on served groups (module docstring); `policy`: the version the LoRA starts as, whose
-    groups are on-policy (the KL to it is measured on those)."""
+    groups are on-policy (the KL to it is measured on those). Groups smaller than
+    `grpo_num_generations` are completed to it on the vLLM engine at `engine_url` first (the
+    policy loaded under a fresh name from `name_prefix`); with no engine they train as served."""
     groups, left_out = usable_groups(groups)
     if not groups:
         raise ValueError("no served group to train on")
+    rollouts, added, served = None, 0, groups[0].size
+    if served < settings.grpo_num_generations:
+        if engine_url:
+            spec = definition(task)
+            rollouts = EngineRollouts(engine_url, model, name_prefix, spec.sampling_for(settings.grpo_num_generations, {}),
+                                      spec.json_schema, settings.grpo_reload_every, settings.seed, settings.adapters_dir)
+            try:
+                groups, added = rollouts.complete(groups, settings.grpo_num_generations)
+            finally:
+                rollouts.close()
+            why = f"{why}; groups of {served} completed to {settings.grpo_num_generations} on the engine {engine_url}"
+        else:
+            why = f"{why}; groups of {served} trained as served (no engine to complete them to {settings.grpo_num_generations})"
     size, temperature = groups[0].size, groups[0].temperature
     by_key = {g.key: g for g in groups}
     aggregation, credit, said = _advantages(aggregation or settings.grpo_advantage, task)
@@ -230,13 +249,18 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
     older = sum(1 for g in groups if g.version != started_as)
     outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {said}", len(groups)), budget, metrics)
     _batches_logged(outcome, log)
-    outcome.seconds_by_phase = {"generation": 0.0, "scoring": round(scoring["seconds"], 2),
-                                "optimisation": round(outcome.seconds - scoring["seconds"], 2),
+    generation = rollouts.seconds if rollouts else 0.0
+    outcome.seconds = round(outcome.seconds + generation, 2)
+    outcome.seconds_by_phase = {"generation": round(generation, 2), "scoring": round(scoring["seconds"], 2),
+                                "optimisation": round(outcome.seconds - generation - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
+                                **({"samples_completed_on_engine": added} if rollouts else {}),
                                 **{f"left out: {k}": v for k, v in left_out.items()}}
     _credited(outcome, credit)
     on_policy = [(g.prompt_token_ids, g.completion_ids) for g in groups if g.version == started_as][:KL_GROUPS]
-    outcome.grpo = report(SERVED_GROUPS, trainer, outcome, settings.grpo_iterations, None,
+    kind = f"{SERVED_GROUPS}, completed to {size} on a {ENGINE}" if rollouts else SERVED_GROUPS
+    outcome.grpo = report(kind, trainer, outcome, settings.grpo_iterations,
+                          rollouts.tokens / rollouts.seconds if rollouts and rollouts.seconds else None,
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
                           kl=kl_to_parent(model, parent, on_policy, temperature), older=older)
     return outcome

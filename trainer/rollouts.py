@@ -10,6 +10,10 @@ importance sampling as on served groups: `trl_internals.served_groups_grpo_train
 covers the steps taken since the last reload. The previous name is unloaded after each reload,
 and the last one when the run ends.
 
+The same engine completes served groups smaller than GRPO's group size (`complete`): each
+group's prompt, as its token ids were served, is sampled `size - n` more times on the policy as
+the run starts, so a best-of-4 task trains on groups of 8 whose first four are its traffic.
+
 An engine that fails, or answers with fewer completions than asked, stops the run
 (`RolloutFailed`): a partial group is never trained as if it were whole.
 """
@@ -17,15 +21,19 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
 from common.records import Sampling
+from trainer.data import RolloutGroup
 
 ROLLOUT_TIMEOUT_S = 600.0
 PARENT_GROUPS_KEPT = 8  # groups sampled from the starting policy, kept to measure how far the run moved from it
+PROMPTS_PER_COMPLETION = 8  # served groups completed in one engine request (vLLM decodes them together)
 
 
 def whole_groups(prompts: list[str], size: int) -> list[str]:
@@ -106,22 +114,64 @@ class EngineRollouts:
         self.seconds += time.perf_counter() - started
         if response.status_code != 200:
             raise RolloutFailed(f"the engine at {self.url} did not sample a group: HTTP {response.status_code} {response.text[:300]}")
-        choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))  # prompt by prompt, n each
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        for number in range(len(distinct)):
-            group = [c for c in choices if number * size <= c.get("index", -1) < (number + 1) * size]
-            whole = [c for c in group if c.get("token_ids") and c.get("prompt_token_ids")
-                     and len((c.get("logprobs") or {}).get("token_logprobs") or []) == len(c["token_ids"])]
-            if len(whole) != size:
-                raise RolloutFailed(f"the engine at {self.url} returned {len(whole)} whole completions of the {size} asked")
+        for whole in self._whole_groups(response, len(distinct), size):
             if len(self.names) == 1 and len(self.parent_groups) < PARENT_GROUPS_KEPT:  # the policy as it started
                 self.parent_groups.append((list(whole[0]["prompt_token_ids"]), [list(c["token_ids"]) for c in whole]))
             for choice in whole:
                 out["prompt_ids"].append(list(choice["prompt_token_ids"]))
                 out["completion_ids"].append(list(choice["token_ids"]))
-                out["logprobs"].append([float("nan") if x is None else float(x) for x in choice["logprobs"]["token_logprobs"]])
-                self.tokens += len(choice["token_ids"])
+                out["logprobs"].append(_logprobs(choice))
         return out
+
+    def _whole_groups(self, response: httpx.Response, prompts: int, size: int) -> list[list[dict]]:
+        """The `size` choices of each of the request's `prompts`, in order, each with its tokens and
+        a logprob per token; RolloutFailed for a prompt with fewer."""
+        choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))  # prompt by prompt, n each
+        groups = []
+        for number in range(prompts):
+            group = [c for c in choices if number * size <= c.get("index", -1) < (number + 1) * size]
+            whole = [c for c in group if c.get("token_ids") and c.get("prompt_token_ids")
+                     and len((c.get("logprobs") or {}).get("token_logprobs") or []) == len(c["token_ids"])]
+            if len(whole) != size:
+                raise RolloutFailed(f"the engine at {self.url} returned {len(whole)} whole completions of the {size} asked")
+            self.tokens += sum(len(c["token_ids"]) for c in whole)
+            groups.append(whole)
+        return groups
+
+    def complete(self, groups: list[RolloutGroup], size: int) -> tuple[list[RolloutGroup], int]:
+        """Each group of fewer than `size` samples completed to `size` with samples of its prompt
+        (its token ids as served) from the policy as loaded now, at the group's own temperature,
+        with their logprobs; larger groups as they are. Returns the groups in their order and the
+        samples added. The group keeps its version: each sample's importance ratio is taken
+        against its own recorded logprobs, whichever version drew it."""
+        if self.loaded is None:
+            self.sync_weights()
+        short = defaultdict(list)  # (samples missing, temperature): the groups that miss them
+        for group in groups:
+            if group.size < size:
+                short[(size - group.size, group.temperature)].append(group)
+        completed, added = {}, 0
+        for (missing, temperature), batch in short.items():
+            for start in range(0, len(batch), PROMPTS_PER_COMPLETION):
+                chunk = batch[start:start + PROMPTS_PER_COMPLETION]
+                body = {"model": self.loaded, "prompt": [g.prompt_token_ids for g in chunk], "n": missing, "logprobs": 0,
+                        "return_token_ids": True, "temperature": temperature, "top_p": self.sampling.top_p,
+                        "max_tokens": self.sampling.max_tokens, "frequency_penalty": self.sampling.frequency_penalty,
+                        "seed": self.seed + len(completed)}
+                if self.json_schema is not None:
+                    body["structured_outputs"] = {"json": self.json_schema}
+                started = time.perf_counter()
+                response = self._post("/v1/completions", body)
+                self.seconds += time.perf_counter() - started
+                if response.status_code != 200:
+                    raise RolloutFailed(f"the engine at {self.url} did not complete a served group: HTTP {response.status_code} "
+                                        f"{response.text[:300]}")
+                for group, whole in zip(chunk, self._whole_groups(response, len(chunk), missing), strict=True):
+                    completed[group.key] = replace(group, completion_ids=group.completion_ids + [list(c["token_ids"]) for c in whole],
+                                                   logprobs=group.logprobs + [_logprobs(c) for c in whole])
+                    added += missing
+        return [completed.get(g.key, g) for g in groups], added
 
     def close(self) -> None:
         if self.loaded:
@@ -129,3 +179,8 @@ class EngineRollouts:
             self.loaded = None
         self._client.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _logprobs(choice: dict) -> list[float]:
+    """A choice's logprob per token (NaN where the engine gave none)."""
+    return [float("nan") if x is None else float(x) for x in choice["logprobs"]["token_logprobs"]]

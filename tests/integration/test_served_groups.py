@@ -131,6 +131,34 @@ def test_a_rounds_grpo_trains_on_the_served_groups(built, served):
     print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))
 
 
+def test_served_groups_smaller_than_grpos_group_are_completed_on_the_engine_and_trained(built, engines, served):
+    """Served groups of 4 completed to 8 on the real base engine: each prompt's served token ids
+    sampled 4 more times from the policy (loaded under a fresh name, unloaded after), with
+    logprobs the trainer's agree with (few tokens above the importance cap), then trained."""
+    from router.engine_client import ChatTemplate
+    from trainer import data as round_data
+    from trainer import grpo
+    from trainer.policy import load_policy
+
+    settings = built.model_copy(update={"grpo_max_epochs": 1.0, "grpo_prompts_per_step": 2, "train_cpu_precision": "fp32",
+                                        "grpo_num_generations": 2 * SAMPLES})
+    template = ChatTemplate.load(settings.base_model_path)
+    data = round_data.build("extraction", [], [(f"{i}-0", r) for i, r in enumerate(served)], template.render, settings.reward_context,
+                            frozenset(), 1, 64, False, groups_limit=64)
+    assert data.groups and {g.size for g in data.groups} == {SAMPLES}
+    model, tokenizer = load_policy(settings.base_model_path, None, 8, 16, None, False, False, 1)
+    url = engines["base"].url
+    outcome = grpo.train_on_groups(settings, model, tokenizer, "extraction", data.groups, 300.0, "test", policy="base",
+                                   engine_url=url, name_prefix=f"extraction-complete-test-{time.time_ns()}")
+    report = outcome.grpo
+    assert report.group_size == 2 * SAMPLES and f"completed to {2 * SAMPLES} on the engine" in outcome.why
+    assert outcome.seconds_by_phase["samples_completed_on_engine"] == SAMPLES * len(data.groups)
+    assert report.rollouts.startswith(grpo.SERVED_GROUPS) and report.generation_tokens_per_s > 0 and outcome.steps > 0
+    assert report.importance_tokens > 0 and report.importance_clipped <= 0.05 * report.importance_tokens, report
+    assert not any("complete" in card["id"] for card in httpx.get(f"{url}/v1/models").json()["data"])  # unloaded
+    print(json.dumps({"steps": outcome.steps, "report": {k: getattr(report, k) for k in report.__dataclass_fields__}}, default=str))
+
+
 def test_a_round_reads_again_the_groups_its_policy_served_in_earlier_rounds(built, gateway, served):
     """The groups no version was made from come back from the real records stream, newest first,
     whether or not a round already read and acknowledged them; never this round's own records

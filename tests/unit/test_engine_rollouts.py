@@ -132,6 +132,63 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     assert outcome.seconds_by_phase["reloads"] == 2
 
 
+def short_group(key: str, samples: int, temperature: float = 0.7):
+    from trainer.data import RolloutGroup
+
+    return RolloutGroup(key=key, source=key, version="base", temperature=temperature, prompt_token_ids=[3, 4, 5, len(key)],
+                        completion_ids=[[GOOD, EOS]] * samples, logprobs=[[-0.5, -0.5]] * samples, reference="", context="{}")
+
+
+def test_served_groups_smaller_than_the_group_size_are_completed_on_the_engine_after_their_served_samples(engine, tmp_path):
+    rollouts = EngineRollouts(engine.url, policy(), "extraction-complete-r5", SAMPLING, {"type": "object"}, reload_every=4, seed=3,
+                              directory=tmp_path)
+    groups = [short_group("a", 2), short_group("bb", 2), short_group("ccc", 4), short_group("dddd", 2, temperature=1.0)]
+    completed, added = rollouts.complete(groups, 4)
+    assert added == 6 and [g.size for g in completed] == [4, 4, 4, 4] and [g.key for g in completed] == ["a", "bb", "ccc", "dddd"]
+    assert completed[2] is groups[2]  # already whole: as served
+    assert completed[0].completion_ids[:2] == [[GOOD, EOS]] * 2 and completed[0].logprobs[:2] == [[-0.5, -0.5]] * 2  # served first
+    assert completed[0].completion_ids[2:] == [[GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]] and completed[0].logprobs[3] == [-1.0] * 4
+    assert completed[0].prompt_token_ids == [3, 4, 5, 1] and completed[0].version == "base"  # its prompt and version kept
+    # one request per temperature: each group's prompt as the token ids it was served with, the samples it lacks each
+    assert [(b["prompt"], b["n"], b["temperature"]) for b in engine.asked] == [([[3, 4, 5, 1], [3, 4, 5, 2]], 2, 0.7),
+                                                                              ([[3, 4, 5, 4]], 2, 1.0)]
+    assert all(b["model"] == "extraction-complete-r5-1" and b["logprobs"] == 0 and b["return_token_ids"]
+               and b["structured_outputs"] == {"json": {"type": "object"}} for b in engine.asked)
+    assert rollouts.tokens == 6 * 4 and rollouts.seconds > 0
+    engine.short = 1
+    with pytest.raises(RolloutFailed, match="1 whole completions of the 2 asked"):  # never a group trained as if whole
+        rollouts.complete([short_group("a", 2)], 4)
+    rollouts.close()
+    assert engine.unloaded == ["extraction-complete-r5-1"]
+
+
+def test_grpo_on_served_groups_completes_smaller_ones_on_an_engine_and_says_so(engine, tmp_path, monkeypatch):
+    from common.settings import load_settings
+    from tests.unit.test_grpo_served_groups import served_group
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    settings = load_settings(data_dir=tmp_path, grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=1,
+                             train_cpu_precision="fp32", grpo_num_generations=4)
+    good, bad = [GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]
+    runs = {}
+    for engine_url in (engine.url, None):
+        model = policy()
+        monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("the trainer generated"))
+        groups = [served_group(model, f"g{i}", [good, bad]) for i in range(4)]
+        runs[engine_url] = grpo.train_on_groups(settings, model, tokenizer(), "push", groups, 600.0, "test", policy="base",
+                                                engine_url=engine_url, name_prefix="push-complete-r6")
+    completed, as_served = runs[engine.url], runs[None]
+    assert completed.grpo.group_size == 4 and as_served.grpo.group_size == 2
+    assert completed.grpo.rollouts.startswith(grpo.SERVED_GROUPS) and grpo.ENGINE in completed.grpo.rollouts
+    assert as_served.grpo.rollouts == grpo.SERVED_GROUPS and as_served.grpo.generation_tokens_per_s is None
+    assert completed.seconds_by_phase["samples_completed_on_engine"] == 8 and completed.grpo.generation_tokens_per_s > 0
+    assert "samples_completed_on_engine" not in as_served.seconds_by_phase
+    assert "groups of 2 completed to 4 on the engine" in completed.why and "trained as served (no engine" in as_served.why
+    assert completed.steps == as_served.steps == 2 and completed.grpo.groups == 4
+    assert [b["n"] for b in engine.asked] == [2] and engine.loaded == engine.unloaded == ["push-complete-r6-1"]
+
+
 def test_a_rounds_grpo_takes_served_groups_then_an_engine_then_the_trainers_generate(monkeypatch):
     from common.settings import load_settings
     from trainer import candidate, grpo
