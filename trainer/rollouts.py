@@ -104,18 +104,8 @@ class EngineRollouts:
         if self.loaded is None:
             self.sync_weights()
         distinct = whole_groups(prompts, size)
-        body = {"model": self.loaded, "prompt": distinct, "n": size, "logprobs": 0, "return_token_ids": True,
-                "temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "max_tokens": self.sampling.max_tokens,
-                "frequency_penalty": self.sampling.frequency_penalty, "seed": self.seed + self.step() * 1000}
-        if self.json_schema is not None:
-            body["structured_outputs"] = {"json": self.json_schema}
-        started = time.perf_counter()
-        response = self._post("/v1/completions", body)
-        self.seconds += time.perf_counter() - started
-        if response.status_code != 200:
-            raise RolloutFailed(f"the engine at {self.url} did not sample a group: HTTP {response.status_code} {response.text[:300]}")
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        for whole in self._whole_groups(response, len(distinct), size):
+        for whole in self._sample(distinct, size, self.sampling.temperature, self.seed + self.step() * 1000, "sample a group"):
             if len(self.names) == 1 and len(self.parent_groups) < PARENT_GROUPS_KEPT:  # the policy as it started
                 self.parent_groups.append((list(whole[0]["prompt_token_ids"]), [list(c["token_ids"]) for c in whole]))
             for choice in whole:
@@ -124,12 +114,24 @@ class EngineRollouts:
                 out["logprobs"].append(_logprobs(choice))
         return out
 
-    def _whole_groups(self, response: httpx.Response, prompts: int, size: int) -> list[list[dict]]:
-        """The `size` choices of each of the request's `prompts`, in order, each with its tokens and
-        a logprob per token; RolloutFailed for a prompt with fewer."""
+    def _sample(self, prompts: list, size: int, temperature: float, seed: int, what: str) -> list[list[dict]]:
+        """`size` samples of each of `prompts` (texts or token ids) on the loaded policy, in one
+        request, with the task's sampling at `temperature`; the choices of each prompt in order,
+        each with its tokens and a logprob per token. RolloutFailed (saying it could not `what`)
+        for an engine that fails or a prompt with fewer."""
+        body = {"model": self.loaded, "prompt": prompts, "n": size, "logprobs": 0, "return_token_ids": True,
+                "temperature": temperature, "top_p": self.sampling.top_p, "max_tokens": self.sampling.max_tokens,
+                "frequency_penalty": self.sampling.frequency_penalty, "seed": seed}
+        if self.json_schema is not None:
+            body["structured_outputs"] = {"json": self.json_schema}
+        started = time.perf_counter()
+        response = self._post("/v1/completions", body)
+        self.seconds += time.perf_counter() - started
+        if response.status_code != 200:
+            raise RolloutFailed(f"the engine at {self.url} did not {what}: HTTP {response.status_code} {response.text[:300]}")
         choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))  # prompt by prompt, n each
         groups = []
-        for number in range(prompts):
+        for number in range(len(prompts)):
             group = [c for c in choices if number * size <= c.get("index", -1) < (number + 1) * size]
             whole = [c for c in group if c.get("token_ids") and c.get("prompt_token_ids")
                      and len((c.get("logprobs") or {}).get("token_logprobs") or []) == len(c["token_ids"])]
@@ -155,19 +157,9 @@ class EngineRollouts:
         for (missing, temperature), batch in short.items():
             for start in range(0, len(batch), PROMPTS_PER_COMPLETION):
                 chunk = batch[start:start + PROMPTS_PER_COMPLETION]
-                body = {"model": self.loaded, "prompt": [g.prompt_token_ids for g in chunk], "n": missing, "logprobs": 0,
-                        "return_token_ids": True, "temperature": temperature, "top_p": self.sampling.top_p,
-                        "max_tokens": self.sampling.max_tokens, "frequency_penalty": self.sampling.frequency_penalty,
-                        "seed": self.seed + len(completed)}
-                if self.json_schema is not None:
-                    body["structured_outputs"] = {"json": self.json_schema}
-                started = time.perf_counter()
-                response = self._post("/v1/completions", body)
-                self.seconds += time.perf_counter() - started
-                if response.status_code != 200:
-                    raise RolloutFailed(f"the engine at {self.url} did not complete a served group: HTTP {response.status_code} "
-                                        f"{response.text[:300]}")
-                for group, whole in zip(chunk, self._whole_groups(response, len(chunk), missing), strict=True):
+                sampled = self._sample([g.prompt_token_ids for g in chunk], missing, temperature, self.seed + len(completed),
+                                       "complete a served group")
+                for group, whole in zip(chunk, sampled, strict=True):
                     completed[group.key] = replace(group, completion_ids=group.completion_ids + [list(c["token_ids"]) for c in whole],
                                                    logprobs=group.logprobs + [_logprobs(c) for c in whole])
                     added += missing
