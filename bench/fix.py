@@ -128,7 +128,8 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
     labels = store.labels(task)
     render = ChatTemplate.load(model_path_of(settings, task)).render
     active = store.route(task).active
-    start_from, _ = methods.start(settings, store.adapter(active) if active else None, model_path_of(settings, task))
+    active_meta = store.adapter(active) if active else None
+    start_from, _ = methods.start(settings, active_meta, model_path_of(settings, task))
     out: dict = {"start": start_from}
     as_served: dict[str, list[Score]] = {}
     for arm, shown in (("with examples", round_data.served_demonstrations(settings.model_copy(update={"train_with_examples": True}),
@@ -138,7 +139,7 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
                                 settings.seed, settings.unlabelled_prompts_per_round, settings.sft_from_liked, shown)
         steps = methods.plan(settings.train_method, data, settings)
         started = time.perf_counter()
-        meta = train_candidate(settings, store, data, steps, "bench-fix", start_from)
+        meta = train_candidate(settings, store, data, steps, "bench-fix", active_meta if start_from == "active" else None)
         seconds = round(time.perf_counter() - started, 1)
         asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
         alone = asyncio.run(served_scores(settings, fleet, task, meta.version, held_out))

@@ -349,7 +349,7 @@ def sft_from_base(settings: Settings, store: Store, fleet: HotSwap, team: Team, 
     started = time.perf_counter()
     data = sft_data(task, reference_examples(settings, task, rows), settings.seed, validation)
     trained_with = settings if training_seed is None else settings.model_copy(update={"seed": training_seed})
-    meta = train_candidate(trained_with, store, data, [("sft", why)], "oracle", "base")
+    meta = train_candidate(trained_with, store, data, [("sft", why)], "oracle", None)
     asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
     scores = asyncio.run(served_scores(settings, fleet, task, meta.version, team.held_out[task]))
     return ({"version": meta.version, **measured(scores), "gain": paired_gain(scores, baseline),

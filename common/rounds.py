@@ -276,9 +276,9 @@ class PlanStep:
 
 @dataclass
 class TrainingStart:
-    """What a candidate started from: the active version's weights or the base model."""
+    """What a candidate started from: the active version's weights, a rejected candidate's, or the base model."""
     weights: str
-    """The active version, or the base model's path."""
+    """"active", "base", or the version of the rejected candidate it continues (`trainer.methods.continued`)."""
     why: str
 
 

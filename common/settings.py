@@ -217,6 +217,10 @@ class Settings(BaseSettings):
     grpo_kept_scan: int = Field(5000, ge=0, description="Records a round looks back through for the groups its policy served in "
                                 "earlier rounds and no version was made from (a rejected round's), trained on after its own "
                                 "(0: only the round's new records).")
+    grpo_continue_rejected: int = Field(2, ge=0, le=8, description="Rejected candidates in a row that a round may continue instead "
+                                        "of the task's active version: each trained by GRPO alone and not found worse by its gate "
+                                        "(mean paired difference >= 0, no component worse), so that rounds without a promotion add "
+                                        "up their steps (trainer/methods.py: `continued`); 0: a round always continues the active version.")
     grpo_entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient (TRL's entropy_coef).")
     grpo_adaptive_entropy: bool = Field(False, description="TRL's adaptive entropy coefficient.")
     unlabelled_prompts_per_round: int = Field(64, ge=0, description="Newest distinct unlabelled inputs a round uses for GRPO.")

@@ -1,7 +1,7 @@
 """Training one task's candidate version in a round and registering it.
 
 The methods of the task's plan (`methods.plan`) run one after the other on one LoRA, fresh or
-continuing the task's active version (`methods.start`), each within its share of the task's
+continuing the task's active version or a rejected candidate (`methods.start`, `methods.continued`), each within its share of the task's
 time budget. Files are written to a hidden `.partial` dir and renamed into place before the
 version is registered (one atomic Redis step), so a round killed at any moment leaves either
 nothing registered or a complete version; `clean_orphans` removes what a killed round left.
@@ -92,14 +92,13 @@ def run_plan(settings: Settings, model, tokenizer, data: TaskData, steps: list[t
 
 
 def train_candidate(settings: Settings, store: Store, data: TaskData, steps: list[tuple[str, str]], round_id: str,
-                    start: str, progress=None, engines: tuple[str, ...] = ()) -> AdapterMeta:
-    """Train and register a candidate, its LoRA fresh on the base model (`start` "base") or
-    continuing the task's active version ("active", when there is one); returns its metadata
-    (status `candidate`). The task trains with its own `task_training` settings where it has any."""
+                    parent: AdapterMeta | None, progress=None, engines: tuple[str, ...] = ()) -> AdapterMeta:
+    """Train and register a candidate, its LoRA fresh on the base model (`parent` None) or
+    continuing `parent` (the task's active version, or the rejected candidate `methods.continued`
+    chose); returns its metadata (status `candidate`). The task trains with its own
+    `task_training` settings where it has any."""
     task = data.task
     settings = training_settings(settings, task)
-    active = store.route(task).active
-    parent = store.adapter(active) if active and start == "active" else None
     started = time.perf_counter()
     path = model_path_of(settings, task)
     quantize = quantization(settings.train_quantization)

@@ -30,7 +30,7 @@ import transformers
 from transformers.trainer_callback import TrainerCallback
 
 from common.processes import bf16_on_cpu, return_freed_memory
-from common.records import AdapterMeta
+from common.records import BASE_VERSION, AdapterMeta
 from common.rounds import GrpoReport, MethodRun, RoundSummary
 from common.settings import Settings
 from trainer import trl_internals
@@ -141,9 +141,7 @@ def start(settings: Settings, active: AdapterMeta | None, model: str) -> tuple[s
     each round would relearn the same few steps over and over. A version trained on another base
     model cannot be continued: then it starts fresh.
 
-    A rejected candidate is not continued: continuing the newest one the gate had not found worse
-    (so that rounds without a promotion add up their steps) gave no gain in `tucano bench learn`
-    on extraction and insights, and left insights worse (docs/results.md)."""
+    A round whose plan is GRPO alone may continue a rejected candidate instead (`continued`)."""
     if settings.train_from == "base":
         return "base", "TUCANO_TRAIN_FROM=base"
     if active is None:
@@ -152,6 +150,63 @@ def start(settings: Settings, active: AdapterMeta | None, model: str) -> tuple[s
         return "base", f"the active version {active.version} was trained on another base model ({active.base_model})"
     why = "TUCANO_TRAIN_FROM=active" if settings.train_from == "active" else "each round's steps add to the rounds before"
     return "active", f"continues {active.version}: {why}"
+
+
+def continued(settings: Settings, active: AdapterMeta | None, model: str, adapters: list[AdapterMeta],
+              plan: list[str]) -> tuple[AdapterMeta | None, str]:
+    """The rejected candidate a round continues instead of `active` (the version `start` chose,
+    None for the base model), and why; (None, why not) where it continues `start`'s choice.
+
+    GRPO from traffic moves a version a little each round: `bench grpo-gain` measured +0.015 to
+    +0.046 on extraction's groups of 8, while the gate's interval on 32 rows is about +-0.04, so
+    such a candidate is rejected as often as one that learned nothing, and its steps were thrown
+    away: every round restarted from the active version. Continuing the task's newest candidate
+    lets rounds without a promotion add up their steps until the gate is sure, when all of these
+    hold:
+    - this round's plan is GRPO alone, and so was the candidate's (continuing a rejected SFT
+      candidate on labels gained nothing and left insights worse: docs/results.md, run 4);
+    - the gate rejected it comparing it with `active` itself, with a mean paired difference at
+      or above 0 and no component significantly worse (a candidate the gate passed and shadow
+      replay, the probe or a canary then rejected is never continued);
+    - it descends from `active` through rejected candidates only, at most
+      `grpo_continue_rejected` of them in a row counting itself, so a line that never passes is
+      dropped for the active version again;
+    - it was trained on the same base model and its files are there.
+    The gate always compares a candidate with the active version, whatever it started from."""
+    limit = settings.grpo_continue_rejected
+    if limit <= 0 or settings.train_from == "base":
+        return None, "continuing rejected candidates is off"
+    if plan != ["grpo"]:
+        return None, f"the plan is {'+'.join(plan) or 'empty'}, not GRPO alone"
+    if not adapters:
+        return None, "no earlier candidate"
+    newest = max(adapters, key=lambda meta: meta.created)
+    incumbent = active.version if active else BASE_VERSION
+    if newest.status != "rejected":
+        return None, f"the newest version {newest.version} is {newest.status}"
+    gate = newest.gate
+    if newest.method != "grpo" or gate is None or gate.decision.promote or gate.incumbent != incumbent:
+        return None, f"{newest.version} was not a GRPO candidate rejected by its gate against {incumbent}"
+    decision = gate.decision.deciding()
+    worse = [name for name, c in decision.components.items() if c.worse]
+    if decision.difference < 0 or worse:
+        return None, (f"{newest.version}'s gate found it worse ({decision.difference:+.4f}"
+                      f"{', ' + ', '.join(worse) + ' significantly' if worse else ''})")
+    by_version, node, depth = {meta.version: meta for meta in adapters}, newest, 0
+    while node is not None and node.status == "rejected" and depth <= limit:
+        node, depth = by_version.get(node.parent) if node.parent else None, depth + 1
+    if depth > limit:
+        return None, f"{newest.version} ends a line of more than {limit} rejected candidates: the round starts again from {incumbent}"
+    if (node.version if node is not None else None) != (active.version if active else None):
+        return None, f"{newest.version} does not descend from {incumbent} through rejected candidates"
+    if newest.base_model and newest.base_model != model:
+        return None, f"{newest.version} was trained on another base model ({newest.base_model})"
+    if not os.path.isdir(newest.path):
+        return None, f"{newest.version}'s files are gone ({newest.path})"
+    low, high = decision.interval
+    return newest, (f"continues {newest.version}, rejected by its gate but not worse than {incumbent} "
+                    f"({decision.difference:+.4f} [{low:+.4f}, {high:+.4f}], n={decision.n}): rounds of GRPO add up their steps "
+                    f"until the gate is sure ({depth} of at most {limit} rejected in a row)")
 
 
 def bf16(settings: Settings) -> bool:

@@ -238,6 +238,10 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         entry.reason = why if not news else f"no method has enough data{' (' + left + ')' if left else ''}"
         say(f"{task}: not trained: {entry.reason}")
         return entry
+    parent = active_meta if start == "active" else None
+    if [m for m, _ in steps] == ["grpo"] and settings.grpo_continue_rejected > 0:
+        rejected, rejected_why = methods.continued(settings, parent, model_path_of(settings, task), store.adapters(task), ["grpo"])
+        parent, start, start_why = (rejected, rejected.version, rejected_why) if rejected else (parent, start, f"{start_why}; {rejected_why}")
     entry.start = TrainingStart(weights=start, why=start_why)
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
     started = time.perf_counter()
@@ -247,7 +251,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         progress(f"{task} training", round(min(share, 1.0) * 1000), 1000)
     progress(f"{task} training", 0, 1)
     try:
-        candidate = train_candidate(settings, store, data, steps, round_id, start, trained, tuple(fleet.urls(TASK_ENGINE[task])))
+        candidate = train_candidate(settings, store, data, steps, round_id, parent, trained, tuple(fleet.urls(TASK_ENGINE[task])))
     except QuantizationUnavailable as error:  # a setting this machine cannot honour: no task can train
         raise RoundError(str(error)) from None
     except RolloutFailed as error:  # an engine failed while GRPO sampled: nothing registered, no partial group trained

@@ -93,7 +93,7 @@ def test_vllm_serves_it_and_a_lora_trained_on_it(smol, tmp_path):
                 prompt = render(build_messages("extraction", typed_input("extraction", r["input"])))
                 data.sft.append(SftExample(prompt, answer_text("extraction", r["reference"]), r["id"]))
             split_validation(data, smol.seed)
-            meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", "base")
+            meta = train_candidate(settings, Store(url), data, [("sft", "test")], "test-round", None)
         asyncio.run(load_everywhere([server.url], meta.version, meta.path))  # loads, then checks it answers
         adapted = asyncio.run(answered(meta.version))
         assert json.loads(adapted.text).keys() >= {"sentiment", "summary"}

@@ -236,6 +236,55 @@ def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_regist
     assert entry.outcome == Outcome.FAILED and "3 whole completions of the 4 asked" in entry.reason and entry.version is None
 
 
+def test_a_grpo_round_trains_from_the_rejected_candidate_that_methods_continued_chose(monkeypatch, tmp_path):
+    """The round hands the rejected candidate to the trainer as the LoRA to continue, and says so in its entry."""
+    from common.records import AdapterMeta, Route
+    from common.settings import load_settings
+    from tests.unit.test_round_data import NoLabels, rejected_candidate, render
+    from trainer import round as round_module
+
+    class Template:
+        pass
+    Template.render = staticmethod(render)
+
+    class Fleet:
+        def urls(self, kind):
+            return ["http://e1"]
+
+    settings = load_settings()
+    model = round_module.model_path_of(settings, "sql")
+    active = AdapterMeta(version="sql-v1", task="sql", path=str(tmp_path), status="active", base_model=model, created=1.0)
+    rejected = rejected_candidate("sql-v2", "sql-v1", tmp_path, incumbent="sql-v1", created=2.0)
+    rejected.base_model, rejected.task = model, "sql"
+
+    class Store(NoLabels):
+        def route(self, task):
+            return Route(active="sql-v1")
+
+        def adapter(self, version):
+            return {"sql-v1": active, "sql-v2": rejected}[version]
+
+        def adapters(self, *tasks):
+            return [active, rejected]
+
+    parents = []
+
+    def capture(settings, store, data, steps, round_id, parent, *args):
+        parents.append(parent)
+        raise RolloutFailed("stop after the start is chosen")
+
+    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
+    monkeypatch.setattr(round_module, "train_candidate", capture)
+    monkeypatch.setattr(round_module.gate, "held_out_inputs", lambda *a: frozenset())
+    records = [(f"{i}-0", make(i)) for i in range(40)]
+    entry = round_module._train_task(settings, Store(), Fleet(), "sql", records, "r1", print, lambda *a: None)
+    assert parents == [rejected] and entry.start.weights == "sql-v2" and "continues sql-v2" in entry.start.why
+    parents.clear()
+    entry = round_module._train_task(settings.model_copy(update={"grpo_continue_rejected": 0}), Store(), Fleet(), "sql", records, "r1",
+                                     print, lambda *a: None)
+    assert parents == [active] and entry.start.weights == "active"
+
+
 def make(i: int):
     from tests.unit.test_shapes_and_routing import make_record
 

@@ -179,6 +179,68 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
     assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
 
 
+def rejected_candidate(version: str, parent: str | None, path, difference: float = 0.01, incumbent: str = "base", method: str = "grpo",
+              created: float = 0.0, promote: bool = False, worse: bool = False) -> AdapterMeta:
+    from common.rounds import ComponentDifference
+
+    decision = GateDecision(promote=promote, reason="", n=32, rows={"bootstrap": 32}, candidate_mean=0.5 + difference,
+                            incumbent_mean=0.5, difference=difference, interval=(difference - 0.04, difference + 0.04),
+                            components={"price": ComponentDifference(-0.2 if worse else 0.0, (-0.3, -0.1) if worse else (-0.1, 0.1), worse)})
+    return AdapterMeta(version=version, task="extraction", path=str(path), status="rejected", parent=parent, method=method,
+                       base_model="/model", created=created, gate=GateRecord(decision=decision, incumbent=incumbent))
+
+
+def test_a_grpo_round_continues_the_newest_rejected_candidate_not_found_worse_up_to_the_limit(tmp_path):
+    from trainer import methods
+
+    settings = load_settings()
+    assert settings.grpo_continue_rejected == 2
+    active = AdapterMeta(version="extraction-v1", task="extraction", path=str(tmp_path), status="active", base_model="/model",
+                         created=1.0)
+    v2 = rejected_candidate("extraction-v2", "extraction-v1", tmp_path, incumbent="extraction-v1", created=2.0)
+    chosen, why = methods.continued(settings, active, "/model", [active, v2], ["grpo"])
+    assert chosen is v2 and "continues extraction-v2" in why and "+0.0100" in why and "1 of at most 2" in why
+    v3 = rejected_candidate("extraction-v3", "extraction-v2", tmp_path, incumbent="extraction-v1", created=3.0)
+    chosen, why = methods.continued(settings, active, "/model", [active, v2, v3], ["grpo"])
+    assert chosen is v3 and "2 of at most 2" in why
+    v4 = rejected_candidate("extraction-v4", "extraction-v3", tmp_path, incumbent="extraction-v1", created=4.0)
+    chosen, why = methods.continued(settings, active, "/model", [active, v2, v3, v4], ["grpo"])
+    assert chosen is None and "more than 2 rejected" in why  # the line is dropped for the active version again
+    # from the base model, when no version is active
+    fresh = rejected_candidate("extraction-v1", None, tmp_path, created=1.0)
+    assert methods.continued(settings, None, "/model", [fresh], ["grpo"])[0] is fresh
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("worse", "found it worse (-0.0010"),
+    ("component worse", "price significantly"),
+    ("passed the gate", "not a GRPO candidate rejected by its gate"),
+    ("trained with sft", "not a GRPO candidate rejected by its gate"),
+    ("judged against another version", "not a GRPO candidate rejected by its gate against extraction-v1"),
+    ("another line", "does not descend from extraction-v1"),
+    ("another base model", "another base model (/model)"),
+    ("files gone", "files are gone"),
+    ("newest is active", "the newest version extraction-v1 is active"),
+    ("plan with sft", "the plan is sft+grpo, not GRPO alone"),
+    ("off", "off"),
+])
+def test_a_round_continues_the_active_version_when_the_newest_candidate_may_not_be_continued(tmp_path, case, expected):
+    from trainer import methods
+
+    active = AdapterMeta(version="extraction-v1", task="extraction", path=str(tmp_path), status="active", base_model="/model",
+                         created=1.0 if case != "newest is active" else 9.0)
+    changes = {"worse": dict(difference=-0.001), "component worse": dict(worse=True), "passed the gate": dict(promote=True),
+               "trained with sft": dict(method="sft"), "judged against another version": dict(incumbent="extraction-v0"),
+               "another line": dict(parent="extraction-v0"), "files gone": dict(path=tmp_path / "gone")}.get(case, {})
+    arguments = dict(version="extraction-v2", parent="extraction-v1", path=tmp_path, incumbent="extraction-v1", created=2.0) | changes
+    candidate = rejected_candidate(**arguments)
+    model = "/another/model" if case == "another base model" else "/model"
+    settings = load_settings(grpo_continue_rejected=0) if case == "off" else load_settings()
+    plan = ["sft", "grpo"] if case == "plan with sft" else ["grpo"]
+    chosen, why = methods.continued(settings, active, model, [active, candidate], plan)
+    assert chosen is None and expected in why, why
+
+
 class NoLabels:
     """A store with nothing in it yet: no labels, no eval rows, no route, no adapters, no rounds."""
 

@@ -134,7 +134,7 @@ def test_a_candidate_trains_with_its_tasks_own_settings(monkeypatch):
     settings = Settings(task_training={"sql": {"train_learning_rate": 0.0005, "sft_batch_size": 2, "train_time_budget_s": 9}})
     for task in ("sql", "push"):
         with pytest.raises(Planned):
-            candidate.train_candidate(settings, NoRoutes(), TaskData(task), [("sft", "test")], "r1", "base")
+            candidate.train_candidate(settings, NoRoutes(), TaskData(task), [("sft", "test")], "r1", None)
     sql, push = seen
     assert methods.trainer_args(sql, 1, sql.sft_batch_size, 10)["learning_rate"] == 0.0005
     assert (sql.sft_batch_size, sql.train_time_budget_s) == (2, 9)
