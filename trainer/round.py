@@ -243,7 +243,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         rejected, rejected_why = methods.continued(settings, parent, model_path_of(settings, task), store.adapters(task), ["grpo"])
         parent, start, start_why = (rejected, rejected.version, rejected_why) if rejected else (parent, start, f"{start_why}; {rejected_why}")
     entry.start = TrainingStart(weights=start, why=start_why)
-    say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps))
+    say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps) + f"; the LoRA starts from {start}: {start_why}")
     started = time.perf_counter()
 
     def trained(_method: str, done: int, total: int) -> None:  # a time budget ends most training before its last step
