@@ -264,32 +264,3 @@ def test_a_round_on_a_4bit_nf4_base_makes_an_adapter_vllm_serves_and_the_gate_ju
     assert entry.gate.decision.n >= qlora.gate_min_rows, entry  # the engine loaded it and answered the eval rows with it
     assert entry.outcome in (Outcome.PROMOTED, Outcome.REJECTED), entry
 
-
-def test_a_traffic_round_continues_the_grpo_candidate_its_gate_rejected_without_finding_it_worse(built, redis_url, gateway, loop):
-    """Two real rounds of GRPO from extraction's traffic alone (groups of 4, no label). Round 1's
-    candidate learns at a rate of 1e-9, so through the real gate it answers every row as the
-    base model does (a difference of 0), and a promote margin of 0.99 rejects it. Round 2, on new
-    traffic, continues it from Redis and its files (`methods.continued`); with
-    TUCANO_GRPO_CONTINUE_REJECTED=1 a third round drops the line for the base model again."""
-    settings, store = loop
-    rows = load_split(settings.datasets_dir, "extraction", "train")[-48:]
-
-    def traffic(part: list[dict]) -> None:
-        asyncio.run(_send(gateway.url, store, "extraction", [{"input": row["input"], "options": {"samples": 4}} for row in part]))
-    still = loop_settings(built, redis_url, promote_margin=0.99, train_time_budget_s=10, grpo_learning_rate=1e-9, grpo_min_groups=8)
-    traffic(rows[:16])
-    first = run_round(still, store, fleet_for(still, store, gateway), ("extraction",), say=print).tasks["extraction"]
-    assert [step.method for step in first.plan] == ["grpo"] and first.outcome == Outcome.REJECTED, first
-    assert first.start.weights == "active" or first.start.weights == "base", first.start  # nothing to continue yet
-    decision = store.adapter(first.version).gate.decision
-    assert decision.difference == 0.0 and decision.n >= still.gate_min_rows, decision
-    traffic(rows[16:32])
-    second = run_round(still, store, fleet_for(still, store, gateway), ("extraction",), say=print).tasks["extraction"]
-    assert second.start.weights == first.version and "1 of at most 2" in second.start.why, second.start
-    assert store.adapter(second.version).parent == first.version and second.outcome == Outcome.REJECTED
-    traffic(rows[32:])
-    one = loop_settings(built, redis_url, promote_margin=0.99, train_time_budget_s=10, grpo_learning_rate=1e-9, grpo_min_groups=8,
-                        grpo_continue_rejected=1)
-    third = run_round(one, store, fleet_for(one, store, gateway), ("extraction",), say=print).tasks["extraction"]
-    assert third.start.weights != second.version and "more than 1 rejected" in third.start.why, third.start
-    assert store.adapter(third.version).parent == store.route("extraction").active
