@@ -39,7 +39,7 @@ model). Served alone, it still answers an exact repeat of a corrected input with
 
 A candidate that is the incumbent's own weights under a new name answers every row as the
 incumbent does up to the engine's batch numerics (a tiny model sampled at a temperature once
-differed by -0.0012 over 32 rows, tests/integration/test_learning_loop.py), so its interval is
+differed by -0.0012 over 32 rows: tests/integration/test_continued_candidates.py), so its interval is
 about [0, 0], below the margin, and it is never promoted.
 
 Every row is answered with a seed of its own that does not change between rounds, and what an

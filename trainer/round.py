@@ -239,8 +239,9 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         say(f"{task}: not trained: {entry.reason}")
         return entry
     parent = active_meta if start == "active" else None
-    if [m for m, _ in steps] == ["grpo"] and settings.grpo_continue_rejected > 0:
-        rejected, rejected_why = methods.continued(settings, parent, model_path_of(settings, task), store.adapters(task), ["grpo"])
+    plan = [m for m, _ in steps]
+    if plan == ["grpo"]:  # only GRPO continues a rejected candidate (`methods.continued`)
+        rejected, rejected_why = methods.continued(settings, parent, model_path_of(settings, task), store.adapters(task), plan)
         parent, start, start_why = (rejected, rejected.version, rejected_why) if rejected else (parent, start, f"{start_why}; {rejected_why}")
     entry.start = TrainingStart(weights=start, why=start_why)
     say(f"{task}: {why}; training " + ", then ".join(f"{m} ({w})" for m, w in steps) + f"; the LoRA starts from {start}: {start_why}")
