@@ -211,10 +211,11 @@ def test_a_rounds_grpo_takes_served_groups_then_an_engine_then_the_trainers_gene
         assert used == [expected], (len(groups), engines)
 
 
-def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_registers_nothing(monkeypatch):
-    from common.rounds import Outcome
-    from common.settings import load_settings
-    from tests.unit.test_round_data import NoLabels, render
+def train_sql_task(monkeypatch, train_candidate):
+    """`_train_task` on SQL's 40 unlabelled records, its trainer replaced by `train_candidate`, with
+    a stub chat template, no held-out inputs and a fleet of one engine: call it with the settings
+    and the store."""
+    from tests.unit.test_round_data import render
     from trainer import round as round_module
 
     class Template:
@@ -225,14 +226,22 @@ def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_regist
         def urls(self, kind):
             return ["http://e1"]
 
+    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
+    monkeypatch.setattr(round_module, "train_candidate", train_candidate)
+    monkeypatch.setattr(round_module.gate, "held_out_inputs", lambda *a: frozenset())
+    records = [(f"{i}-0", make(i)) for i in range(40)]
+    return lambda settings, store: round_module._train_task(settings, store, Fleet(), "sql", records, "r1", print, lambda *a: None)
+
+
+def test_a_round_whose_engine_fails_while_grpo_samples_fails_the_task_and_registers_nothing(monkeypatch):
+    from common.rounds import Outcome
+    from common.settings import load_settings
+    from tests.unit.test_round_data import NoLabels
+
     def failing(*args, **kwargs):
         raise RolloutFailed("the engine at http://e1 returned 3 whole completions of the 4 asked")
 
-    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
-    monkeypatch.setattr(round_module, "train_candidate", failing)
-    monkeypatch.setattr(round_module.gate, "held_out_inputs", lambda *a: frozenset())
-    records = [(f"{i}-0", make(i)) for i in range(40)]
-    entry = round_module._train_task(load_settings(), NoLabels(), Fleet(), "sql", records, "r1", print, lambda *a: None)
+    entry = train_sql_task(monkeypatch, failing)(load_settings(), NoLabels())
     assert entry.outcome == Outcome.FAILED and "3 whole completions of the 4 asked" in entry.reason and entry.version is None
 
 
@@ -240,19 +249,11 @@ def test_a_grpo_round_trains_from_the_rejected_candidate_that_methods_continued_
     """The round hands the rejected candidate to the trainer as the LoRA to continue, and says so in its entry."""
     from common.records import AdapterMeta, Route
     from common.settings import load_settings
-    from tests.unit.test_round_data import NoLabels, rejected_candidate, render
-    from trainer import round as round_module
-
-    class Template:
-        pass
-    Template.render = staticmethod(render)
-
-    class Fleet:
-        def urls(self, kind):
-            return ["http://e1"]
+    from tasks import model_path_of
+    from tests.unit.test_round_data import NoLabels, rejected_candidate
 
     settings = load_settings()
-    model = round_module.model_path_of(settings, "sql")
+    model = model_path_of(settings, "sql")
     active = AdapterMeta(version="sql-v1", task="sql", path=str(tmp_path), status="active", base_model=model, created=1.0)
     rejected = rejected_candidate("sql-v2", "sql-v1", tmp_path, incumbent="sql-v1", created=2.0)
     rejected.base_model, rejected.task = model, "sql"
@@ -273,15 +274,11 @@ def test_a_grpo_round_trains_from_the_rejected_candidate_that_methods_continued_
         parents.append(parent)
         raise RolloutFailed("stop after the start is chosen")
 
-    monkeypatch.setattr(round_module.ChatTemplate, "load", staticmethod(lambda path: Template()))
-    monkeypatch.setattr(round_module, "train_candidate", capture)
-    monkeypatch.setattr(round_module.gate, "held_out_inputs", lambda *a: frozenset())
-    records = [(f"{i}-0", make(i)) for i in range(40)]
-    entry = round_module._train_task(settings, Store(), Fleet(), "sql", records, "r1", print, lambda *a: None)
+    train = train_sql_task(monkeypatch, capture)
+    entry = train(settings, Store())
     assert parents == [rejected] and entry.start.weights == "sql-v2" and "continues sql-v2" in entry.start.why
     parents.clear()
-    entry = round_module._train_task(settings.model_copy(update={"grpo_continue_rejected": 0}), Store(), Fleet(), "sql", records, "r1",
-                                     print, lambda *a: None)
+    entry = train(settings.model_copy(update={"grpo_continue_rejected": 0}), Store())
     assert parents == [active] and entry.start.weights == "active"
 
 
