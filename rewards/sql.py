@@ -30,7 +30,7 @@ from sqlglot import exp
 
 from common.commerce import SCHEMA_COLUMNS
 from rewards.parsing import split_think, strip_fences
-from rewards.sql_question import SCHEMA_COLUMN_NAMES, Cues, is_constant, question_cues, question_match
+from rewards.sql_question import PRODUCTS, SCHEMA_COLUMN_NAMES, Cues, is_constant, question_cues, question_match
 from rewards.sql_sandbox import QueryResult, check_readonly, execute_readonly
 
 # `reference_ran` (weight 0) says whether the reference itself ran: when it did not, the answer
@@ -112,6 +112,28 @@ def identifier_link(sql: str) -> tuple[float, str]:
         return 0.0, "no identifiers"
     good = sum(n.lower() in KNOWN_NAMES for n in names)
     return 0.5 * good / len(names), f"unparsed; {good}/{len(names)} identifiers are schema names"
+
+
+_STORE_NAMES: dict[tuple[str, float], frozenset[str]] = {}
+
+
+def store_names(db_path: Path, timeout_s: float) -> frozenset[str]:
+    """The store's product category names written as one word ("musica", "bebidas"): values a
+    question may name that no pattern tells from any other word (snake_case ones are found by
+    their form). Read from the store's database once per version of its file; none where it
+    cannot be read, so a question's cues are then what its words alone say."""
+    try:
+        key = (str(db_path), db_path.stat().st_mtime)
+    except OSError:
+        return frozenset()
+    if key not in _STORE_NAMES:
+        result = execute_readonly(db_path, f"SELECT DISTINCT product_category_name FROM {PRODUCTS}", timeout_s=timeout_s,
+                                  row_cap=10_000)
+        if result.error:
+            return frozenset()
+        _STORE_NAMES.clear()
+        _STORE_NAMES[key] = frozenset(row[0].lower() for row in result.rows if isinstance(row[0], str) and row[0].isalpha())
+    return _STORE_NAMES[key]
 
 
 def _normalised(row: tuple) -> tuple:
@@ -231,7 +253,7 @@ def score(completion: str, reference: dict | None, question: str, db_path: Path,
     components["executes"] = 1.0
     details["executes"] = f"{len(result.rows)} rows" + (" (capped)" if result.truncated else "")
     if not reference:
-        cues = question_cues(question, KNOWN_NAMES)
+        cues = question_cues(question, KNOWN_NAMES, store_names(db_path, timeout_s))
         used = {t.name.lower() for t in checked.tree.find_all(exp.Table)} & set(TABLES)
         match, details["question_match"] = question_match(cues, checked.tree, used)
         shape, details["result_shape"] = result_shape(result, cues)

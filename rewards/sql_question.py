@@ -78,6 +78,15 @@ ENTITY_WORDS: dict[str, frozenset[str]] = {
 }
 ENTITY = re.compile(r"\b(?:por|cada|o|a|os|as|qual|quais|top|\d+|dois|duas|tres|cinco|dez)\s+(?:\d+\s+|cinco\s+|dez\s+|tres\s+)?"
                     r"(cidade|estado|categoria|vendedor|produto|cliente|status|tipo de pagamento|forma de pagamento)")
+# folded question words -> the columns an average or a sum it asks for is taken over ("o peso médio": AVG(product_weight_g))
+MEASURE_WORDS: tuple[tuple[re.Pattern, frozenset[str]], ...] = (
+    (re.compile(r"\b(peso|pesa|pesam|pesado)\b"), frozenset({"product_weight_g"})),
+    (re.compile(r"\b(preco|precos|custa|custam|custo)\b"), frozenset({"price"})),
+    (re.compile(r"\bfrete\b"), frozenset({"freight_value"})),
+    (re.compile(r"\bnotas?\b"), frozenset({"review_score"})),
+    (re.compile(r"\bparcela"), frozenset({"payment_installments"})),
+    (re.compile(r"\b(faturamento|receita)\b"), frozenset({"price", "payment_value"})),
+)
 COUNT_OF = re.compile(r"\b(?:os|as|top)\s+(\d+|dois|duas|tres|cinco|dez)\s+\w+")
 
 
@@ -91,9 +100,13 @@ class Cues(NamedTuple):
     comparisons: tuple[tuple[str, str], ...] = ()  # (number, "above" | "below") where the question says so
     entity: frozenset[str] = frozenset()  # the columns a grouped or ranked answer is made of
     count: int | None = None  # how many rows it asks for ("as 5 cidades")
+    measure: frozenset[str] = frozenset()  # the columns an average or a sum it asks for is taken over
 
 
-def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
+def question_cues(question: str, schema_names: frozenset[str], names: frozenset[str] = frozenset()) -> Cues:
+    """What `question` asks of its SQL. `names`: the store's own value names (its product
+    categories, `rewards.sql.store_names`), so that one written as a single word ("um item de
+    musica") is a value the query must use, as a snake_case one is."""
     folded = fold(question)
     tables = tuple(dict.fromkeys(frozenset(t) for stem, t in TABLE_WORDS.items() if stem in folded))
     values: list[str] = [uf.lower() for uf in re.findall(r"\b[A-Z]{2}\b", question) if uf in UF_CODES]
@@ -104,6 +117,7 @@ def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
     values += [status for stem, status in STATUS_WORDS.items() if stem in folded and status not in values]
     values += [ptype for words, ptype in PAYMENT_WORDS.items() if words in folded]
     values += [name for name in IDENTIFIER.findall(folded) if name not in schema_names]  # a category, a campaign
+    values += [word for word in dict.fromkeys(re.findall(r"\b[a-z]+\b", folded)) if word in names and word not in values]
     numbers = [n.replace(",", ".") for n in NUMBER.findall(MONTH_YEAR.sub(" ", MONTH_OF_YEAR.sub(" ", folded)))]
     values += [n for n in numbers if n not in {y for y in YEAR.findall(folded)}]
     values += [digit for word, digit in NUMBER_WORDS.items() if re.search(rf"\b{word}\b", folded)]
@@ -119,9 +133,11 @@ def question_cues(question: str, schema_names: frozenset[str]) -> Cues:
     entity = ENTITY.search(folded)
     count = COUNT_OF.search(folded)
     grouped, ranked = bool(GROUPING.search(folded)), bool(RANKING.search(folded))
+    measured = [columns for pattern, columns in MEASURE_WORDS if pattern.search(folded)]
+    measure = frozenset().union(*measured) if measured and {"avg", "sum"} & set(aggregates) else frozenset()
     return Cues(tables, tuple(dict.fromkeys(values)), aggregates, grouped, ranked, bool(NEGATION.search(folded)),
                 tuple(comparisons), ENTITY_WORDS[entity.group(1)] if entity and (grouped or ranked) else frozenset(),
-                int(NUMBER_WORDS.get(count.group(1), count.group(1))) if count else None)
+                int(NUMBER_WORDS.get(count.group(1), count.group(1))) if count else None, measure)
 
 
 def is_constant(tree: exp.Expression) -> bool:
@@ -208,16 +224,48 @@ def held(value: str, columns: frozenset[str]) -> bool:
     return True
 
 
+# what SQLite's strftime writes for each of its formats' fields; a format with any other field is not judged
+TIME_FIELDS = {"%Y": r"\d{4}", "%m": r"\d{2}", "%d": r"\d{2}", "%H": r"\d{2}", "%M": r"\d{2}", "%S": r"\d{2}",
+               "%j": r"\d{3}", "%w": r"\d", "%W": r"\d{2}", "%%": "%"}
+TIME_FIELD = re.compile(r"%.")
+
+
+def time_shape(format_: str) -> re.Pattern | None:
+    """The texts `strftime(format_, ...)` can write, as a pattern; None for a format with a field
+    outside `TIME_FIELDS`."""
+    parts, at = [], 0
+    for field in TIME_FIELD.finditer(format_):
+        if field.group() not in TIME_FIELDS:
+            return None
+        parts += [re.escape(format_[at:field.start()]), TIME_FIELDS[field.group()]]
+        at = field.end()
+    return re.compile("".join(parts) + re.escape(format_[at:]))
+
+
+def _formatted(side: exp.Expression) -> tuple[str, re.Pattern] | None:
+    """A `strftime` side's format and the shape of what it writes (`TimeToStr`, as sqlglot reads
+    SQLite's), or None."""
+    format_ = side.args.get("format") if isinstance(side, exp.TimeToStr) else None
+    shape = time_shape(str(format_.this)) if isinstance(format_, exp.Literal) and format_.is_string else None
+    return None if shape is None else (str(format_.this), shape)
+
+
 def never_met(tree: exp.Expression) -> str | None:
-    """An equality (= or IN) no row can meet: a column of a known kind (a state, a date, a status,
-    a payment type), and only such columns, equated with a literal of another kind
-    (`strftime('%Y-%m', order_purchase_timestamp) = 'Quantos pedidos?'`). Said, or None."""
+    """An equality (= or IN) no row can meet: a `strftime` equated with a text its format never
+    writes (`strftime('%Y', order_purchase_timestamp) = '2017-01'`: a year is four digits), or a
+    column of a known kind (a state, a date, a status, a payment type), and only such columns,
+    equated with a literal of another kind (`strftime('%Y-%m', order_purchase_timestamp) =
+    'Quantos pedidos?'`). Said, or None."""
     for predicate in tree.find_all(exp.EQ, exp.In):
         if isinstance(predicate.parent, exp.Not):
             continue
         # the literals it is equated with, not those inside an expression (a strftime format)
         sides = [predicate.left, predicate.right] if isinstance(predicate, exp.EQ) else [predicate.this, *predicate.expressions]
         literals = [side for side in sides if isinstance(side, exp.Literal)]
+        for format_, shape in filter(None, map(_formatted, sides)):
+            unwritten = [str(lit.this) for lit in literals if not shape.fullmatch(str(lit.this))]
+            if unwritten:
+                return f"it equates strftime('{format_}', ...) with {unwritten[0]!r}, a text it never writes: a condition no row meets"
         columns = {c.name.lower() for side in sides if not isinstance(side, exp.Literal) for c in side.find_all(exp.Column)}
         for _, holds, fits in HOLDERS.values():
             if columns and all(c in SCHEMA_COLUMN_NAMES and holds(c) for c in columns):
@@ -228,13 +276,27 @@ def never_met(tree: exp.Expression) -> str | None:
 
 
 def _meant(how: str, value: str, cues: Cues) -> bool:
-    """Whether a value is used with the operator the question means."""
+    """Whether a value is used with the operator the question means: a value it names without a
+    comparison ("nota 5") is met by equality, never by > or < (`review_score > 5`), except a date,
+    which a range may bound ("em 2017": `>= '2017-01-01' AND < '2018-01-01'`)."""
     if how == "excluded":
         return cues.negated
     if how == "limit":  # a LIMIT says how many rows: only the count the question asks for ("os 5 estados")
         return cues.count is not None and value == str(cues.count)
     wanted = dict(cues.comparisons).get(value)
-    return wanted is None or how in (wanted, "between")
+    if wanted is None:
+        return how in ("equal", "between") or value_kind(value) == "date"
+    return how in (wanted, "between")
+
+
+def _names(value: str, compared: Compared) -> bool:
+    """Whether the compared literal names the value: as a word within it, and for a date that it
+    is equated with, exactly (a LIKE's trailing wildcard aside): `= '2017-01'` is January, not the
+    year 2017 the question names."""
+    text = fold(compared.text)
+    if compared.how == "equal" and value_kind(value) == "date":
+        return text.rstrip("%").rstrip("-") == value
+    return re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", text) is not None
 
 
 def answer_columns(tree: exp.Expression) -> set[str]:
@@ -281,9 +343,7 @@ def question_match(cues: Cues, tree: exp.Expression, tables_used: set[str]) -> t
         parts.append(1.0 if hit else 0.0)
         said.append("reads a table the question names" if hit else f"reads none of {sorted(named)}")
     if cues.values:
-        found = [v for v in cues.values if any(_meant(c.how, v, cues) and held(v, c.columns)
-                                               and re.search(rf"(?<![\w.]){re.escape(v)}(?![\w]|\.\d)", fold(c.text))
-                                               for c in literals)]
+        found = [v for v in cues.values if any(_meant(c.how, v, cues) and held(v, c.columns) and _names(v, c) for c in literals)]
         parts.append(len(found) / len(cues.values))
         missing = [v for v in cues.values if v not in found]
         said.append(f"{len(found)}/{len(cues.values)} values of the question used in the query" + (f" (missing {missing[:4]})" if missing else ""))
@@ -294,6 +354,12 @@ def question_match(cues: Cues, tree: exp.Expression, tables_used: set[str]) -> t
         parts.append(len(present) / len(cues.aggregates) * (len(present) / len(used) if used else 0.0))
         said.append(f"{len(present)}/{len(cues.aggregates)} aggregates asked for ({', '.join(cues.aggregates)})"
                     + (f", {len(used)} used" if len(used) > len(present) else ""))
+    if cues.measure:
+        over = {c.name.lower() for node in tree.find_all(exp.Avg, exp.Sum) for c in node.find_all(exp.Column)}
+        # an alias the query made (a sub-query's column) is given the benefit of the doubt
+        hit = bool(cues.measure & over) or any(c not in SCHEMA_COLUMN_NAMES for c in over)
+        parts.append(1.0 if hit else 0.0)
+        said.append("averages or sums what the question measures" if hit else f"averages or sums none of {sorted(cues.measure)}")
     if cues.grouped:
         grouped = tree.find(exp.Group) is not None
         parts.append(1.0 if grouped else 0.0)

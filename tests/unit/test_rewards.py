@@ -453,7 +453,7 @@ def test_a_value_compared_against_a_column_that_cannot_hold_it_is_not_used(quest
     wrong_column = score("sql", sql, None, {"question": question})
     assert wrong_column.total <= 0.6 and wrong_column.components["question_match"] <= 0.5, wrong_column.details
     said = wrong_column.details["question_match"]
-    assert "missing" in said or "never holds" in said, said  # the value counted as unused, or the condition as never met
+    assert "missing" in said or "no row meets" in said, said  # the value counted as unused, or the condition as never met
 
 
 @pytest.mark.parametrize("question,sql", [
@@ -484,6 +484,86 @@ def test_an_equality_no_row_can_meet_earns_no_reference_free_credit(question, sq
 def test_a_value_compared_against_a_column_of_its_kind_is_used(question, sql):
     right = score("sql", sql, None, {"question": question})
     assert "missing" not in right.details["question_match"], right.details
+
+
+@pytest.mark.parametrize("sql", [
+    # SmolLM2's GRPO candidates wrote these for a year: a year is four digits, and strftime('%Y') writes nothing else
+    "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2017-01'",
+    "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) IN ('2017', '2017-1')",
+    "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y-%m', order_purchase_timestamp) = '2017'",
+])
+def test_a_strftime_equated_with_a_text_its_format_never_writes_is_never_met(sql):
+    never = score("sql", sql, None, {"question": "Quantos pedidos foram feitos em 2017?"})
+    assert never.components["question_match"] == 0.0, never.details
+    assert "a text it never writes: a condition no row meets" in never.details["question_match"]
+
+
+@pytest.mark.parametrize("sql,used", [
+    ("SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2017'", True),
+    ("SELECT COUNT(*) FROM olist_orders_dataset WHERE order_purchase_timestamp LIKE '2017%'", True),
+    ("SELECT COUNT(*) FROM olist_orders_dataset WHERE order_purchase_timestamp BETWEEN '2017-01-01' AND '2017-12-31'", True),
+    ("SELECT COUNT(*) FROM olist_orders_dataset WHERE order_purchase_timestamp >= '2017-01-01' "
+     "AND order_purchase_timestamp < '2018-01-01'", True),
+    # January, not the year: the month's text holds the year's digits, and its rows are a twelfth of them
+    ("SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y-%m', order_purchase_timestamp) = '2017-01'", False),
+    ("SELECT COUNT(*) FROM olist_orders_dataset WHERE order_purchase_timestamp LIKE '2017-01%'", False),
+])
+def test_a_year_is_used_only_where_the_query_keeps_the_whole_year(sql, used):
+    said = score("sql", sql, None, {"question": "Quantos pedidos foram feitos em 2017?"}).details["question_match"]
+    assert ("missing" not in said) is used, said
+
+
+def test_a_number_the_question_names_without_a_comparison_is_met_by_equality():
+    question = {"question": "Quantas avaliações têm nota 5?"}
+    equal = score("sql", "SELECT COUNT(*) FROM olist_order_reviews_dataset WHERE review_score = 5", None, question)
+    above = score("sql", "SELECT COUNT(*) FROM olist_order_reviews_dataset WHERE review_score > 5", None, question)
+    assert equal.components["question_match"] == 1.0, equal.details
+    assert above.components["question_match"] == 0.0 and "missing ['5']" in above.details["question_match"], above.details
+    # where the question says how to compare, that comparison is the one met
+    more = {"question": "Quantos pagamentos foram parcelados em mais de 5 vezes?"}
+    assert score("sql", "SELECT COUNT(*) FROM olist_order_payments_dataset WHERE payment_installments > 5", None,
+                 more).components["question_match"] == 1.0
+    assert score("sql", "SELECT COUNT(*) FROM olist_order_payments_dataset WHERE payment_installments = 5", None,
+                 more).components["question_match"] == 0.0
+
+
+@pytest.mark.parametrize("question,right,wrong", [
+    ("Qual o peso médio dos produtos da categoria telefonia_fixa?",
+     "SELECT AVG(product_weight_g) FROM olist_products_dataset WHERE product_category_name = 'telefonia_fixa'",
+     "SELECT AVG(product_length_cm) FROM olist_products_dataset WHERE product_category_name = 'telefonia_fixa'"),
+    ("Quanto custa, em média, um item de cama_mesa_banho?",
+     "SELECT AVG(i.price) FROM olist_order_items_dataset i JOIN olist_products_dataset p ON p.product_id = i.product_id "
+     "WHERE p.product_category_name = 'cama_mesa_banho'",
+     "SELECT AVG(i.freight_value) FROM olist_order_items_dataset i JOIN olist_products_dataset p ON p.product_id = i.product_id "
+     "WHERE p.product_category_name = 'cama_mesa_banho'"),
+    ("Qual o valor total de frete em 2017?",
+     "SELECT SUM(i.freight_value) FROM olist_order_items_dataset i JOIN olist_orders_dataset o ON o.order_id = i.order_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '2017'",
+     "SELECT SUM(i.price) FROM olist_order_items_dataset i JOIN olist_orders_dataset o ON o.order_id = i.order_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '2017'"),
+])
+def test_an_average_or_a_sum_must_be_of_what_the_question_measures(question, right, wrong):
+    good = score("sql", right, None, {"question": question})
+    bad = score("sql", wrong, None, {"question": question})
+    assert "averages or sums what the question measures" in good.details["question_match"], good.details
+    assert bad.components["question_match"] == 0.0 and "averages or sums none of" in bad.details["question_match"], bad.details
+
+
+def test_a_category_the_store_names_in_one_word_is_a_value_the_query_must_use(small_commerce_db):
+    from rewards.sql import store_names
+    from rewards.sql_question import SCHEMA_COLUMN_NAMES, question_cues
+
+    names = store_names(small_commerce_db, 1.0)
+    assert "musica" in names and all(name.isalpha() and name == name.lower() for name in names)
+    question = {"question": "Quanto custa, em média, um item de musica?"}
+    assert "musica" in question_cues(question["question"], SCHEMA_COLUMN_NAMES, names).values
+    assert "musica" not in question_cues(question["question"], SCHEMA_COLUMN_NAMES).values  # its words alone do not say so
+    every_item = score("sql", "SELECT AVG(price) FROM olist_order_items_dataset", None, question)
+    its_items = score("sql", "SELECT AVG(i.price) FROM olist_order_items_dataset i JOIN olist_products_dataset p "
+                             "ON p.product_id = i.product_id WHERE p.product_category_name = 'musica'", None, question)
+    assert every_item.components["question_match"] == 0.0 and "missing ['musica']" in every_item.details["question_match"]
+    assert its_items.components["question_match"] == 1.0, its_items.details
+    assert store_names(small_commerce_db.parent / "absent.db", 1.0) == frozenset()  # no database: the words alone
 
 
 def test_insights_earns_no_grounding_without_data():
