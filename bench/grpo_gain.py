@@ -39,7 +39,9 @@ Reported per arm (a method, a temperature and a rate):
 - the reference-free difference beside it. A policy that learns to please the scorer gains there
   and not on the references.
 - the served score's rank correlation with the reference score on the arm's answers;
-- every component's mean.
+- every component's mean;
+- each held-out row's answer with its two scores (JSON only), so that two runs can be compared row
+  by row.
 
 With `--gate-rows N`, the base model and every arm also answer the first N rows of the bootstrap
 eval split, the rows a round's gate draws from, and the arm's gain there is reported beside the
@@ -192,6 +194,14 @@ def _train_on_picks(settings: Settings, task: str, groups: list[RolloutGroup], d
             "entropy": None, "capped_tokens": None, "stopped_by": outcome.stopped_by, "picks": len(train), "validation": len(validation)}
 
 
+def _answers_kept(rows: list[gate.EvalRow], scores: list[Score], free: list) -> list[dict]:
+    """Each held-out row's answer as it was scored, with its reference and without: what a row's
+    change between two arms (or two reward versions) is read from."""
+    return [{"row": row.id, "output": score.output if score.output is None or isinstance(score.output, (str, dict)) else str(score.output),
+             "total": round(score.total, 4), "served": None if served is None else round(served.total, 4)}
+            for row, score, served in zip(rows, scores, free)]
+
+
 def _free_gain(after: list, before: list) -> dict:
     return interval([a.total - b.total for a, b in zip(after, before) if a is not None and b is not None])
 
@@ -256,7 +266,8 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
                    "gain": paired_gain(scores, base), "reference_free_gain": _free_gain(free, base_free),
                    "scorer": scorer_check(free, scores),
                    "gain_on_gate_rows": paired_gain(on_gate_rows, base_gated) if gated else None,
-                   "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output)}
+                   "same_answer_as_base": sum(1 for a, b in zip(scores, base) if a.output is not None and a.output == b.output),
+                   "answers": _answers_kept(rows, scores, free)}
             arms.append(arm)
             passes_said = "" if passes is None else f", {passes:g} pass(es)"
             say(f"{task}, {_method(arm)} at temperature {temperature:g}, {size} samples a group, rate {rate:g}{passes_said}: "
@@ -286,7 +297,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
     return {"task": task, "groups": groups, "group_sizes": sizes, "epochs": epochs, "advantages": advantages,
             "temperatures": temperatures, "measure_rows": len(rows), "gate_rows": len(gated),
             "base_on_gate_rows": measured(base_gated) if gated else None, "greedy_served_on_group_rows": greedy_served,
-            "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base)},
+            "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base), "answers": _answers_kept(rows, base, base_free)},
             "groups_check": checks, "arms": arms, "skipped": skipped, "minutes": round((time.perf_counter() - started) / 60, 1)}
 
 

@@ -11,7 +11,7 @@ constant (it reads no table, or selects only literals) matches nothing.
 
 Without a reference, `question_match` (what of the question the SQL addresses: the tables its
 words point at, its values compared against columns with the operator the question means, the
-aggregate it asks for, the rows it is made of; `rewards.sql_question`) carries most of the
+aggregate it asks for and what it is taken over, the rows it is made of; `rewards.sql_question`) carries most of the
 weight, and `result_shape` (rows at all; one figure for a count or an average, N rows for a
 ranking of N, a row per group; no spread of figures nobody asked for) and schema linking are paid
 only in its proportion: a query that ignores the question earns almost nothing.

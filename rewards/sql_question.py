@@ -7,7 +7,17 @@ is a constant, or whose condition compares literals with each other, earns nothi
 column (WHERE, HAVING, JOIN ... ON, IN, LIKE, BETWEEN) or as the LIMIT; echoed in a string in the
 select list, it counts for nothing; nor does a value compared against a column that cannot hold
 its kind (a state against a date, a year against a price): such a filter selects nothing the
-question asked about.
+question asked about. Nor does a year equated with a month's text, nor a number the question names
+without a comparison used with `>` or `<`; and a `strftime` equated with a text its format never
+writes (`strftime('%Y', ...) = '2017-01'`) is a condition no row meets. An average or a sum must
+be taken over what the question measures (its weight, price, freight, rating). The store's
+one-word category names, which no pattern tells from other words, come from its database
+(`rewards.sql.store_names`).
+
+Version 9 of the reward (`rewards.scoring.REWARD_VERSION`) added the last four checks: SQL's GRPO
+candidates wrote `strftime('%Y', order_purchase_timestamp) = '2017-01'` for "em 2017", which
+version 8 paid as the year, so its served score ranked a trained policy's samples further from
+the references than the base model's (docs/results.md, 2026-12-06).
 """
 from __future__ import annotations
 
