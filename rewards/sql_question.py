@@ -46,7 +46,7 @@ TABLE_WORDS: dict[str, tuple[str, ...]] = {
     "ingles": (TRANSLATION,),
 }
 PAYMENT_WORDS = {"cartao de credito": "credit_card", "cartao de debito": "debit_card", "boleto": "boleto", "voucher": "voucher"}
-STATUS_WORDS = {"cancelad": "canceled"}
+STATUS_WORDS = {"cancelad": "canceled", "cancelament": "canceled"}
 NUMBER_WORDS = {"dois": "2", "duas": "2", "tres": "3", "cinco": "5", "dez": "10"}
 YEAR = re.compile(r"\b(201[0-9]|202[0-9])\b")
 MONTH_YEAR = re.compile(r"\b(\d{1,2})/(\d{4})\b")

@@ -513,6 +513,16 @@ def test_a_year_is_used_only_where_the_query_keeps_the_whole_year(sql, used):
     assert ("missing" not in said) is used, said
 
 
+def test_cancellations_ask_for_the_canceled_status():
+    question = {"question": "Qual o número de cancelamentos em 2016?"}  # a noun, where "cancelados" was the cue
+    year_only = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2016'",
+                      None, question)
+    both = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset WHERE order_status = 'canceled' "
+                        "AND strftime('%Y', order_purchase_timestamp) = '2016'", None, question)
+    assert "missing ['canceled']" in year_only.details["question_match"] and year_only.components["question_match"] == 0.5
+    assert both.components["question_match"] == 1.0, both.details
+
+
 def test_a_number_the_question_names_without_a_comparison_is_met_by_equality():
     question = {"question": "Quantas avaliações têm nota 5?"}
     equal = score("sql", "SELECT COUNT(*) FROM olist_order_reviews_dataset WHERE review_score = 5", None, question)
