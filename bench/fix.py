@@ -129,8 +129,8 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
     render = ChatTemplate.load(model_path_of(settings, task)).render
     active = store.route(task).active
     active_meta = store.adapter(active) if active else None
-    start_from, _ = methods.start(settings, active_meta, model_path_of(settings, task))
-    out: dict = {"start": start_from}
+    start_from = methods.start(settings, active_meta, model_path_of(settings, task))
+    out: dict = {"start": start_from.weights}
     as_served: dict[str, list[Score]] = {}
     for arm, shown in (("with examples", round_data.served_demonstrations(settings.model_copy(update={"train_with_examples": True}),
                                                                           task, labels)),
@@ -139,7 +139,7 @@ def examples_in_training(settings: Settings, store: Store, fleet: HotSwap, task:
                                 settings.seed, settings.unlabelled_prompts_per_round, settings.sft_from_liked, shown)
         steps = methods.plan(settings.train_method, data, settings)
         started = time.perf_counter()
-        meta = train_candidate(settings, store, data, steps, "bench-fix", active_meta if start_from == "active" else None)
+        meta = train_candidate(settings, store, data, steps, "bench-fix", start_from.parent)
         seconds = round(time.perf_counter() - started, 1)
         asyncio.run(fleet.load(meta.version, meta.path, TASK_ENGINE[task]))
         alone = asyncio.run(served_scores(settings, fleet, task, meta.version, held_out))

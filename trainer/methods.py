@@ -24,6 +24,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import datasets
 import transformers
@@ -134,7 +135,16 @@ def plan(setting: str, data: TaskData, settings: Settings, left_out: dict[str, s
     return steps
 
 
-def start(settings: Settings, active: AdapterMeta | None, model: str) -> tuple[str, str]:
+class Start(NamedTuple):
+    """Where a candidate's LoRA starts: `weights` "base" or "active", why, and the version it
+    continues (`parent`, None for the base model), which the trainer loads and the round's
+    served groups follow."""
+    weights: str
+    why: str
+    parent: AdapterMeta | None = None
+
+
+def start(settings: Settings, active: AdapterMeta | None, model: str) -> Start:
     """Where a candidate's LoRA starts, "base" or "active", and why. `auto` continues the task's
     active version, so each round's steps add to what the rounds before trained: on two CPU cores a
     task's time budget buys the demo model about one epoch over a team's labels, so a fresh LoRA
@@ -143,13 +153,13 @@ def start(settings: Settings, active: AdapterMeta | None, model: str) -> tuple[s
 
     A round whose plan is GRPO alone may continue a rejected candidate instead (`continued`)."""
     if settings.train_from == "base":
-        return "base", "TUCANO_TRAIN_FROM=base"
+        return Start("base", "TUCANO_TRAIN_FROM=base")
     if active is None:
-        return "base", "no active version: a fresh LoRA on the base model"
+        return Start("base", "no active version: a fresh LoRA on the base model")
     if active.base_model and active.base_model != model:
-        return "base", f"the active version {active.version} was trained on another base model ({active.base_model})"
+        return Start("base", f"the active version {active.version} was trained on another base model ({active.base_model})")
     why = "TUCANO_TRAIN_FROM=active" if settings.train_from == "active" else "each round's steps add to the rounds before"
-    return "active", f"continues {active.version}: {why}"
+    return Start("active", f"continues {active.version}: {why}", active)
 
 
 def continued(settings: Settings, active: AdapterMeta | None, model: str, adapters: list[AdapterMeta],

@@ -222,9 +222,9 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
     template = ChatTemplate.load(model_path_of(settings, task))
     active = store.route(task).active
     active_meta = store.adapter(active) if active else None
-    start, start_why = methods.start(settings, active_meta, model_path_of(settings, task))
+    start, start_why, parent = methods.start(settings, active_meta, model_path_of(settings, task))
     # the served groups a round may train on: those of the policy it starts from and its parents
-    lineage = round_data.lineage(active_meta if start == "active" else None, {m.version: m for m in store.adapters(task)})
+    lineage = round_data.lineage(parent, {m.version: m for m in store.adapters(task)})
     data = round_data.build(task, labels, records, template.render, settings.reward_context,
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
                             settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels), lineage,
@@ -238,7 +238,6 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
         entry.reason = why if not news else f"no method has enough data{' (' + left + ')' if left else ''}"
         say(f"{task}: not trained: {entry.reason}")
         return entry
-    parent = active_meta if start == "active" else None
     plan = [m for m, _ in steps]
     if plan == ["grpo"]:  # only GRPO continues a rejected candidate (`methods.continued`)
         rejected, rejected_why = methods.continued(settings, parent, model_path_of(settings, task), store.adapters(task), plan)

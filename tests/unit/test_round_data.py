@@ -171,12 +171,12 @@ def test_a_candidate_continues_the_active_version_it_can_and_starts_fresh_otherw
     assert settings.train_from == "auto"
     model = settings.base_model_path
     active = AdapterMeta(version="sql-v3", task="sql", path="/adapters/sql-v3", base_model=model)
-    assert methods.start(settings, None, model) == ("base", "no active version: a fresh LoRA on the base model")
-    where, why = methods.start(settings, active, model)
-    assert where == "active" and "sql-v3" in why
-    where, why = methods.start(settings, active, "/another/model")
-    assert where == "base" and "another base model" in why
-    assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base")
+    assert methods.start(settings, None, model) == ("base", "no active version: a fresh LoRA on the base model", None)
+    where, why, parent = methods.start(settings, active, model)
+    assert where == "active" and "sql-v3" in why and parent is active  # the version the trainer loads
+    where, why, parent = methods.start(settings, active, "/another/model")
+    assert where == "base" and "another base model" in why and parent is None
+    assert methods.start(load_settings(train_from="base"), active, model) == ("base", "TUCANO_TRAIN_FROM=base", None)
 
 
 def rejected_candidate(version: str, parent: str | None, path, difference: float = 0.01, incumbent: str = "base", method: str = "grpo",
