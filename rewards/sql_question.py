@@ -14,7 +14,8 @@ be taken over what the question measures (its weight, price, freight, rating). T
 one-word category names, which no pattern tells from other words, come from its database
 (`rewards.sql.store_names`).
 
-Version 9 of the reward (`rewards.scoring.REWARD_VERSION`) added the last four checks: SQL's GRPO
+Version 9 of the reward (`rewards.scoring.REWARD_VERSION`) added the checks of the last two sentences, the
+store's names and "cancelamentos" as the canceled status: SQL's GRPO
 candidates wrote `strftime('%Y', order_purchase_timestamp) = '2017-01'` for "em 2017", which
 version 8 paid as the year, so its served score ranked a trained policy's samples further from
 the references than the base model's (docs/results.md, 2026-12-06).
@@ -262,7 +263,8 @@ def _formatted(side: exp.Expression) -> tuple[str, re.Pattern] | None:
 
 def never_met(tree: exp.Expression) -> str | None:
     """An equality (= or IN) no row can meet: a `strftime` equated with a text its format never
-    writes (`strftime('%Y', order_purchase_timestamp) = '2017-01'`: a year is four digits), or a
+    writes (`strftime('%Y', order_purchase_timestamp) = '2017-01'`: a year is four digits; `= 2017`:
+    a number, which SQLite never finds equal to text), or a
     column of a known kind (a state, a date, a status, a payment type), and only such columns,
     equated with a literal of another kind (`strftime('%Y-%m', order_purchase_timestamp) =
     'Quantos pedidos?'`). Said, or None."""
@@ -273,7 +275,9 @@ def never_met(tree: exp.Expression) -> str | None:
         sides = [predicate.left, predicate.right] if isinstance(predicate, exp.EQ) else [predicate.this, *predicate.expressions]
         literals = [side for side in sides if isinstance(side, exp.Literal)]
         for format_, shape in filter(None, map(_formatted, sides)):
-            unwritten = [str(lit.this) for lit in literals if not shape.fullmatch(str(lit.this))]
+            # strftime writes text, and SQLite never finds text equal to a number: `= 2017` is never met
+            unwritten = [str(lit.this) if lit.is_string else lit.sql() for lit in literals
+                         if not (lit.is_string and shape.fullmatch(str(lit.this)))]
             if unwritten:
                 return f"it equates strftime('{format_}', ...) with {unwritten[0]!r}, a text it never writes: a condition no row meets"
         columns = {c.name.lower() for side in sides if not isinstance(side, exp.Literal) for c in side.find_all(exp.Column)}

@@ -489,13 +489,21 @@ def test_a_value_compared_against_a_column_of_its_kind_is_used(question, sql):
 @pytest.mark.parametrize("sql", [
     # SmolLM2's GRPO candidates wrote these for a year: a year is four digits, and strftime('%Y') writes nothing else
     "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2017-01'",
+    # a list holding a text the format never writes, judged as a list holding a value its column never holds is
+    # (`order_status IN ('delivered', 'SP')` below): the list was not written for the column
     "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) IN ('2017', '2017-1')",
     "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y-%m', order_purchase_timestamp) = '2017'",
+    # strftime writes text, and SQLite finds no text equal to the number 2017
+    "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = 2017",
 ])
-def test_a_strftime_equated_with_a_text_its_format_never_writes_is_never_met(sql):
+def test_a_strftime_equated_with_a_text_its_format_never_writes_is_never_met(sql, small_commerce_db):
     never = score("sql", sql, None, {"question": "Quantos pedidos foram feitos em 2017?"})
     assert never.components["question_match"] == 0.0, never.details
     assert "a text it never writes: a condition no row meets" in never.details["question_match"]
+    if " IN " not in sql:  # SQLite agrees: no order meets the equality, where the year's own text finds some
+        assert run_readonly(small_commerce_db, sql, timeout_s=2.0, row_cap=10).rows == [(0,)]
+    year = "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2017'"
+    assert run_readonly(small_commerce_db, year, timeout_s=2.0, row_cap=10).rows[0][0] > 0
 
 
 @pytest.mark.parametrize("sql,used", [
