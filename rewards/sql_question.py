@@ -128,7 +128,7 @@ def question_cues(question: str, schema_names: frozenset[str], names: frozenset[
     values += [status for stem, status in STATUS_WORDS.items() if stem in folded and status not in values]
     values += [ptype for words, ptype in PAYMENT_WORDS.items() if words in folded]
     values += [name for name in IDENTIFIER.findall(folded) if name not in schema_names]  # a category, a campaign
-    values += [word for word in dict.fromkeys(re.findall(r"\b[a-z]+\b", folded)) if word in names and word not in values]
+    values += [word for word in re.findall(r"\b[a-z]+\b", folded) if word in names]
     numbers = [n.replace(",", ".") for n in NUMBER.findall(MONTH_YEAR.sub(" ", MONTH_OF_YEAR.sub(" ", folded)))]
     values += [n for n in numbers if n not in {y for y in YEAR.findall(folded)}]
     values += [digit for word, digit in NUMBER_WORDS.items() if re.search(rf"\b{word}\b", folded)]

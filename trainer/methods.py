@@ -32,7 +32,7 @@ from transformers.trainer_callback import TrainerCallback
 
 from common.processes import bf16_on_cpu, return_freed_memory
 from common.records import BASE_VERSION, AdapterMeta
-from common.rounds import GrpoReport, MethodRun, RoundSummary
+from common.rounds import GateDecision, GrpoReport, MethodRun, RoundSummary
 from common.settings import Settings
 from trainer import trl_internals
 from trainer.data import TaskData
@@ -162,6 +162,17 @@ def start(settings: Settings, active: AdapterMeta | None, model: str) -> Start:
     return Start("active", f"continues {active.version}: {why}", active)
 
 
+def found_worse(decision: GateDecision) -> str | None:
+    """How a gate's deciding comparison found the candidate worse than its incumbent (a mean paired
+    difference below 0, or a component significantly worse), or None: what `continued` may not
+    carry forward."""
+    deciding = decision.deciding()
+    worse = [name for name, c in deciding.components.items() if c.worse]
+    if deciding.difference >= 0 and not worse:
+        return None
+    return f"{deciding.difference:+.4f}" + (f", {', '.join(worse)} significantly" if worse else "")
+
+
 def continued(settings: Settings, active: AdapterMeta | None, model: str, adapters: list[AdapterMeta],
               plan: list[str]) -> tuple[AdapterMeta | None, str]:
     """The rejected candidate a round continues instead of `active` (the version `start` chose,
@@ -197,11 +208,9 @@ def continued(settings: Settings, active: AdapterMeta | None, model: str, adapte
     gate = newest.gate
     if newest.method != "grpo" or gate is None or gate.decision.promote or gate.incumbent != incumbent:
         return None, f"{newest.version} was not a GRPO candidate rejected by its gate against {incumbent}"
-    decision = gate.decision.deciding()
-    worse = [name for name, c in decision.components.items() if c.worse]
-    if decision.difference < 0 or worse:
-        return None, (f"{newest.version}'s gate found it worse ({decision.difference:+.4f}"
-                      f"{', ' + ', '.join(worse) + ' significantly' if worse else ''})")
+    worse = found_worse(gate.decision)
+    if worse:
+        return None, f"{newest.version}'s gate found it worse ({worse})"
     by_version, node, depth = {meta.version: meta for meta in adapters}, newest, 0
     while node is not None and node.status == "rejected" and depth <= limit:
         node, depth = by_version.get(node.parent) if node.parent else None, depth + 1
@@ -213,6 +222,7 @@ def continued(settings: Settings, active: AdapterMeta | None, model: str, adapte
         return None, f"{newest.version} was trained on another base model ({newest.base_model})"
     if not os.path.isdir(newest.path):
         return None, f"{newest.version}'s files are gone ({newest.path})"
+    decision = gate.decision.deciding()
     low, high = decision.interval
     return newest, (f"continues {newest.version}, rejected by its gate but not worse than {incumbent} "
                     f"({decision.difference:+.4f} [{low:+.4f}, {high:+.4f}], n={decision.n}): rounds of GRPO add up their steps "

@@ -11,6 +11,7 @@ from common.rounds import Outcome
 from common.store import ANSWERS
 from tests.integration.conftest import fleet_for, loop_settings
 from tests.integration.test_learning_loop import _send
+from trainer.methods import found_worse
 from trainer.round import run_round
 
 
@@ -43,18 +44,14 @@ def test_a_grpo_round_continues_the_candidate_its_gate_rejected_without_finding_
     assert decision.n >= settings.gate_min_rows and abs(decision.difference) < 0.05, decision
     traffic(rows[16:32])
     second = rounds()
-    if not_worse(decision):
+    if found_worse(decision) is None:
         assert second.start.weights == first.version and "1 of at most 2" in second.start.why, second.start
         assert store.adapter(second.version).parent == first.version and second.outcome == Outcome.REJECTED
         traffic(rows[32:])
         third = rounds(grpo_continue_rejected=1)  # the line of two rejected candidates is one too many
-        why = "more than 1 rejected" if not_worse(store.adapter(second.version).gate.decision) else f"{second.version}'s gate found it worse"
+        why = "more than 1 rejected" if found_worse(store.adapter(second.version).gate.decision) is None else f"{second.version}'s gate found it worse"
         assert third.start.weights in ("active", "base") and why in third.start.why, third.start
         assert store.adapter(third.version).parent == store.route("extraction").active
     else:
         assert second.start.weights == first.start.weights and f"{first.version}'s gate found it worse" in second.start.why, second.start
         assert store.adapter(second.version).parent == store.route("extraction").active
-
-
-def not_worse(decision) -> bool:
-    return decision.difference >= 0 and not any(c.worse for c in decision.components.values())
