@@ -17,7 +17,8 @@ Without a reference, each field is checked against what the review's words say o
 cues; any other substring earns nothing), `summary` (in its own words, about the review, stating
 its complaint or verdict and no complaint it does not make: the review's words shuffled or
 reversed restate nothing), `product` (a whole noun phrase of the review, not a function word, a
-generic word, a complaint or a name cut short), `sentiment_cue` and `score_cue` (the sentiment
+generic word, a word of the purchase rather than of the item, a complaint, part of a cue or a
+name cut short; null in full only where the review's words name nothing that could be one), `sentiment_cue` and `score_cue` (the sentiment
 and the score range its words call for), `category_cue` (the complaint category they name),
 `delivery_cue` (a late or missing delivery), `recommend_cue` (a recommendation, a refusal, or
 null where it says neither), and `response_cue` and `urgency_cue` (a strong complaint that no
@@ -26,6 +27,10 @@ for none). A field the words say nothing of earns half. Form is paid in proporti
 evidence. Version 7 paid the booleans, the score and the urgency inside one `consistency` share
 of 0.2; a round's GRPO then traded `delivery_issue` against the other checks (run 46 in
 docs/results.md), and the served score ranked a group's samples less like the references did.
+Version 9 took any noun phrase of the review for the product ("data prevista", "material",
+"entrega") and gave a null product half credit everywhere; on the base model's samples its product
+judge ranked them as the references do at 0.54, against 0.89 under version 10's (docs/results.md,
+2026-12-06).
 """
 from __future__ import annotations
 
@@ -57,8 +62,22 @@ assert set(FIELD_WEIGHTS) == set(EXTRACTION_FIELDS)
 STEM = 5  # letters of a word compared when a summary's words are looked for in the review ("atraso", "atrasou")
 MAX_PHRASE_WORDS = 8  # a key phrase is a short excerpt, not the review cut in pieces
 OWN_WORDS = 0.2  # the share of a summary's words not in the review for full credit (the references': 0.3-0.8)
+# Words that never name what was bought: the nouns of the purchase (its delivery, dates, price,
+# payment, service, packaging, material), the verbs of buying and receiving, discourse words and
+# numbers. A "product" made only of them ("data prevista", "entrega", "pedi", "dois dias") names
+# no item, and a review whose words outside its cues are all of them names none.
+NOT_PRODUCT_WORDS = frozenset(fold(w) for w in (
+    "data datas prevista previsto prazo prazos entrega entregas expectativa expectativas material qualidade tamanho "
+    "cor cores modelo embalagem atendimento atendente vendedor vendedora site app aplicativo frete preço valor nota "
+    "fiscal cartão pagamento boleto parcela parcelas dinheiro reembolso estorno rastreio semana semanas dia dias mês "
+    "meses vez vezes coisa metade resposta problema suporte chamado fábrica retorno loja minha minhas meu meus "
+    "pedi comprei recebi veio vieram chegou mandaram feito olha gente bom boa enfim sinceramente obrigado obrigada "
+    "isso aqui tudo nada todo toda todos mundo ninguém nenhum nenhuma jeito pouco bem super depois parece item itens "
+    "aguardo compro compraria abri informa dois duas três quatro cinco dez quinze vinte trinta").split())
 # the review goes on with "de <noun>" right after a product name: the name was cut short
 CUT_SHORT = re.compile(r"\s+(?:de|do|da)\s+(?!\d)\w{3,}")
+
+
 def as_score(value) -> float | None:
     """A sentiment score as a float, PT-BR decimal comma understood ('4,5' is 4.5)."""
     if isinstance(value, bool):
@@ -241,13 +260,23 @@ def _summary_evidence(value: dict, review: str, reading: review_cues.Reading) ->
                     + (f", claims {sorted(false)} the review does not make" if false else ""))
 
 
+def _product_candidates(review: str) -> frozenset[str]:
+    """The review's content words that could be part of a product's name: outside its cues of
+    sentiment and complaint, and none of the words that never name one."""
+    return content_words(review_cues.without_cues(fold(review))) - META_WORDS - NOT_PRODUCT_WORDS
+
+
 def _product_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
     """The product is a whole noun phrase of the review: whole words, at least one of them a
-    content word that is not a generic one ("pedido", "produto"), no article or preposition at
-    either end, no sentiment or complaint cue, and not cut short where the review goes on with
-    "de <noun>" ("fone" of "fone de ouvido")."""
+    content word that is not a generic one ("pedido", "produto") nor a word of the purchase
+    ("entrega", "data prevista"), no article or preposition at either end, no sentiment or
+    complaint cue and no part of one, and not cut short where the review goes on with "de <noun>"
+    ("fone" of "fone de ouvido"). No product is right in full only where the review names
+    nothing that could be one; elsewhere it cannot be told without a reference."""
     product = value.get("product_mentioned")
     if product is None:
+        if not _product_candidates(review):
+            return 1.0, "no product named, and the review names nothing that could be one"
         return 0.5, "no product named (cannot tell without a reference)"
     if not isinstance(product, str) or not product.strip():
         return 0.0, "not a product name"
@@ -262,6 +291,10 @@ def _product_evidence(value: dict, review: str, reading: review_cues.Reading) ->
         return 0.25, "not a noun phrase: it starts or ends on a function word, or runs on"
     if review_cues.has_cue(folded):
         return 0.0, "a complaint or sentiment, not a product"
+    if not (content_words(folded) - META_WORDS - NOT_PRODUCT_WORDS):
+        return 0.0, "names the purchase (its delivery, price, service, a date), not a product"
+    if review_cues.within_cue(text, match.start(), match.end()):
+        return 0.0, "part of a complaint or verdict of the review, not a product"
     if CUT_SHORT.match(text[match.end():]):
         return 0.5, "cut short: the review's noun phrase goes on"
     return 1.0, "a noun phrase of the review"

@@ -127,6 +127,19 @@ def read(review: str) -> Reading:
     return Reading(complaints, bool(positive), bool(NEUTRAL_PATTERN.search(text)), recommends, spans)
 
 
+CUE_WORDS = re.compile(ALL_CUES.pattern + r"\w*")  # a cue with the rest of its word ("atrasado" of "atras")
+
+
+def without_cues(folded: str) -> str:
+    """A folded text with every word that carries a cue of sentiment or complaint blanked out."""
+    return CUE_WORDS.sub(" ", folded)
+
+
+def within_cue(folded: str, start: int, end: int) -> bool:
+    """Whether the span [start, end) of a folded text overlaps one of its cues of sentiment or complaint."""
+    return any(m.start() < end and start < m.end() for m in ALL_CUES.finditer(folded))
+
+
 def has_cue(text: str) -> bool:
     """Whether a piece of text carries a cue of sentiment or complaint."""
     return ALL_CUES.search(fold(text)) is not None

@@ -51,9 +51,10 @@ SQL = TaskDefinition(
         (r"\b(olist_|orders_enriched|customer_|product_|payment_|review_score)", 2),
     ),
     # groups of 8 on the engine: in three runs of bench grpo-gain (48 groups, 48 steps) they gained
-    # +0.066 to +0.072 on held-out rows, each interval above 0, and groups of 4 -0.009 to +0.055;
-    # in three rounds from traffic alone, +0.072, +0.029 and +0.008 (runs 44, 45, 47; docs/results.md). A step
-    # takes 1.6x as long, so a round's budget holds fewer
+    # +0.066 to +0.072 on held-out rows on the bootstrap of 2026-12-05, each interval above 0, and
+    # groups of 4 -0.009 to +0.055; on today's bootstrap +0.000 to +0.054. In three rounds from
+    # traffic alone, +0.072, +0.029, +0.008, +0.029 and +0.056 (runs 44, 45, 47, 54, 55;
+    # docs/results.md). A step takes 1.6x as long, so a round's budget holds fewer
     training={"grpo_num_generations": 8},
     examples=True,
     review_view=_intent,

@@ -81,6 +81,42 @@ def test_the_product_is_a_whole_noun_phrase_of_the_review(product, credit):
     assert _extraction(product_mentioned=product).components["product"] == credit
 
 
+@pytest.mark.parametrize("product,why", [
+    ("som", None),  # a word of the review that no rule takes for the purchase: still a product
+    ("dias", "names the purchase"), ("caixa", "part of a complaint"), ("12 dias", "names the purchase"),
+])
+def test_a_product_is_neither_a_word_of_the_purchase_nor_part_of_a_cue(product, why):
+    scored = _extraction(product_mentioned=product)
+    if why is None:
+        assert scored.components["product"] == 1.0, scored.details["product"]
+    else:
+        assert scored.components["product"] == 0.0 and why in scored.details["product"], scored.details["product"]
+
+
+@pytest.mark.parametrize("review,product,credit", [
+    ("Gente, já passou da data prevista, ninguém informa onde está o pedido. Enfim.", "data prevista", 0.0),
+    ("Olha, parece bem frágil, material muito fino. Aguardo retorno.", "material", 0.0),
+    ("Comprei a furadeira de impacto e pedi outra cor.", "pedi", 0.0),
+    ("Comprei a furadeira de impacto e pedi outra cor.", "furadeira de impacto", 1.0),
+])
+def test_what_a_review_says_of_its_delivery_or_its_material_is_not_its_product(review, product, credit):
+    scored = score("extraction", json.dumps({**HONEST_EXTRACTION, "product_mentioned": product}, ensure_ascii=False), None,
+                   ctx("extraction", review=review))
+    assert scored.components["product"] == credit, scored.details["product"]
+
+
+@pytest.mark.parametrize("review,credit", [
+    ("Atendente foi grosseiro. Não recomendo. É isso.", 1.0),  # nothing but cues and discourse words
+    ("Bom, cobraram duas vezes no cartão, nota fiscal não veio. Aguardo retorno.", 1.0),
+    ("So veio metade do pedido, a mochila escolar nao veio na caixa.", 0.5),  # "mochila escolar" may be one
+    ("Atendente foi grosseiro com o liquidificador.", 0.5),  # a word no list knows: never sure there is none
+])
+def test_no_product_is_right_only_where_the_review_names_nothing_that_could_be_one(review, credit):
+    scored = score("extraction", json.dumps({**HONEST_EXTRACTION, "product_mentioned": None}, ensure_ascii=False), None,
+                   ctx("extraction", review=review))
+    assert scored.components["product"] == credit, scored.details["product"]
+
+
 def test_key_phrases_must_carry_the_reviews_cues_not_any_substring():
     honest = _extraction()
     substrings = _extraction(key_phrases=["o fone", "de ouvido", "e chegou"])
