@@ -29,7 +29,7 @@ of 0.2; a round's GRPO then traded `delivery_issue` against the other checks (ru
 docs/results.md), and the served score ranked a group's samples less like the references did.
 Version 9 took any noun phrase of the review for the product ("data prevista", "material",
 "entrega") and gave a null product half credit everywhere; on the base model's samples its product
-judge ranked them as the references do at 0.54, against 0.89 under version 10's (docs/results.md,
+judge ranked them as the references do at 0.54, against 0.91 under version 10's (docs/results.md,
 2026-12-06).
 """
 from __future__ import annotations
@@ -74,6 +74,10 @@ NOT_PRODUCT_WORDS = frozenset(fold(w) for w in (
     "pedi comprei recebi veio vieram chegou mandaram feito olha gente bom boa enfim sinceramente obrigado obrigada "
     "isso aqui tudo nada todo toda todos mundo ninguém nenhum nenhuma jeito pouco bem super depois parece item itens "
     "aguardo compro compraria abri informa dois duas três quatro cinco dez quinze vinte trinta").split())
+# A null product on a review whose words could name one: likely wrong, never sure. At half credit
+# (version 10's first form) a null was the safe answer, and GRPO's arm answered null on 39 of 40
+# test rows (docs/results.md, 2026-12-06).
+NULL_BESIDE_A_CANDIDATE = 0.25
 # the review goes on with "de <noun>" right after a product name: the name was cut short
 CUT_SHORT = re.compile(r"\s+(?:de|do|da)\s+(?!\d)\w{3,}")
 
@@ -272,12 +276,14 @@ def _product_evidence(value: dict, review: str, reading: review_cues.Reading) ->
     ("entrega", "data prevista"), no article or preposition at either end, no sentiment or
     complaint cue and no part of one, and not cut short where the review goes on with "de <noun>"
     ("fone" of "fone de ouvido"). No product is right in full only where the review names
-    nothing that could be one; elsewhere it cannot be told without a reference."""
+    nothing that could be one; elsewhere it is likely wrong (`NULL_BESIDE_A_CANDIDATE`)."""
+    if "product_mentioned" not in value:
+        return 0.0, "no product field"
     product = value.get("product_mentioned")
     if product is None:
         if not _product_candidates(review):
             return 1.0, "no product named, and the review names nothing that could be one"
-        return 0.5, "no product named (cannot tell without a reference)"
+        return NULL_BESIDE_A_CANDIDATE, "no product named, though the review names what could be one"
     if not isinstance(product, str) or not product.strip():
         return 0.0, "not a product name"
     text, folded = fold(review), fold(product).strip(" .,;:!?")

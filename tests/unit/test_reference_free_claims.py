@@ -108,13 +108,19 @@ def test_what_a_review_says_of_its_delivery_or_its_material_is_not_its_product(r
 @pytest.mark.parametrize("review,credit", [
     ("Atendente foi grosseiro. Não recomendo. É isso.", 1.0),  # nothing but cues and discourse words
     ("Bom, cobraram duas vezes no cartão, nota fiscal não veio. Aguardo retorno.", 1.0),
-    ("So veio metade do pedido, a mochila escolar nao veio na caixa.", 0.5),  # "mochila escolar" may be one
-    ("Atendente foi grosseiro com o liquidificador.", 0.5),  # a word no list knows: never sure there is none
+    ("So veio metade do pedido, a mochila escolar nao veio na caixa.", 0.25),  # "mochila escolar" may be one
+    ("Atendente foi grosseiro com o liquidificador.", 0.25),  # a word no list knows: likely a product, never sure
 ])
 def test_no_product_is_right_only_where_the_review_names_nothing_that_could_be_one(review, credit):
     scored = score("extraction", json.dumps({**HONEST_EXTRACTION, "product_mentioned": None}, ensure_ascii=False), None,
                    ctx("extraction", review=review))
     assert scored.components["product"] == credit, scored.details["product"]
+
+
+def test_an_answer_without_the_product_field_is_not_a_null_product():
+    answer = {k: v for k, v in HONEST_EXTRACTION.items() if k != "product_mentioned"}
+    scored = score("extraction", json.dumps(answer, ensure_ascii=False), None, ctx("extraction", review="Atendente foi grosseiro."))
+    assert scored.components["product"] == 0.0, scored.details["product"]
 
 
 def test_key_phrases_must_carry_the_reviews_cues_not_any_substring():
