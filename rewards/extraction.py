@@ -18,9 +18,9 @@ cues; any other substring earns nothing), `summary` (in its own words, about the
 its complaint or verdict and no complaint it does not make: the review's words shuffled or
 reversed restate nothing), `product` (a whole noun phrase of the review, not a function word, a
 generic word, a word of the purchase rather than of the item, a complaint, part of a cue or a
-name cut short; null in full only where the review's words name nothing that could be one), `sentiment_cue` and `score_cue` (the sentiment
-and the score range its words call for), `category_cue` (the complaint category they name),
-`delivery_cue` (a late or missing delivery), `recommend_cue` (a recommendation, a refusal, or
+name cut short; null in full only where the review's words name nothing that could be one),
+`sentiment_cue` and `score_cue` (the sentiment and the score range its words call for),
+`category_cue` (the complaint category they name), `delivery_cue` (a late or missing delivery), `recommend_cue` (a recommendation, a refusal, or
 null where it says neither), and `response_cue` and `urgency_cue` (a strong complaint that no
 praise softens waits for an answer and is not of low urgency; any other review is low and waits
 for none). A field the words say nothing of earns half. Form is paid in proportion to that
@@ -264,10 +264,9 @@ def _summary_evidence(value: dict, review: str, reading: review_cues.Reading) ->
                     + (f", claims {sorted(false)} the review does not make" if false else ""))
 
 
-def _product_candidates(review: str) -> frozenset[str]:
-    """The review's content words that could be part of a product's name: outside its cues of
-    sentiment and complaint, and none of the words that never name one."""
-    return content_words(review_cues.without_cues(fold(review))) - META_WORDS - NOT_PRODUCT_WORDS
+def _naming_words(folded: str) -> frozenset[str]:
+    """The content words of a folded text that could be part of a product's name."""
+    return content_words(folded) - META_WORDS - NOT_PRODUCT_WORDS
 
 
 def _product_evidence(value: dict, review: str, reading: review_cues.Reading) -> tuple[float, str]:
@@ -281,7 +280,7 @@ def _product_evidence(value: dict, review: str, reading: review_cues.Reading) ->
         return 0.0, "no product field"
     product = value.get("product_mentioned")
     if product is None:
-        if not _product_candidates(review):
+        if not _naming_words(review_cues.without_cues(fold(review))):
             return 1.0, "no product named, and the review names nothing that could be one"
         return NULL_BESIDE_A_CANDIDATE, "no product named, though the review names what could be one"
     if not isinstance(product, str) or not product.strip():
@@ -297,9 +296,9 @@ def _product_evidence(value: dict, review: str, reading: review_cues.Reading) ->
         return 0.25, "not a noun phrase: it starts or ends on a function word, or runs on"
     if review_cues.has_cue(folded):
         return 0.0, "a complaint or sentiment, not a product"
-    if not (content_words(folded) - META_WORDS - NOT_PRODUCT_WORDS):
+    if not _naming_words(folded):
         return 0.0, "names the purchase (its delivery, price, service, a date), not a product"
-    if review_cues.within_cue(text, match.start(), match.end()):
+    if any(start < match.end() and match.start() < end for start, end in reading.cue_spans):
         return 0.0, "part of a complaint or verdict of the review, not a product"
     if CUT_SHORT.match(text[match.end():]):
         return 0.5, "cut short: the review's noun phrase goes on"

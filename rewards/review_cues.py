@@ -135,11 +135,6 @@ def without_cues(folded: str) -> str:
     return CUE_WORDS.sub(" ", folded)
 
 
-def within_cue(folded: str, start: int, end: int) -> bool:
-    """Whether the span [start, end) of a folded text overlaps one of its cues of sentiment or complaint."""
-    return any(m.start() < end and start < m.end() for m in ALL_CUES.finditer(folded))
-
-
 def has_cue(text: str) -> bool:
     """Whether a piece of text carries a cue of sentiment or complaint."""
     return ALL_CUES.search(fold(text)) is not None
