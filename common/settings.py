@@ -58,6 +58,7 @@ class TaskTraining(BaseModel):
     sft_from_liked: bool | None = None
     train_gradient_checkpointing: bool | None = None
     grpo_num_generations: GroupSize | None = None
+    auto_grpo: bool | None = None
 
 
 class Settings(BaseSettings):
@@ -182,6 +183,10 @@ class Settings(BaseSettings):
                                       "plan; 0: never. A method named by TUCANO_TRAIN_METHOD always runs.")
     auto_far_worse_margin: float = Field(0.05, ge=0, le=1, description="How far below the incumbent the gate's interval must lie "
                                          "for a candidate to count as far worse (`auto_far_worse_tries`).")
+    auto_grpo: bool = Field(True, description="`auto` may choose GRPO for a task that has prompts or served groups and no "
+                            "supervised or preference data (the reference-free rewards); off, the plan says it is left out and "
+                            "GRPO runs only with TUCANO_TRAIN_METHOD=grpo. A task's own in task_training wins (extraction's is "
+                            "off: tasks/extraction.py).")
     preference_after_supervised: bool = Field(False, description="Run DPO or KTO after SFT too (auto runs them only without SFT).")
     grpo_after_supervised: bool = Field(False, description="Run GRPO after SFT/DPO/KTO too (auto runs it only without them).")
     grpo_num_generations: GroupSize = Field(4, description="Completions per prompt in a GRPO group that the round samples on an "

@@ -64,6 +64,12 @@ EXTRACTION = TaskDefinition(
     # measured at a lower learning rate than the general one (docs/results.md). GRPO learns from groups of 8: from 48
     # reference-free groups, 8 gained +0.032 where 4 lost 0.026 on the same rows, and 8 gained +0.015, +0.041, +0.041 and
     # +0.046 in four more runs (bench grpo-gain, docs/results.md, 2026-12-05 and 06); its served groups of 4 are completed
+    # to 8 on the engine.
+    # `auto` does not choose GRPO for extraction's unlabelled traffic: none of its 11 candidates in runs 46 and 49 to 52 was
+    # promoted, and they drift to a null product and the category `none` (runs 49 to 52 at the gate: -0.070 and -0.081 significantly
+    # worse; reward version 10 in bench grpo-gain: -0.057 and -0.055 [-0.107, -0.003] on the held-out rows, a null
+    # product on 39 of 40), each round spending 1,000 to 1,800 s of the two cores on it (docs/results.md, 2026-12-06).
+    # Its labels still train it (SFT); TUCANO_TRAIN_METHOD=grpo or TUCANO_TASK_TRAINING runs GRPO anyway
     training={"train_learning_rate": 0.001, "sft_batch_size": 4, "train_time_budget_s": 120.0, "sft_from_liked": False,
-              "grpo_num_generations": 8},
+              "grpo_num_generations": 8, "auto_grpo": False},
 )

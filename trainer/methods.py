@@ -99,6 +99,15 @@ def far_worse(history: list[RoundSummary], task: str, settings: Settings) -> dic
     return left_out
 
 
+def left_out(history: list[RoundSummary], task: str, settings: Settings) -> dict[str, str]:
+    """The methods `auto` leaves out of `task`'s plan, and why: those `far_worse` names, and GRPO
+    where the task's `auto_grpo` is off (`settings` as the task trains with them)."""
+    leave = far_worse(history, task, settings)
+    if not settings.auto_grpo and "grpo" not in leave:
+        leave["grpo"] = "auto_grpo is off for this task (its own training settings; TUCANO_TASK_TRAINING turns it on)"
+    return leave
+
+
 def plan(setting: str, data: TaskData, settings: Settings, left_out: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """[(method, why)] for the task, in order. `left_out`: methods `auto` must not choose, with
     why (`far_worse`); a method named by the setting runs whatever they say."""

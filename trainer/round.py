@@ -229,7 +229,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
                             gate.held_out_inputs(settings, store, task), settings.seed, settings.unlabelled_prompts_per_round,
                             settings.sft_from_liked, round_data.served_demonstrations(settings, task, labels), lineage,
                             settings.grpo_max_groups, kept_groups(store, settings, task, lineage[0], records) if news else [])
-    left_out = methods.far_worse(store.rounds(HISTORY_ROUNDS), task, settings) if settings.train_method == "auto" else {}
+    left_out = methods.left_out(store.rounds(HISTORY_ROUNDS), task, settings) if settings.train_method == "auto" else {}
     steps = methods.plan(settings.train_method, data, settings, left_out) if news else []
     entry = TaskOutcome(outcome=Outcome.NOT_TRAINED, why=why, labels=len(labels), data=data.summary(),
                         plan=[PlanStep(method=m, why=w) for m, w in steps])
@@ -340,7 +340,7 @@ def _recipe(settings: Settings) -> dict:
             "min_dpo_pairs", "min_kto_examples", "grpo_advantage", "grpo_std_floor", "grpo_iterations", "grpo_num_generations",
             "grpo_entropy_coef", "grpo_learning_rate", "grpo_importance_cap", "grpo_min_groups", "grpo_max_groups",
             "grpo_reload_every", "grpo_kept_scan", "grpo_prompts_per_step", "grpo_max_batches", "serve_samples",
-            "train_idle_budget_factor", "train_with_examples", "examples_tasks", "examples_k",
+            "train_idle_budget_factor", "auto_grpo", "train_with_examples", "examples_tasks", "examples_k",
             "team_eval_share", "promote_margin", "component_tolerance", "gate_max_rows", "gate_look_rows", "shadow_records",
             "canary_share")
     return settings.model_dump(mode="json", include=set(keys), exclude_none=False)

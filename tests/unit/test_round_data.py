@@ -469,3 +469,25 @@ def test_a_method_config_built_and_never_trained_leaves_no_directory_behind():
     again = methods.trainer_args(load_settings(), 1.0, 4, 8)
     assert args["output_dir"] != again["output_dir"]
     assert not Path(args["output_dir"]).exists() and not Path(again["output_dir"]).exists()
+
+
+def test_auto_does_not_choose_grpo_for_extractions_traffic_and_says_why():
+    from tasks.registry import training_settings
+    from trainer import methods
+
+    general = load_settings(min_sft_examples=2, min_dpo_pairs=2, min_kto_examples=2)
+    traffic = run([], [(f"{n}-0", make_record(id=f"r{n}", input={"question": f"q{n}"})) for n in range(3)])
+    extraction, sql = training_settings(general, "extraction"), training_settings(general, "sql")
+    left_out = methods.left_out([], "extraction", extraction)
+    assert list(left_out) == ["grpo"] and "auto_grpo is off" in left_out["grpo"]
+    assert methods.plan("auto", traffic, extraction, left_out) == []
+    assert methods.left_out([], "sql", sql) == {} and [m for m, _ in methods.plan("auto", traffic, sql, {})] == ["grpo"]
+    # labels still train extraction; a method named by the setting runs whatever auto would leave out
+    corrected = run([label(n, f"Quantos clientes em {uf}?", answer={"sql": GOOD}) for n, uf in enumerate(("SP", "RJ", "MG"))])
+    assert [m for m, _ in methods.plan("auto", corrected, extraction, left_out)] == ["sft"]
+    assert [m for m, _ in methods.plan("grpo", traffic, extraction, {})] == ["grpo"]
+    # the team turns it back on, and a far worse method is named once with its own reason
+    on = training_settings(load_settings(task_training={"extraction": {"auto_grpo": True}}), "extraction")
+    assert methods.left_out([], "extraction", on) == {}
+    far = round_with("extraction", "grpo", (-0.35, -0.28))
+    assert "far worse" in methods.left_out([far, far], "extraction", extraction)["grpo"]
