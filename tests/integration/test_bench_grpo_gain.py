@@ -23,7 +23,7 @@ def _bench(built, engines, *args: str) -> subprocess.CompletedProcess:
 def test_bench_grpo_gain_trains_each_rate_on_reference_free_groups_and_measures_it_on_held_out_rows(built, engines):
     before = {card["id"] for card in httpx.get(f"{engines['base'].url}/v1/models", timeout=30).json()["data"]}
     result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "5", "--lr", "1e-4", "--lr", "1e-3",
-                    "--temperature", "0.4", "--temperature", "1.0", "--picks")
+                    "--temperature", "0.4", "--temperature", "1.0", "--picks", "--group-size", "4")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
     assert written["groups"] == 4 and written["group_sizes"] == [4] and written["measure_rows"] == 5

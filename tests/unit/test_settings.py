@@ -120,7 +120,7 @@ def test_each_task_trains_with_its_own_defaults():
         0.002, 4, 90.0, False)
     sql, push = training_settings(settings, "sql"), training_settings(settings, "push")
     assert (sql.train_learning_rate, sql.sft_batch_size, sql.train_time_budget_s, sql.sft_from_liked) == (0.003, 8, 45.0, True)
-    # SQL and extraction the larger groups they gained with (tasks/sql.py, tasks/extraction.py); the others the general 4
-    assert [training_settings(settings, t).grpo_num_generations for t in ("sql", "push", "extraction", "insights")] == [8, 4, 8, 4]
-    # push only the longer budget its GRPO's larger batches take (tasks/push.py)
+    # SQL, push and extraction the larger groups they gained with (tasks/); insights the general 4
+    assert [training_settings(settings, t).grpo_num_generations for t in ("sql", "push", "extraction", "insights")] == [8, 8, 8, 4]
+    # push the longer budget its GRPO's larger batches take (tasks/push.py)
     assert (push.train_learning_rate, push.sft_batch_size, push.train_time_budget_s, push.sft_from_liked) == (0.003, 8, 75.0, True)
