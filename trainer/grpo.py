@@ -9,7 +9,7 @@
   logprobs are taken at the temperature the groups were sampled at, as the engines' processed
   logprobs are (deploy/vllm_server.py). Top-p renormalises the engine's over its nucleus, so a
   token's ratio reads a little below 1 there; the cap acts only above. Groups smaller than
-  `grpo_num_generations` (extraction is served as the best of 4 and learns from groups of 8) are
+  `grpo_num_generations` (extraction and push are served as the best of 4 and learn from groups of 8) are
   first completed to it on a vLLM engine with more samples of their prompts from the policy as
   the run starts (`EngineRollouts.complete`), where one can be had.
 - the round's prompts on a vLLM engine (`train_on_engine`), where traffic gave fewer than
