@@ -235,7 +235,7 @@ def _train_task(settings: Settings, store: Store, fleet: Fleet, task: str, recor
                         plan=[PlanStep(method=m, why=w) for m, w in steps])
     if not steps:
         left = "; ".join(f"{m} left out: {w}" for m, w in left_out.items())
-        entry.reason = why if not news else f"no method has enough data{' (' + left + ')' if left else ''}"
+        entry.reason = why if not news else f"no method `auto` may choose has data ({left})" if left else "no method has enough data"
         say(f"{task}: not trained: {entry.reason}")
         return entry
     plan = [m for m, _ in steps]

@@ -64,6 +64,22 @@ def test_a_round_with_nothing_new_is_a_clean_no_op(built, redis_url, gateway, lo
     assert summary.tasks["sql"].outcome == Outcome.NOT_TRAINED and store.routes() == before
 
 
+def test_auto_leaves_grpo_out_of_extractions_unlabelled_traffic_and_the_round_says_why(built, redis_url, gateway, loop):
+    """Extraction's own training settings turn `auto_grpo` off (tasks/extraction.py): a round on its
+    unlabelled traffic, its served groups, trains nothing, registers nothing and says why."""
+    settings, store = loop
+    rows = load_split(settings.datasets_dir, "extraction", "train")[-8:]
+    asyncio.run(_send(gateway.url, store, "extraction", [{"input": row["input"]} for row in rows]))
+    # the task's own settings (task_training unset); labels earlier tests left are too few for SFT, DPO or KTO here
+    chosen = loop_settings(built, redis_url, task_training=None, min_records_per_task=1, min_sft_examples=10_000,
+                           min_dpo_pairs=10_000, min_kto_examples=10_000)
+    before = (store.routes(), [meta.version for meta in store.adapters("extraction")])
+    entry = run_round(chosen, store, fleet_for(chosen, store, gateway), ("extraction",), say=print).tasks["extraction"]
+    assert entry.outcome == Outcome.NOT_TRAINED and entry.plan == [] and entry.version is None, entry
+    assert entry.data.groups >= 8 and "grpo left out: auto_grpo is off for this task" in entry.reason, entry
+    assert (store.routes(), [meta.version for meta in store.adapters("extraction")]) == before
+
+
 def test_a_round_refuses_without_engines(built, redis_url):
     store = Store(redis_url)
     from deploy.hotswap import HotSwap
