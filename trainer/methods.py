@@ -110,7 +110,8 @@ def left_out(history: list[RoundSummary], task: str, settings: Settings) -> dict
 
 def plan(setting: str, data: TaskData, settings: Settings, left_out: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """[(method, why)] for the task, in order. `left_out`: methods `auto` must not choose, with
-    why (`far_worse`); a method named by the setting runs whatever they say."""
+    why (`left_out`: the far worse ones, and GRPO where the task's `auto_grpo` is off); a method
+    named by the setting runs whatever they say."""
     left_out = left_out or {}
     if setting != "auto":
         usable = {"sft": len(data.sft), "dpo": len(data.pairs), "kto": len(data.kto), "grpo": len(data.groups) + len(data.prompts)}[setting]
