@@ -383,6 +383,22 @@ def test_runaway_queries_are_stopped_within_the_limit(small_commerce_db):
     assert tasks.score("sql", runaway, SQL_REF, dataclasses.replace(ctx(), timeout_s=0.1)).components["executes"] == 0.0
 
 
+def test_a_chain_of_joins_is_refused_before_sqlglot_parses_it(small_commerce_db):
+    """sqlglot parses `a JOIN b JOIN c ...` without ON by backtracking over nested joins, twice as
+    long with each JOIN: a sampled completion of 26 took 810 s to score. It is refused from its
+    tokens, and scored as text that does not parse; a query within the bound is read as before."""
+    sampled = "SELECT placa FROM placa " + " ".join(["JOIN product_category_name"] * 25) + " JOIN pe"
+    checked = check_readonly(sampled)
+    assert not checked.ok and not checked.parsed and checked.reason == "26 JOINs; at most 12 are read"
+    assert run_readonly(small_commerce_db, sampled, timeout_s=1.0, row_cap=10).error.startswith("refused")
+    scored = score("sql", sampled, SQL_REF)
+    assert scored.components["executes"] == 0.0 and scored.components["parse"] == 0.0 and scored.total < 0.05
+    twelve = "SELECT COUNT(*) FROM olist_orders_dataset o" + "".join(
+        f" JOIN olist_customers_dataset c{i} ON c{i}.customer_id = o.customer_id" for i in range(12))
+    assert check_readonly(twelve).ok and check_readonly("SELECT 'JOIN JOIN JOIN' || x FROM t JOIN u").ok
+    assert check_readonly(twelve + " JOIN olist_sellers_dataset s").reason == "13 JOINs; at most 12 are read"
+
+
 def test_row_cap(small_commerce_db):
     result = run_readonly(small_commerce_db, "SELECT * FROM olist_order_items_dataset", timeout_s=1.0, row_cap=50)
     assert len(result.rows) == 50 and result.truncated
