@@ -17,7 +17,7 @@ from demo.commerce_db import file_sha256
 from rewards.parsing import parse_json_object, split_think
 from rewards.references import InvalidReference
 from rewards.scoring import Score
-from rewards.sql_question import question_intent
+from rewards.sql_question import PARTIAL_VALUES_PAID, question_intent
 from rewards.sql_sandbox import check_readonly, run_readonly
 from tasks import TASKS, check_reference
 from tests.unit.conftest import ctx
@@ -543,8 +543,24 @@ def test_cancellations_ask_for_the_canceled_status():
                       None, question)
     both = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset WHERE order_status = 'canceled' "
                         "AND strftime('%Y', order_purchase_timestamp) = '2016'", None, question)
-    assert "missing ['canceled']" in year_only.details["question_match"] and year_only.components["question_match"] == 0.5
+    assert "missing ['canceled']" in year_only.details["question_match"] and year_only.components["question_match"] == 0.05
     assert both.components["question_match"] == 1.0, both.details
+
+
+def test_a_query_that_uses_some_of_the_questions_values_is_paid_a_tenth_of_their_share():
+    """Version 11: a count over every 2016 order answers a wider question than "cancelados em
+    2016", so it is wrong; version 10 paid it 0.575 without a reference, where a reference pays it
+    at most 0.15. It now earns a little more than a query that uses none of the values, and far
+    less than one that uses both."""
+    question = {"question": "Quantos pedidos foram cancelados em 2016?"}
+    none = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset WHERE order_status = 'delivered'", None, question)
+    year_only = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset WHERE strftime('%Y', order_purchase_timestamp) = '2016'",
+                      None, question)
+    both = score("sql", "SELECT COUNT(*) FROM olist_orders_dataset WHERE order_status = 'canceled' "
+                        "AND strftime('%Y', order_purchase_timestamp) = '2016'", None, question)
+    assert "0/2 values" in none.details["question_match"] and none.components["question_match"] == 0.0
+    assert year_only.components["question_match"] == pytest.approx(0.5 * PARTIAL_VALUES_PAID) and PARTIAL_VALUES_PAID == 0.1
+    assert none.total < year_only.total < 0.2 < 0.9 < both.total, (none.total, year_only.total, both.total)
 
 
 def test_a_number_the_question_names_without_a_comparison_is_met_by_equality():
