@@ -35,7 +35,7 @@ from rewards.text import fold
 # A query that uses some of the values the question names, not all, answers a wider question
 # ("pedidos cancelados em 2016" counted over every 2016 order): of the base model's 1,280 sampled
 # queries, 95 that ran did so and none matched its reference, which pays them 0.15 of 1. Paid in
-# full share (version 10) they earned 0.575 without one, and SQL's GRPO led the policy to them.
+# full share (version 10) they earned 0.575 without one, almost four times what a reference pays.
 # Version 11 pays a tenth of the share: above none of the values, far below all of them.
 PARTIAL_VALUES_PAID = 0.1
 ORDERS, CUSTOMERS, SELLERS = "olist_orders_dataset", "olist_customers_dataset", "olist_sellers_dataset"
