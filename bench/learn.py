@@ -35,6 +35,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -275,19 +276,22 @@ def scorer_check(free: list[Score | None], scores: list[Score], samples: list | 
     learns to please the scorer gains on the first and not on the second). Where the answers
     were picked from groups, `samples` (`sample_pairs`) adds the same over every sample
     (`samples_check`): a pick is the sample the served score liked best, partly by its own error,
-    so the picks alone understate how it ranks what GRPO trains on. None where the task has no
-    reference."""
+    so the picks alone understate how it ranks what GRPO trains on. `tied`: the most answers that
+    share one served score. A rank correlation over answers that mostly tie measures little of the
+    served score (push's base model: most picks are fluent, personal, state the offer and never say
+    the campaign, and all score 0.275; the references tell them apart by their template's words).
+    None where the task has no reference."""
     pairs = [(f.total, s.total) for f, s in zip(free, scores) if f is not None]
     if len(pairs) < 3:
         return None
     served, referenced = zip(*pairs)
     over = samples_check(samples) if samples else None
-    over_samples = {"over_samples": over} if over else {}
+    common = {"n": len(pairs), "tied": max(Counter(served).values()), "served_mean": round(statistics.fmean(served), 4),
+              **({"over_samples": over} if over else {})}
     rho, low, high = rank_correlation_interval(served, referenced)
     if rho != rho:  # every answer scored alike on one side: no ranking to compare
-        return {"rank_correlation": None, "ci95": None, "n": len(pairs), "served_mean": round(statistics.fmean(served), 4), **over_samples}
-    return {"rank_correlation": round(rho, 3), "ci95": [round(low, 3), round(high, 3)] if low == low else None, "n": len(pairs),
-            "served_mean": round(statistics.fmean(served), 4), **over_samples}
+        return {"rank_correlation": None, "ci95": None, **common}
+    return {"rank_correlation": round(rho, 3), "ci95": [round(low, 3), round(high, 3)] if low == low else None, **common}
 
 
 def interval(values: list[float]) -> dict:
@@ -699,9 +703,9 @@ def scorer_table(results: dict) -> str:
     """Per task and round, the served score against the references on the version's held-out answers."""
     lines = ["The served (reference-free) score against the references, on each version's held-out answers (target: "
              "rank correlation at least 0.7 on each structured task):", "",
-             "| task | round | version | rank correlation [95%] | over every sample of the groups [95%] (samples) "
+             "| task | round | version | rank correlation [95%] | answers tied at one served score | over every sample of the groups [95%] (samples) "
              "| within a group, mean [95%] (groups ranked) | served score mean | reference-scored mean |",
-             "|---|---:|---|---|---|---|---:|---:|"]
+             "|---|---:|---|---|---:|---|---|---:|---:|"]
 
     def shown(value: float | None, ci95: list | None) -> str:
         return "-" if value is None else f"{value:.3f}" + (
@@ -716,7 +720,8 @@ def scorer_table(results: dict) -> str:
             over = "-" if not groups else f"{shown(groups['rank_correlation'], groups['ci95'])} ({groups['samples']})"
             within = (groups or {}).get("within_group")
             inside = "-" if not within else f"{shown(within['mean'], within['ci95'])} ({within['groups']})"
-            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {over} | {inside} "
+            tied = f"{check['tied']} of {check['n']}" if "tied" in check else "-"  # runs kept before the count was taken
+            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {tied} | {over} | {inside} "
                          f"| {check['served_mean']:.3f} | {r['mean']:.3f} |")
     return "\n".join(lines)
 

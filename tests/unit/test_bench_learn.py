@@ -418,21 +418,26 @@ def test_the_scorer_check_ranks_the_served_score_against_the_references_and_says
     referenced = [_score(x) for x in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)]
     agreeing = scorer_check([_score(x) for x in (0.2, 0.25, 0.5, 0.55, 0.7, 0.9)], referenced)
     assert agreeing["rank_correlation"] == pytest.approx(1.0) and agreeing["n"] == 6
-    assert agreeing["served_mean"] == pytest.approx(0.5167, abs=1e-4)
+    assert agreeing["served_mean"] == pytest.approx(0.5167, abs=1e-4) and agreeing["tied"] == 1
     reversed_ = scorer_check([_score(x) for x in (0.9, 0.7, 0.55, 0.5, 0.25, 0.2)], referenced)
     assert reversed_["rank_correlation"] == pytest.approx(-1.0) and reversed_["ci95"][1] <= -0.9
     assert scorer_check([None] * 6, referenced) is None  # no reference-free score taken: a task without references
     flat = scorer_check([_score(0.5)] * 6, referenced)
-    assert flat["rank_correlation"] is None and flat["ci95"] is None
+    assert flat["rank_correlation"] is None and flat["ci95"] is None and flat["tied"] == 6
     # a correlation defined, but undefined in too many resamples for an interval (run 38 crashed on it)
     nearly_flat = scorer_check([_score(x) for x in (0.5, 0.5, 0.5, 0.5, 0.5, 0.9)], referenced)
-    assert nearly_flat["rank_correlation"] is not None and nearly_flat["ci95"] is None
+    assert nearly_flat["rank_correlation"] is not None and nearly_flat["ci95"] is None and nearly_flat["tied"] == 5
     results = {"tasks": {"sql": {"rounds": [{"round": 0, "version": "base", "mean": 0.35, "scorer": agreeing},
                                             {"round": 1, "version": "sql-v1", "mean": 0.35, "scorer": flat},
                                             {"round": 2, "version": "sql-v2", "mean": 0.35, "scorer": nearly_flat}]}}}
     text = scorer_table(results)
-    assert "| sql | 0 | base | 1.000 [1.000, 1.000] | - | - | 0.517 | 0.350 |" in text and "| sql | 1 | sql-v1 | - | - | - | 0.500 | 0.350 |" in text
-    assert f"| sql | 2 | sql-v2 | {nearly_flat['rank_correlation']:.3f} (no interval: undefined in too many resamples) | - | - | 0.567 | 0.350 |" in text
+    assert "| sql | 0 | base | 1.000 [1.000, 1.000] | 1 of 6 | - | - | 0.517 | 0.350 |" in text
+    assert "| sql | 1 | sql-v1 | - | 6 of 6 | - | - | 0.500 | 0.350 |" in text
+    assert (f"| sql | 2 | sql-v2 | {nearly_flat['rank_correlation']:.3f} (no interval: undefined in too many resamples) | 5 of 6 "
+            "| - | - | 0.567 | 0.350 |") in text
+    # a run kept before the count was taken is still tabled
+    del results["tasks"]["sql"]["rounds"][0]["scorer"]["tied"]
+    assert "| sql | 0 | base | 1.000 [1.000, 1.000] | - | - | - | 0.517 | 0.350 |" in scorer_table(results)
 
 
 def test_the_scorer_check_over_every_sample_of_a_group_is_not_the_picks_and_resamples_whole_groups():
@@ -463,7 +468,7 @@ def test_the_scorer_check_over_every_sample_of_a_group_is_not_the_picks_and_resa
     assert "over_samples" not in scorer_check(picks, referenced, [[pair] for pair in map(max, groups)])
     text = scorer_table({"tasks": {"extraction": {"rounds": [{"round": 0, "version": "base", "mean": 0.6, "scorer": check}]}}})
     over = check["over_samples"]
-    assert (f"| extraction | 0 | base | 1.000 [1.000, 1.000] | {over['rank_correlation']:.3f} [{over['ci95'][0]:.3f}, "
+    assert (f"| extraction | 0 | base | 1.000 [1.000, 1.000] | 1 of 8 | {over['rank_correlation']:.3f} [{over['ci95'][0]:.3f}, "
             f"{over['ci95'][1]:.3f}] (24) | 1.000 [1.000, 1.000] (8) |") in text
 
 
