@@ -720,8 +720,8 @@ def scorer_table(results: dict) -> str:
             over = "-" if not groups else f"{shown(groups['rank_correlation'], groups['ci95'])} ({groups['samples']})"
             within = (groups or {}).get("within_group")
             inside = "-" if not within else f"{shown(within['mean'], within['ci95'])} ({within['groups']})"
-            tied = f"{check['tied']} of {check['n']}" if "tied" in check else "-"  # runs kept before the count was taken
-            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {tied} | {over} | {inside} "
+            lines.append(f"| {t} | {r['round']} | {r['version']} | {shown(check['rank_correlation'], check['ci95'])} | {check['tied']} of {check['n']} "
+                         f"| {over} | {inside} "
                          f"| {check['served_mean']:.3f} | {r['mean']:.3f} |")
     return "\n".join(lines)
 
