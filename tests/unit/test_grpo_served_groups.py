@@ -248,6 +248,10 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     assert "| grpo | 0.7 | 8 | 0.0001 | 1 | 24 (400) | 2 |" in sized and "| 0.7 | 8 | 0.60 [0.45, 0.72] (48) |" in sized
     credited = table({**results, "arms": [{**results["arms"][0], "advantage": "sum"}, {**results["arms"][0], "advantage": "fields"}]})
     assert "| grpo | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in credited and "| grpo (fields) | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in credited
+    bonus = table({**results, "arms": [{**results["arms"][0], "entropy_coef": 0.0}, {**results["arms"][0], "entropy_coef": 0.02},
+                                       {**results["arms"][0], "advantage": "gdpo", "entropy_coef": 0.005}]})
+    assert "| grpo | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in bonus and "| grpo (entropy 0.02) | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in bonus
+    assert "| grpo (gdpo, entropy 0.005) | 0.7 |" in bonus
 
     gated = {"mean": -0.01, "ci95": [-0.05, 0.03], "n": 32}
     text = table({**results, "gate_rows": 32, "base_on_gate_rows": {"mean": 0.28},
@@ -310,10 +314,12 @@ def test_the_picks_arms_spread_is_a_generation_batchs_std_as_trl_logs_it():
 @pytest.mark.parametrize("args, option", [(["--gate-rows", "2"], "--gate-rows"), (["--gate-rows", "-1"], "--gate-rows"),
                                           (["--task", "insights"], "--task"), (["--epochs", "0"], "--epochs"),
                                           (["--temperature", "0"], "--temperature"), (["--group-size", "1"], "--group-size"),
-                                          (["--group-size", "17"], "--group-size"), (["--advantage", "mean"], "--advantage")])
+                                          (["--group-size", "17"], "--group-size"), (["--advantage", "mean"], "--advantage"),
+                                          (["--entropy-coef", "-0.01"], "--entropy-coef"), (["--entropy-coef", "2"], "--entropy-coef")])
 def test_bench_grpo_gain_refuses_what_gives_no_measurement_before_anything_runs(tmp_path, args, option):
     """Too few gate rows for an interval, a task without references, no passes, greedy groups, a
-    group of one or of more than 16, an advantage GRPO does not have: a usage error naming the
+    group of one or of more than 16, an advantage GRPO does not have, an entropy bonus below 0 or above
+    1: a usage error naming the
     option, and nothing written."""
     from typer.testing import CliRunner
 
