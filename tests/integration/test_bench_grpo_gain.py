@@ -101,6 +101,22 @@ def test_bench_grpo_gain_trains_the_per_field_credit_as_an_arm_beside_the_sum(bu
     assert bad.returncode == 2 and "--advantage" in bad.stdout + bad.stderr
 
 
+def test_bench_grpo_gain_trains_an_entropy_bonus_as_an_arm_beside_none(built, engines):
+    """`--entropy-coef`: the same groups trained with and without TRL's entropy bonus, each its own
+    arm; the bonus reaches the loss: the two arms part after the first step, the bonus arm keeping
+    more entropy."""
+    result = _bench(built, engines, "--task", "push", "--groups", "4", "--measure-rows", "3", "--lr", "1e-3",
+                    "--group-size", "4", "--entropy-coef", "0", "--entropy-coef", "0.5")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = json.loads((built.bench_dir / "grpo-gain-push.json").read_text())["results"]
+    assert written["entropy_coefs"] == [0.0, 0.5]
+    plain, bonus = written["arms"]
+    assert (plain["entropy_coef"], bonus["entropy_coef"]) == (0.0, 0.5) and plain["steps"] == bonus["steps"] == 4
+    assert plain["kl_to_parent"] != bonus["kl_to_parent"] and bonus["entropy"] > plain["entropy"]
+    table = (built.bench_dir / "grpo-gain-push.md").read_text()
+    assert "| grpo | 0.7 | 4 | 0.001 |" in table and "| grpo (entropy 0.5) | 0.7 | 4 | 0.001 |" in table
+
+
 def test_bench_grpo_gain_refuses_a_task_without_references_too_few_groups_and_a_greedy_group(built, engines):
     insights = _bench(built, engines, "--task", "insights")
     assert insights.returncode == 2 and "insights has no references" in insights.stdout + insights.stderr
