@@ -215,6 +215,9 @@ class Settings(BaseSettings):
                                        "logprob); a token above it counts as clipped.")
     grpo_min_groups: int = Field(16, ge=1, description="Fewer served groups than this in a round: GRPO samples its groups from "
                                  "the round's prompts on a vLLM engine instead (transformers' generate only where no engine answers).")
+    grpo_flat_batches_stop: int = Field(4, ge=0, description="GRPO on the policy's own samples (an engine's or generate's): "
+                                        "generation batches in a row with every group flat after which the run stops, since a "
+                                        "policy that gets no gradient samples alike again (0: never).")
     grpo_reload_every: int = Field(4, ge=1, description="GRPO on an engine: optimisation steps between reloads of the policy "
                                    "into it (each under a fresh name).")
     grpo_max_groups: int = Field(256, ge=0, description="Newest served groups a round's GRPO trains on per task (0: none; "

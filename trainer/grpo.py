@@ -31,6 +31,8 @@ What makes the recipe act (TRL 1.16 as installed):
 - groups whose rewards did not vary carry no signal: they are counted per group and dropped from
   the loss (their tokens no longer dilute the others'), not left to TRL's batch-wide statistic.
 - `beta=0` (no reference model); an optional entropy term (`entropy_coef`, or TRL's adaptive one).
+- on the policy's own samples (an engine's or `generate`'s), the run stops once
+  `grpo_flat_batches_stop` generation batches in a row had every group flat (`NoSignalLeft`).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from collections import Counter
 
 import torch
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from common.rounds import GrpoReport
 from common.settings import Settings
@@ -142,9 +145,12 @@ def train(settings: Settings, model, tokenizer, task: str, prompts: list[GrpoPro
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     trainer.field_credit = credit
     timer = _GenerationTimer(trainer.model)
+    stop = NoSignalLeft(trainer, settings.grpo_flat_batches_stop)
+    trainer.add_callback(stop)
     outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {said}", len(prompts)), budget, metrics)
     if outcome.stopped_by == "epochs" and outcome.steps >= settings.grpo_max_steps:
         outcome.stopped_by = "steps"
+    stop.said(outcome)
     _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": round(timer.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - timer.seconds - scoring["seconds"], 2),
@@ -287,11 +293,14 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                             callbacks=[budget, metrics, methods.Progress("grpo", progress)])
     trainer.vllm_generation, rollouts.step = rollouts, (lambda: trainer.state.global_step)  # TRL's sync hook reloads the policy
     trainer.field_credit = credit
+    stop = NoSignalLeft(trainer, settings.grpo_flat_batches_stop)
+    trainer.add_callback(stop)
     parent = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     try:
         outcome = methods.run(trainer, methods.TrainingRun("grpo", f"{why}; advantages: {said}", len(prompts)), budget, metrics)
     finally:
         rollouts.close()
+    stop.said(outcome)
     _batches_logged(outcome, log)
     outcome.seconds_by_phase = {"generation": round(rollouts.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - rollouts.seconds - scoring["seconds"], 2),
@@ -303,6 +312,24 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
                           importance=(trainer.importance_tokens, trainer.importance_clipped),
                           kl=kl_to_parent(model, parent, rollouts.parent_groups, sampling.temperature))
     return outcome
+
+
+class NoSignalLeft(TrainerCallback):
+    """Stops GRPO on the policy's own samples once `batches` generation batches in a row had every
+    group flat (0: never). A policy whose samples all score alike gets no gradient, so it stays as
+    it is and samples alike again: after sql-v1 collapsed onto one query, run 58's SQL rounds 2 and
+    3 each spent 30 steps (8 minutes of two shared cores) on such groups and changed nothing."""
+
+    def __init__(self, trainer, batches: int):
+        self.trainer, self.batches, self.hit = trainer, batches, False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.batches and self.trainer.flat_batches_in_a_row >= self.batches:
+            self.hit = control.should_training_stop = True
+
+    def said(self, outcome: methods.TrainingRun) -> None:
+        if self.hit:
+            outcome.stopped_by = f"no signal: every group flat in {self.batches} generation batches in a row"
 
 
 KL_GROUPS = 8  # served groups of the parent that the KL of the trained policy from it is measured on

@@ -88,6 +88,7 @@ def group_dropping_grpo_trainer() -> type:
     class GroupDroppingGRPOTrainer(GRPOTrainer):
         dropped_groups = 0
         seen_groups = 0
+        flat_batches_in_a_row = 0  # generation batches in a row with every group flat (`NoSignalLeft`)
 
         field_credit = None  # a trainer.field_credit.FieldCredit: per-field token advantages (aggregation `fields`)
 
@@ -100,6 +101,7 @@ def group_dropping_grpo_trainer() -> type:
                     output["advantages"], output["completion_ids"], output["completion_mask"], self.processing_class, generations)
             self.seen_groups += int(flat.numel())
             self.dropped_groups += int(flat.sum())
+            self.flat_batches_in_a_row = self.flat_batches_in_a_row + 1 if bool(flat.all()) else 0
             if flat.any():
                 keep = (~flat).repeat_interleave(generations).unsqueeze(1).to(output["completion_mask"].dtype)
                 output["completion_mask"] = output["completion_mask"] * keep

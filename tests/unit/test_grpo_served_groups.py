@@ -343,3 +343,43 @@ def test_a_group_of_eight_equal_rewards_is_flat_though_float32_centring_leaves_i
     centred = rewards - torch.nanmean(rewards.view(-1, 8), dim=1).repeat_interleave(8)  # as TRL 1.16 computes advantages
     assert centred[:8].abs().max() > 1e-8  # the trace the old test kept
     assert flat_groups(centred, 8).tolist() == [True, True, False, True]
+
+
+def test_grpo_on_the_policys_own_samples_stops_after_batches_in_a_row_with_every_group_flat(monkeypatch):
+    """Each generation batch counts towards the stop only when every group in it is flat, and a
+    batch with any signal starts the count again; at `grpo_flat_batches_stop` in a row the run
+    stops and says why, and 0 never stops it."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch
+    from trl import GRPOTrainer
+
+    from trainer import methods
+    from trainer.grpo import NoSignalLeft
+    from trainer.trl_internals import group_dropping_grpo_trainer
+
+    flat, varied, half = [0.0] * 4, [0.1, -0.1, 0.0, 0.0], [0.0, 0.0, 0.2, -0.2]  # two groups of 2 a batch
+    batches = iter([varied, flat, half, flat, flat, flat])
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions",
+                        lambda self, inputs: {"advantages": torch.tensor(next(batches)), "completion_mask": torch.ones(4, 3)})
+    cls = group_dropping_grpo_trainer()
+    trainer = cls.__new__(cls)  # the counting alone: no model is needed
+    trainer.num_generations, trainer.field_credit = 2, None
+    trainer._metrics, trainer.accelerator = {"train": defaultdict(list)}, SimpleNamespace(gather=lambda t: t)
+    stop, never = NoSignalLeft(trainer, 2), NoSignalLeft(trainer, 0)
+    stopped = []
+    for _ in range(5):
+        trainer._generate_and_score_completions({})
+        control = SimpleNamespace(should_training_stop=False)
+        stop.on_step_end(None, None, control)
+        never.on_step_end(None, None, SimpleNamespace(should_training_stop=False))
+        stopped.append(control.should_training_stop)
+    assert stopped == [False, False, False, False, True]  # the half-flat third batch started the count again
+    assert (trainer.seen_groups, trainer.dropped_groups) == (10, 8) and not never.hit
+    outcome = methods.TrainingRun("grpo", "why", 8, stopped_by="time budget")
+    stop.said(outcome)
+    assert outcome.stopped_by == "no signal: every group flat in 2 generation batches in a row"
+    left = methods.TrainingRun("grpo", "why", 8)
+    never.said(left)
+    assert left.stopped_by == "epochs"
