@@ -60,7 +60,8 @@ PUSH = TaskDefinition(
     # gained +0.062 [+0.016, +0.114] on the test rows where 4 gained +0.020 [-0.006, +0.049], and +0.026 on the gate's
     # rows where 4 lost 0.025; with another seed 4 gained more, +0.048 against +0.029 (bench grpo-gain,
     # docs/results.md, 2026-12-06): undecided there. From its traffic with groups of 8, three rounds gained +0.210 (run 56)
-    # and, with the same command, +0.000 (run 57, every candidate rejected) and +0.258 (run 58): two runs of three
+    # and, with the same command, +0.000 (run 57), +0.258 (run 58) and +0.000 (run 59), every candidate of runs 57 and 59
+    # rejected: two runs of four learned.
     training={"train_time_budget_s": 75.0, "grpo_num_generations": 8},
     examples=True,
     review_view=_shape,
