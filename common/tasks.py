@@ -60,6 +60,20 @@ PUSH_CAMPAIGNS = (
     "carrinho_abandonado", "queda_de_preco", "volta_ao_estoque", "pedido_enviado",
     "pedido_entregue", "cupom", "black_friday", "pedir_avaliacao",
 )
+# What each campaign is about, in words: the prompt says it beside the identifier, since a small
+# model copies "volta_ao_estoque" as "seu volta saiu" and never learns the message of a campaign
+# it was not fine-tuned on (docs/results.md, 2026-12-06: back in stock's message in 0 of 544 samples).
+PUSH_CAMPAIGN_MESSAGES = {
+    "carrinho_abandonado": "o cliente deixou produtos no carrinho e não finalizou a compra",
+    "queda_de_preco": "o preço do produto baixou",
+    "volta_ao_estoque": "o produto voltou ao estoque e está disponível de novo",
+    "pedido_enviado": "o pedido do cliente foi enviado e está a caminho",
+    "pedido_entregue": "o pedido do cliente foi entregue",
+    "cupom": "o cliente ganhou um cupom de desconto",
+    "black_friday": "as ofertas da Black Friday começaram",
+    "pedir_avaliacao": "peça ao cliente que avalie a compra",
+}
+assert set(PUSH_CAMPAIGN_MESSAGES) == set(PUSH_CAMPAIGNS)
 
 
 # --- what a request's `input` must be, per task (contract §2): validated at the edge and carried as

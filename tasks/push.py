@@ -3,7 +3,7 @@ vLLM to `common.tasks.PushOutput`), scored on the copy rules and, with a referen
 from __future__ import annotations
 
 from common.records import Sampling
-from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_MAX_EMOJI, PUSH_TITLE_MAX, EngineKind, PushInput, PushOutput, TaskTraits
+from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGN_MESSAGES, PUSH_CAMPAIGNS, PUSH_MAX_EMOJI, PUSH_TITLE_MAX, EngineKind, PushInput, PushOutput, TaskTraits
 from rewards import push, references, trivial
 from tasks.definition import TaskDefinition
 
@@ -20,7 +20,12 @@ def _given(task_input: PushInput) -> list[tuple[str, object]]:
 
 
 def _campaign(task_input: PushInput) -> str:
-    return "\n".join(f"{FIELD_LABELS.get(name, name)}: {value}" for name, value in _given(task_input))
+    """The campaign's fields, one a line, and for a known campaign what it is about in words."""
+    lines = [f"{FIELD_LABELS.get(name, name)}: {value}" for name, value in _given(task_input)]
+    message = PUSH_CAMPAIGN_MESSAGES.get(task_input.campaign or "")
+    if message:
+        lines.insert(1, f"sobre: {message}")
+    return "\n".join(lines)
 
 
 def _shape(task_input: PushInput) -> frozenset[str]:

@@ -10,7 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from common.records import AdapterMeta, Record, Reward, Route, Sampling, Usage, adapter_version_name, decode_adapter, decode_record, encode
-from common.tasks import ExtractionOutput, SqlInput
+from common.tasks import PUSH_CAMPAIGN_MESSAGES, PUSH_CAMPAIGNS, ExtractionOutput, PushInput, SqlInput
+from rewards import push
+from rewards.text import fold
 from router.classify import classify
 from router.prompts import build_messages
 from router.route_table import RouteTable
@@ -195,6 +197,18 @@ def test_every_task_has_one_entry_with_its_engine_sampling_and_prompt():
     for value in schema["complaint_category"]["enum"]:
         assert value in definition("extraction").system_prompt
     assert build_messages("sql", SqlInput(question="x"))[1]["content"] == "Pergunta: x"
+
+
+def test_push_prompt_says_what_a_known_campaign_is_about_in_words_after_its_identifier():
+    """A known campaign's message follows its identifier; the scorer reads it as that campaign's
+    message and no other's. An unknown campaign, or none, gets no such line."""
+    message = build_messages("push", PushInput(campaign="volta_ao_estoque", customer_name="Ana"))[-1]["content"]
+    assert message.splitlines() == ["campanha: volta_ao_estoque", f"sobre: {PUSH_CAMPAIGN_MESSAGES['volta_ao_estoque']}", "cliente: Ana"]
+    assert build_messages("push", PushInput(campaign="natal", customer_name="Ana"))[-1]["content"] == "campanha: natal\ncliente: Ana"
+    assert build_messages("push", PushInput(customer_name="Ana", product="fone"))[-1]["content"] == "cliente: Ana\nproduto: fone"
+    for campaign in PUSH_CAMPAIGNS:
+        credit, why = push._intent(PushInput(campaign=campaign), fold(PUSH_CAMPAIGN_MESSAGES[campaign]))
+        assert credit == 1.0, (campaign, why)
 
 
 def test_a_chat_message_becomes_its_tasks_input_and_only_push_reads_json_fields():
