@@ -66,7 +66,8 @@ PUSH = TaskDefinition(
     # rows where 4 lost 0.025; with another seed 4 gained more, +0.048 against +0.029 (bench grpo-gain,
     # docs/results.md, 2026-12-06): undecided there. From its traffic with groups of 8, three rounds gained +0.210 (run 56)
     # and, with the same command, +0.000 (run 57), +0.258 (run 58) and +0.000 (run 59), every candidate of runs 57 and 59
-    # rejected: two runs of four learned.
+    # rejected: two runs of four learned. With the campaign's message in the prompt (PUSH_CAMPAIGN_MESSAGES), run 60
+    # gained +0.147 from a base model that starts at 0.483, not 0.315.
     training={"train_time_budget_s": 75.0, "grpo_num_generations": 8},
     examples=True,
     review_view=_shape,
