@@ -21,10 +21,11 @@ def _given(task_input: PushInput) -> list[tuple[str, object]]:
 
 def _campaign(task_input: PushInput) -> str:
     """The campaign's fields, one a line, and for a known campaign what it is about in words."""
-    lines = [f"{FIELD_LABELS.get(name, name)}: {value}" for name, value in _given(task_input)]
-    message = PUSH_CAMPAIGN_MESSAGES.get(task_input.campaign or "")
-    if message:
-        lines.insert(1, f"sobre: {message}")
+    lines = []
+    for name, value in _given(task_input):
+        lines.append(f"{FIELD_LABELS.get(name, name)}: {value}")
+        if name == "campaign" and value in PUSH_CAMPAIGN_MESSAGES:
+            lines.append(f"sobre: {PUSH_CAMPAIGN_MESSAGES[value]}")
     return "\n".join(lines)
 
 
