@@ -24,7 +24,7 @@ from pydantic_settings import (
 from common.records import RewardContext
 from common.tasks import EngineKind
 
-GrpoAdvantage = Literal["sum", "gdpo", "fields"]
+GrpoAdvantage = Literal["sum", "gdpo", "fields", "relevant"]
 """How GRPO turns a group's scores into advantages (`Settings.grpo_advantage`)."""
 GRPO_ADVANTAGES: tuple[str, ...] = get_args(GrpoAdvantage)
 
@@ -208,7 +208,10 @@ class Settings(BaseSettings):
     grpo_advantage: GrpoAdvantage = Field("sum", description=(
         "sum: the scored total, centred per group (Dr. GRPO); gdpo: each component normalised per group with a std floor, "
         "then weighted; fields: the total, with each JSON field's tokens credited with the change in its own part of it "
-        "(a task whose answers are not JSON fields trains with sum, and its run says so)."))
+        "(a task whose answers are not JSON fields trains with sum, and its run says so); relevant: the total where the served "
+        "score finds that a sample addresses its request (the task's `relevance` component above 0), 0 where it does not, so a "
+        "group none of whose samples addresses it is flat and dropped (a task without one, or a sample scored with a "
+        "reference, trains with sum)."))
     grpo_std_floor: float = Field(0.1, gt=0, le=1, description="GDPO: the least std a component is divided by.")
     grpo_importance_cap: float = Field(2.0, gt=1, le=100, description="GRPO on served groups: the cap of each token's importance "
                                        "ratio between the policy being trained and the version that sampled it (its recorded "

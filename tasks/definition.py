@@ -50,6 +50,8 @@ class TaskDefinition:
     examples: bool = False  # its prompts carry the team's examples unless the settings say otherwise (`examples_tasks`)
     training: dict = field(default_factory=dict)  # its own training settings (`TaskTraining` fields) unless `task_training` is set
     review_view: Callable[[BaseModel], frozenset[str]] | None = None  # what an input says apart from its words (the review queue)
+    # the served score's component that says a sample addresses its request at all (above 0), for GRPO's `relevant` advantage
+    relevance: str | None = None
     field_shares: FieldShares | None = None  # a JSON answer's fields' parts of the total: GRPO's per-field credit (`trainer.field_credit`)
 
     @property

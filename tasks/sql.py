@@ -58,4 +58,5 @@ SQL = TaskDefinition(
     training={"grpo_num_generations": 8},
     examples=True,
     review_view=_intent,
+    relevance="question_match",
 )

@@ -12,6 +12,13 @@ TRL with `scale_rewards="none"`, so nothing rescales them afterwards):
   which plain normalise-then-sum (std + 1e-4) does.
 - `fields`: the total, as `sum`, with each sample's score kept for the trainer, which gives each
   JSON field's tokens the change in that field's own part of the total (`trainer.field_credit`).
+- `relevant`: the total of a sample the served score finds addresses its request (the task's
+  `relevance` component above 0), and 0 for one that does not. Most of SQL's reference-free groups
+  hold no query that addresses the question, and their only spread is between queries that run
+  and queries that fail, so under `sum` most of the advantage pays a query for running whatever it
+  answers (docs/results.md, 2026-12-07). Under `relevant` such a group is flat and dropped, and in
+  the others only the queries that address the question are paid. A sample scored with a
+  reference, or of a task without a `relevance` component, keeps its total.
 
 Completions arrive in groups of `num_generations` consecutive samples of one prompt (TRL's
 sampler repeats each prompt that many times in a row). The dataset carries `task`, `reference`
@@ -56,6 +63,14 @@ def _score(task: str, completion: str, reference_json: str, context_json: str) -
             _SCORES.clear()
         _SCORES[key] = result
     return result
+
+
+def relevant_total(task: str, scored: Score) -> float:
+    """`relevant`'s value of one sample (module docstring)."""
+    component = definition(task).relevance if task else None
+    if component is None or component not in scored.weights:  # scored with a reference: no relevance component
+        return scored.total
+    return scored.total if scored.components.get(component, 0.0) > 0 else 0.0
 
 
 def _as_json(value) -> str:
@@ -118,6 +133,8 @@ def reward_function(aggregation: str, num_generations: int, std_floor: float, lo
             credit.scored(list(task or [""] * n), [completion_text(c) for c in completions], scores)
         if aggregation in ("sum", "fields"):
             return [s.total for s in scores]
+        if aggregation == "relevant":
+            return [relevant_total(t, s) for t, s in zip(task or [""] * n, scores)]
         return gdpo_values(scores, num_generations, std_floor)
 
     reward.__name__ = f"tucano_{aggregation}"

@@ -419,6 +419,40 @@ def test_the_grpo_reward_is_the_scored_total_with_the_scoring_weights():
     assert log.batches[0]["groups"] == 4 and 0.0 <= log.batches[0]["zero_variance_share"] <= 1.0
 
 
+def test_the_relevant_advantage_pays_only_queries_that_address_the_question_and_flattens_groups_of_none(small_commerce_db):
+    """`relevant`: a reference-free SQL sample earns its total only where the served score finds it
+    addresses the question; a group with no such sample is flat (and so dropped); a sample scored with
+    a reference, or of a task without a relevance component, keeps its total as under `sum`."""
+    import torch
+
+    from trainer.trl_internals import flat_groups
+
+    question = {"question": "Quantos clientes são do estado SP?"}
+    answers = ["SELECT COUNT(*) FROM olist_customers_dataset WHERE customer_state = 'SP'",  # answers it
+               "SELECT COUNT(*) FROM olist_orders_dataset",  # runs, answers another question
+               "SELECT COUNT(*) FROM no_such_table",  # fails
+               "SELECT AVG(price) FROM olist_order_items_dataset"]  # runs, answers another question
+    context = ctx("sql", **question).to_json()
+    free = [tasks.score("sql", a, None, ctx("sql", **question)) for a in answers]
+    assert free[0].components["question_match"] > 0 and all(f.components["question_match"] == 0 for f in free[1:])
+    assert len({round(f.total, 6) for f in free[1:]}) > 1  # under sum, running and failing still differ
+    group = {"completions": answers, "task": ["sql"] * 4, "context": [context] * 4}
+    relevant = reward_function("relevant", 4, 0.1)(**group)
+    assert relevant == [free[0].total, 0.0, 0.0, 0.0] and free[0].total > 0
+    assert reward_function("sum", 4, 0.1)(**group) == [f.total for f in free]
+
+    none = {key: value[1:] + value[1:2] for key, value in group.items()}  # no sample addresses the question
+    values = torch.tensor(reward_function("relevant", 4, 0.1)(**none))
+    assert bool(flat_groups(values - values.mean(), 4).all())
+
+    with_reference = dict(group, reference=[{"sql": answers[0]}] * 4)
+    assert reward_function("relevant", 4, 0.1)(**with_reference) == reward_function("sum", 4, 0.1)(**with_reference)
+    push = {"completions": [REFERENCE_ANSWERS["push"][0], REFERENCE_ANSWERS["push"][0] + " x"], "task": ["push"] * 2,
+            "context": [ctx("push", **REFERENCE_ANSWERS["push"][2]).to_json()] * 2}
+    assert tasks.definition("push").relevance is None
+    assert reward_function("relevant", 2, 0.1)(**push) == reward_function("sum", 2, 0.1)(**push)
+
+
 def test_gdpo_centres_each_component_per_group_and_a_tiny_spread_stays_tiny():
     def scored(components, weights):
         return Score(0.0, components, False, True, weights=weights)
