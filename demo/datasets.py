@@ -28,7 +28,7 @@ from pathlib import Path
 from common.datasets import input_key
 from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_TITLE_MAX
 from demo.reviews import GENERAL_PRODUCTS, TEAM_PRODUCTS, general_scenarios, make_review
-from demo.sql_patterns import PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS
+from demo.sql_patterns import JOIN_PATTERNS, PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS
 
 TEST_SIZE = {"extraction": 60, "sql": 60, "push": 60, "insights": 36}
 HOLDOUT_SIZE = {"extraction": 60, "sql": 40, "push": 60, "insights": 12}
@@ -99,12 +99,13 @@ def _param_values(con: sqlite3.Connection) -> dict[str, list]:
     }
 
 
-def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30, team: bool | None = None) -> list[dict]:
+def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30, team: bool | None = None,
+             patterns=PATTERNS) -> list[dict]:
     """Questions of every pattern (team None), the team's own patterns (True) or the general ones (False)."""
     values = _param_values(con)
     rows = []
     nonempty: dict[str, bool] = {}  # a query drawn again (few values, many draws) is not run again
-    for pattern_id, phrasings, sql_template, kinds in PATTERNS:
+    for pattern_id, phrasings, sql_template, kinds in patterns:
         if team is not None and (pattern_id in TEAM_PATTERNS) != team:
             continue
         for _ in range(per_pattern if kinds else 2):
@@ -362,7 +363,8 @@ def build(db_path: Path, labelled_reviews: list[dict], out_dir: Path, seed: int)
     try:
         by_task = {
             "extraction": (extraction_rows(general_reviews(rng)), extraction_rows(labelled_reviews)),
-            "sql": (sql_rows(con, rng, 30, team=False), sql_rows(con, rng, 100, team=True)),
+            "sql": (sql_rows(con, rng, 30, team=False) + sql_rows(con, random.Random(seed + 3), 30, patterns=JOIN_PATTERNS),
+                    sql_rows(con, rng, 100, team=True)),
             "push": (push_rows(rng, 1000, team=False), push_rows(rng, 600, team=True)),
             "insights": (insights_rows(con, rng, GENERAL_INSIGHT_QUERIES), team_insights_rows(con, rng, seed)),
         }

@@ -136,6 +136,45 @@ PATTERNS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
      "SELECT order_id, order_purchase_timestamp FROM olist_orders_dataset ORDER BY order_purchase_timestamp DESC LIMIT 10", ()),
 )
 
+# General questions that join tables, each with parameters, so the bootstrap reads many of them: the
+# joins above take none and give the bootstrap one row each, and its SFT on 200 single-table rows
+# and 18 joins left a model that asks the orders table for `customer_state` whatever the prompt
+# says (docs/results.md, 2026-12-07). They join what the team's questions join (items to products,
+# orders to customers, items to orders) and ask other things of it. Drawn with their own random
+# stream, so the rows drawn before them and after them, every task's team rows included, stay the same.
+JOIN_PATTERNS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
+    ("items_cat", ("Quantos itens da categoria {cat} foram vendidos?", "Qual o número de itens vendidos da categoria {cat}?"),
+     "SELECT COUNT(*) FROM olist_order_items_dataset i JOIN olist_products_dataset p ON p.product_id = i.product_id "
+     "WHERE p.product_category_name = '{cat}'", ("cat",)),
+    ("revenue_cat", ("Quanto faturaram os itens da categoria {cat}?", "Qual a receita total dos itens de {cat}?"),
+     "SELECT SUM(i.price) FROM olist_order_items_dataset i JOIN olist_products_dataset p ON p.product_id = i.product_id "
+     "WHERE p.product_category_name = '{cat}'", ("cat",)),
+    ("sellers_cat", ("Quantos vendedores diferentes venderam itens de {cat}?", "Qual o número de vendedores distintos da categoria {cat}?"),
+     "SELECT COUNT(DISTINCT i.seller_id) FROM olist_order_items_dataset i JOIN olist_products_dataset p "
+     "ON p.product_id = i.product_id WHERE p.product_category_name = '{cat}'", ("cat",)),
+    ("orders_state_status", ("Quantos pedidos de clientes de {uf} estão com status {status}?",
+                             "Qual o número de pedidos com status '{status}' feitos por clientes do estado {uf}?"),
+     "SELECT COUNT(*) FROM olist_orders_dataset o JOIN olist_customers_dataset c ON c.customer_id = o.customer_id "
+     "WHERE c.customer_state = '{uf}' AND o.order_status = '{status}'", ("uf", "status")),
+    ("items_year", ("Quantos itens foram vendidos em {year}?", "Qual o número de itens vendidos no ano de {year}?"),
+     "SELECT COUNT(*) FROM olist_order_items_dataset i JOIN olist_orders_dataset o ON o.order_id = i.order_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}'", ("year",)),
+    ("avg_price_year", ("Qual o preço médio dos itens vendidos em {year}?", "Quanto custou, em média, um item vendido em {year}?"),
+     "SELECT AVG(i.price) FROM olist_order_items_dataset i JOIN olist_orders_dataset o ON o.order_id = i.order_id "
+     "WHERE strftime('%Y', o.order_purchase_timestamp) = '{year}'", ("year",)),
+    ("review_state", ("Qual a nota média das avaliações de clientes de {uf}?", "Em média, que nota dão os clientes do estado {uf}?"),
+     "SELECT AVG(r.review_score) FROM olist_order_reviews_dataset r JOIN olist_orders_dataset o ON o.order_id = r.order_id "
+     "JOIN olist_customers_dataset c ON c.customer_id = o.customer_id WHERE c.customer_state = '{uf}'", ("uf",)),
+    ("paid_state", ("Quanto pagaram, no total, os clientes de {uf}?", "Qual o valor total pago por clientes do estado {uf}?"),
+     "SELECT SUM(pay.payment_value) FROM olist_order_payments_dataset pay JOIN olist_orders_dataset o ON o.order_id = pay.order_id "
+     "JOIN olist_customers_dataset c ON c.customer_id = o.customer_id WHERE c.customer_state = '{uf}'", ("uf",)),
+    ("top_cats_state", ("Quais as {k} categorias mais vendidas para clientes de {uf}?",
+                        "Liste as {k} categorias com mais itens comprados por clientes de {uf}."),
+     "SELECT p.product_category_name, COUNT(*) AS n FROM olist_order_items_dataset i JOIN olist_products_dataset p "
+     "ON p.product_id = i.product_id JOIN olist_orders_dataset o ON o.order_id = i.order_id JOIN olist_customers_dataset c "
+     "ON c.customer_id = o.customer_id WHERE c.customer_state = '{uf}' GROUP BY p.product_category_name ORDER BY n DESC LIMIT {k}",
+     ("k", "uf")),
+)
 # The demo store's own questions: patterns the bootstrap's supervised data never shows the model
 # (each with parameters, so the team's traffic and the held-out rows ask them with other values).
 # The general patterns teach the pieces (year filters, joins, category filters, grouping).
@@ -144,5 +183,6 @@ TEAM_PATTERNS = frozenset({
     "top_cities_state", "states_low_review", "monthly_revenue_view", "reviews_score",
 })
 assert {pattern[0] for pattern in PATTERNS} >= TEAM_PATTERNS
+assert not {pattern[0] for pattern in JOIN_PATTERNS} & {pattern[0] for pattern in PATTERNS}
 
 PAYMENT_TYPE_WORDS = {"credit_card": "cartão de crédito", "boleto": "boleto", "voucher": "voucher", "debit_card": "cartão de débito"}

@@ -18,7 +18,7 @@ from common.settings import load_settings
 from common.tasks import ExtractionInput
 from demo import bootstrap, commerce_db, datasets
 from demo.reviews import TEAM_ONLY_SCENARIOS, TEAM_PRODUCTS
-from demo.sql_patterns import TEAM_PATTERNS
+from demo.sql_patterns import JOIN_PATTERNS, TEAM_PATTERNS
 from router import prompts
 from tasks import TASKS, definition, registry
 
@@ -31,6 +31,7 @@ pytestmark = pytest.mark.xdist_group("torch")
 def built_datasets(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("demo-data")
     labelled = commerce_db.generate(root / "commerce.db", 1500, seed=5)
+    (root / "labels.json").write_text(json.dumps(labelled, ensure_ascii=False))
     datasets.build(root / "commerce.db", labelled, root / "datasets", seed=5)
     return root
 
@@ -60,6 +61,26 @@ def test_the_bootstrap_split_holds_general_rows_only(built_datasets):
     assert not {r["input"]["campaign"] for r in read("push", "holdout")} & set(datasets.TEAM_CAMPAIGNS)
     questions = lambda split: {r["input"]["question"].split(" (dados")[0] for r in read("insights", split)}
     assert not questions("bootstrap") & (questions("test") | questions("eval"))
+
+
+def test_the_sql_bootstrap_reads_joins_with_parameters_and_no_other_row_moves(built_datasets, tmp_path, monkeypatch):
+    """SQL's bootstrap split reads many rows of each general join (`JOIN_PATTERNS`), drawn from their
+    own random stream: without them every other split of every task holds the same rows."""
+    rows = load_split(built_datasets / "datasets", "sql", "bootstrap")
+    by_pattern = {pid: [r for r in rows if r["pattern"] == pid] for pid, *_ in JOIN_PATTERNS}
+    assert all(len(found) >= 3 for found in by_pattern.values()), {pid: len(found) for pid, found in by_pattern.items()}
+    assert sum(" JOIN " in r["reference"]["sql"] for r in rows) >= len(rows) / 3
+    assert not set(by_pattern) & TEAM_PATTERNS
+
+    monkeypatch.setattr(datasets, "JOIN_PATTERNS", ())
+    datasets.build(built_datasets / "commerce.db", json.loads((built_datasets / "labels.json").read_text()), tmp_path, seed=5)
+    for task in TASKS:
+        for split in SPLITS:
+            without = load_split(tmp_path, task, split)
+            if (task, split) == ("sql", "bootstrap"):
+                assert without == [r for r in rows if r["pattern"] not in by_pattern]
+            else:
+                assert without == load_split(built_datasets / "datasets", task, split), (task, split)
 
 
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
