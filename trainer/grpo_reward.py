@@ -125,16 +125,17 @@ def reward_function(aggregation: str, num_generations: int, std_floor: float, lo
 
     def reward(prompts=None, completions=(), task=None, reference=None, context=None, **kwargs) -> list[float]:
         n = len(completions)
+        task_names = list(task or [""] * n)
         scores = [_score(t, completion_text(c), _as_json(r), _as_json(x))
-                  for t, c, r, x in zip(task or [""] * n, completions, reference or [None] * n, context or [None] * n)]
+                  for t, c, r, x in zip(task_names, completions, reference or [None] * n, context or [None] * n)]
         if log is not None:
             log.add(scores, num_generations)
         if credit is not None:
-            credit.scored(list(task or [""] * n), [completion_text(c) for c in completions], scores)
+            credit.scored(task_names, [completion_text(c) for c in completions], scores)
         if aggregation in ("sum", "fields"):
             return [s.total for s in scores]
         if aggregation == "relevant":
-            return [relevant_total(t, s) for t, s in zip(task or [""] * n, scores)]
+            return [relevant_total(t, s) for t, s in zip(task_names, scores)]
         return gdpo_values(scores, num_generations, std_floor)
 
     reward.__name__ = f"tucano_{aggregation}"
