@@ -28,7 +28,7 @@ from pathlib import Path
 from common.datasets import input_key
 from common.tasks import PUSH_BODY_MAX, PUSH_CAMPAIGNS, PUSH_TITLE_MAX
 from demo.reviews import GENERAL_PRODUCTS, TEAM_PRODUCTS, general_scenarios, make_review
-from demo.sql_patterns import JOIN_PATTERNS, PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS
+from demo.sql_patterns import JOIN_PATTERNS, PATTERNS, PAYMENT_TYPE_WORDS, TEAM_PATTERNS, Pattern
 
 TEST_SIZE = {"extraction": 60, "sql": 60, "push": 60, "insights": 36}
 HOLDOUT_SIZE = {"extraction": 60, "sql": 40, "push": 60, "insights": 12}
@@ -100,8 +100,8 @@ def _param_values(con: sqlite3.Connection) -> dict[str, list]:
 
 
 def sql_rows(con: sqlite3.Connection, rng: random.Random, per_pattern: int = 30, team: bool | None = None,
-             patterns=PATTERNS) -> list[dict]:
-    """Questions of every pattern (team None), the team's own patterns (True) or the general ones (False)."""
+             patterns: tuple[Pattern, ...] = PATTERNS) -> list[dict]:
+    """Questions of every one of `patterns` (team None), the team's own (True) or the general ones (False)."""
     values = _param_values(con)
     rows = []
     nonempty: dict[str, bool] = {}  # a query drawn again (few values, many draws) is not run again

@@ -6,7 +6,8 @@ values the DB actually holds, so every reference query returns rows.
 from __future__ import annotations
 
 # (pattern id, question phrasings, reference SQL, parameter kinds)
-PATTERNS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
+Pattern = tuple[str, tuple[str, ...], str, tuple[str, ...]]
+PATTERNS: tuple[Pattern, ...] = (
     ("count_orders", ("Quantos pedidos existem no total?", "Qual o número total de pedidos?"),
      "SELECT COUNT(*) FROM olist_orders_dataset", ()),
     ("count_status", ("Quantos pedidos estão com status {status}?", "Qual a quantidade de pedidos com status '{status}'?"),
@@ -142,7 +143,7 @@ PATTERNS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
 # says (docs/results.md, 2026-12-07). They join what the team's questions join (items to products,
 # orders to customers, items to orders) and ask other things of it. Drawn with their own random
 # stream, so the rows drawn before them and after them, every task's team rows included, stay the same.
-JOIN_PATTERNS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
+JOIN_PATTERNS: tuple[Pattern, ...] = (
     ("items_cat", ("Quantos itens da categoria {cat} foram vendidos?", "Qual o número de itens vendidos da categoria {cat}?"),
      "SELECT COUNT(*) FROM olist_order_items_dataset i JOIN olist_products_dataset p ON p.product_id = i.product_id "
      "WHERE p.product_category_name = '{cat}'", ("cat",)),
