@@ -126,12 +126,13 @@ def reward_function(aggregation: str, num_generations: int, std_floor: float, lo
     def reward(prompts=None, completions=(), task=None, reference=None, context=None, **kwargs) -> list[float]:
         n = len(completions)
         task_names = list(task or [""] * n)
-        scores = [_score(t, completion_text(c), _as_json(r), _as_json(x))
-                  for t, c, r, x in zip(task_names, completions, reference or [None] * n, context or [None] * n)]
+        texts = [completion_text(c) for c in completions]
+        scores = [_score(t, text, _as_json(r), _as_json(x))
+                  for t, text, r, x in zip(task_names, texts, reference or [None] * n, context or [None] * n)]
         if log is not None:
             log.add(scores, num_generations)
         if credit is not None:
-            credit.scored(task_names, [completion_text(c) for c in completions], scores)
+            credit.scored(task_names, texts, scores)
         if aggregation in ("sum", "fields"):
             return [s.total for s in scores]
         if aggregation == "relevant":
