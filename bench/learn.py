@@ -468,11 +468,14 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
         tasks: tuple[str, ...], oracle: bool, ablation: tuple[str, ...], canary_task: str | None, label_curve: tuple[int, ...] = (),
         keep: Path | None = None, say=print, label_choice: str = "random") -> dict:
     """The run's results. With `keep` (`<data dir>/bench/<name>`), what it measured so far is kept
-    after each round, and a run that fails keeps its processes' logs (`keep_what_ran`)."""
+    after each round, a run that fails keeps its processes' logs (`keep_what_ran`), and each
+    measured version's held-out answers go to `<name>.answers.jsonl` (`keep_answers`)."""
     from trainer.round import run_round
 
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-learn-")))
+        if keep is not None:
+            answers_path(keep).unlink(missing_ok=True)  # a run of the same name starts its answers afresh
         results: dict = {}
         store: Store | None = None
         try:
@@ -492,6 +495,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 results["tasks"][t]["rounds"].append({"round": 0, "version": "base", **measured(baseline[t]),
                                                       "scorer": scorer_check(free[t], baseline[t], samples[t])})
                 say(f"{t}: served reward before any round {results['tasks'][t]['rounds'][0]['mean']}")
+                if keep is not None:
+                    keep_answers(answers_path(keep), t, 0, "base", team.held_out[t], baseline[t], free[t])
             latest = dict(baseline)
             for number in range(1, rounds + 1):
                 played = {t: asyncio.run(team.play(t, requests, correction_rate, rating_rate)) for t in tasks}
@@ -508,6 +513,8 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                         free[t], samples[t] = [], []
                         scores = asyncio.run(served_scores(bench, fleet, t, active, team.held_out[t], reference_free=free[t],
                                                            samples=samples[t]))
+                        if keep is not None:
+                            keep_answers(answers_path(keep), t, number, active or "base", team.held_out[t], scores, free[t])
                     else:
                         scores = latest[t]
                     measurement = {"round": number, "version": active or "base", **measured(scores),
@@ -556,6 +563,28 @@ def run(settings: Settings, rounds: int, requests: int, correction_rate: float, 
                 keep_what_ran(keep, results, scratch, error, engine_failures(store))
             raise
     return results
+
+
+def answers_path(keep: Path) -> Path:
+    """Where a run keeps each measured version's held-out answers (`keep_answers`)."""
+    return keep.with_name(f"{keep.name}.answers.jsonl")
+
+
+def keep_answers(path: Path, task: str, number: int, version: str, rows: list[dict], scores: list[Score],
+                 free: list[Score | None]) -> int:
+    """Appends one line per held-out row to `path`: the version's answer beside the row's reference,
+    with its score against the reference and its served (reference-free) score and their
+    components, so that a reader can see what a gain is made of. Returns the lines written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    free = free if len(free) == len(rows) else [None] * len(rows)
+    with path.open("a", encoding="utf-8") as out:
+        for row, scored, served in zip(rows, scores, free):
+            line = {"round": number, "task": task, "version": version, "id": row["id"], "input": row["input"],
+                    "reference": row.get("reference"), "answer": scored.output, "score": scored.total,
+                    "components": scored.components, "served_score": served.total if served else None,
+                    "served_components": served.components if served else None}
+            out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    return len(rows)
 
 
 def partial_path(keep: Path) -> Path:

@@ -362,6 +362,31 @@ def test_a_run_keeps_its_rounds_after_each_and_its_logs_when_it_fails(tmp_path):
     assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == ["learn-run9-logs", "learn-run9.partial.json"]  # no temporary file left
 
 
+def test_a_run_keeps_each_measured_versions_answers_beside_their_references(tmp_path):
+    """One line per held-out row and measured version, appended round after round; a row without a
+    served score (no reference) says None rather than passing for 0."""
+    import json
+
+    from bench.learn import answers_path, keep_answers
+
+    path = answers_path(tmp_path / "bench" / "run63")
+    assert path == tmp_path / "bench" / "run63.answers.jsonl"
+    rows = [{"id": "push-test-1", "input": {"campaign": "cupom"}, "reference": {"title": "Oi", "body": "Use o cupom X"}},
+            {"id": "push-test-2", "input": {"campaign": "cupom"}}]
+    scored = [Score(0.6, {"intent": 1.0}, True, True, output={"title": "Oi", "body": "cupom X"}),
+              Score(0.1, {"intent": 0.0}, False, True, output={"title": "Oi", "body": "..."})]
+    free = [Score(0.7, {"intent": 1.0}, False, True), None]
+    assert keep_answers(path, "push", 0, "base", rows, scored, free) == 2
+    assert keep_answers(path, "push", 1, "push-v1", rows[:1], scored[:1], []) == 1  # no served scores were taken
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["round"], line["version"], line["id"]) for line in lines] == \
+        [(0, "base", "push-test-1"), (0, "base", "push-test-2"), (1, "push-v1", "push-test-1")]
+    assert lines[0]["answer"] == {"title": "Oi", "body": "cupom X"} and lines[0]["reference"] == rows[0]["reference"]
+    assert (lines[0]["score"], lines[0]["served_score"], lines[0]["served_components"]) == (0.6, 0.7, {"intent": 1.0})
+    assert lines[1]["reference"] is None and lines[1]["served_score"] is None
+    assert lines[2]["served_score"] is None and lines[2]["score"] == 0.6
+
+
 def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
     """What the gateway recorded behind its 503s comes back newest first; a store that cannot be
     read says so instead of passing for a run without failures."""
