@@ -5,10 +5,14 @@ an action verb, payload bytes, PT-BR), and by what the copy says of its context:
 "15% off", the coupon code, the deadline), `intent` (the campaign's own message in words: a cart
 waiting, a price that fell, a coupon...; and no other campaign's, which would mislead) and
 `fluency` (sentences of real Portuguese words, not a dump of the context's fields or their
-names, nor garbles such as "voio": each word that is no Portuguese word halves it).
+names, nor garbles such as "voio": each word that is no Portuguese word halves it, and so does
+each word or phrase said twice over ("até até", "enquanto está disponível enquanto está
+disponível") and each one-word sentence that is none of the campaign's facts ("Prato.", "Vitor.");
+copy that repeats the system prompt is no copy at all).
 
 The name and the offer count only in fluent copy, and a quarter of it when the copy never says
-what the campaign is about; the rules are paid in proportion to what of the name and offer it
+what the campaign is about; a name dropped as a sentence of its own ("... estoque. Vitor.")
+addresses nobody and does not count. The rules are paid in proportion to what of the name and offer it
 says, so copy that follows every rule but says nothing of this customer and
 campaign earns almost nothing. With a reference, content-word
 overlap with it (`reference_overlap`) weighs as much as the context checks together.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 
 import msgspec
 
@@ -70,6 +75,9 @@ assert set(CAMPAIGN_WORDS) == set(PUSH_CAMPAIGNS) == set(CAMPAIGN_CLAIMS)
 DISCOUNT_WORDS = re.compile(r"(?<!\w)(off|desconto|descontos|menos|economiz\w*|abaixo|oferta\w*|cupom|baixou|caiu)(?!\w)")
 # Raw field names or identifiers in the copy: the context dumped, not written.
 FIELD_DUMP = re.compile(r"\b[a-z]+_[a-z_]+\b|\b(campanha|cliente|produto|desconto \(%\)|cupom|prazo)\s*:", re.I)
+# The system prompt's own words (folded) in the copy: the instructions echoed, not copy.
+PROMPT_ECHO = re.compile(r"\b(voce escreve|notificacoes push|responda so com)\b")
+SENTENCE_END = re.compile(r"[.!?\u2026]+")
 
 
 def payload_bytes(value: dict) -> int:
@@ -137,19 +145,43 @@ def _intent(facts: PushInput, folded_text: str) -> tuple[float, str]:
     return 1.0, f"says {said[0]!r}"
 
 
+def fragments(body: str, facts: PushInput) -> list[str]:
+    """The body's one-word sentences that are none of the campaign's facts (its product, coupon,
+    deadline or a figure such as "15% off", which copy may lead with as a sentence of their own):
+    "Prato.", "Satu.", and the customer's name tacked on as "Vitor."."""
+    facts_said = {fold(v) for v in (facts.product, facts.coupon, facts.deadline) if v}
+    pieces = (piece.strip() for piece in SENTENCE_END.split(body))
+    return [piece for piece in pieces if len(words(piece)) == 1 and fold(piece) not in facts_said
+            and not any(c.isdigit() for c in piece)]
+
+
+def repeats(text: str) -> int:
+    """Words said twice in a row ("até até") and three-word phrases said again ("enquanto está
+    disponível enquanto está disponível"): degenerate text, never copy."""
+    tokens = words(text)
+    back_to_back = sum(1 for a, b in pairwise(tokens) if a == b)
+    phrases = list(zip(tokens, tokens[1:], tokens[2:]))
+    return back_to_back + len(phrases) - len(set(phrases))
+
+
 def _fluency(title: str, body: str, facts: PushInput) -> tuple[float, str]:
     """Sentences of real PT-BR words: each word that is no Portuguese word (a garble such as
-    "voio"; the context's names and codes aside) halves the credit."""
+    "voio"; the context's names and codes aside), each repetition within the title or the body,
+    and each one-word sentence that is no fact of the campaign halves the credit."""
     text = f"{title} {body}"
     if FIELD_DUMP.search(text):
         return 0.0, "field names or identifiers in the copy"
+    if PROMPT_ECHO.search(fold(text)):
+        return 0.0, "the system prompt repeated"
     body_words = words(body)
     if len(body_words) < 4:
         return 0.0, "the body is not a sentence"
     given = " ".join(v or "" for v in (facts.customer_name, facts.product, facts.coupon, facts.deadline))
-    unknown = unknown_words(text, given)
-    if unknown:
-        return ptbr_score(text) * 0.5 ** len(unknown), f"not Portuguese words: {unknown[:4]}"
+    faults = [*(f"not a Portuguese word: {w}" for w in unknown_words(text, given)),
+              *(f"said twice over in the {part}" for part, said in (("title", title), ("body", body)) for _ in range(repeats(said))),
+              *(f"a one-word sentence: {piece!r}" for piece in fragments(body, facts))]
+    if faults:
+        return ptbr_score(text) * 0.5 ** len(faults), "; ".join(faults[:4])
     return ptbr_score(text), "sentences of Portuguese words"
 
 
@@ -177,7 +209,9 @@ def score(completion: str, reference: dict | None, campaign: PushInput | None) -
 
     # what the copy says of its context
     wanted = [v for v in (facts.customer_name, facts.product) if v]
-    found = [w for w in wanted if re.search(rf"(?<!\w){re.escape(fold(w))}(?!\w)", folded_text)]
+    dropped = {fold(piece) for piece in fragments(body, facts)}  # a name as a sentence of its own addresses nobody
+    addressed = fold(" ".join([title, *(p for p in SENTENCE_END.split(body) if fold(p.strip()) not in dropped)]))
+    found = [w for w in wanted if re.search(rf"(?<!\w){re.escape(fold(w))}(?!\w)", addressed)]
     components["personalised"] = len(found) / len(wanted) if wanted else 1.0
     details["personalised"] = f"{len(found)}/{len(wanted)} of name/product present"
     components["offer"], details["offer"] = _offer(facts, folded_text)

@@ -38,6 +38,37 @@ def test_a_word_that_is_no_portuguese_word_halves_fluency_but_names_and_codes_ar
     assert named.components["fluency"] == 1.0, named.details
 
 
+@pytest.mark.parametrize("copy, fault", [
+    # what push-v1 of run 63 was served for 0.94 to 1.00 on held-out rows
+    ({"title": "Ana, voltou ao estoque", "body": "Fone de ouvido bluetooth. Está disponível de novo. Vale até até até."}, "said twice over"),
+    ({"title": "Ana, voltou ao estoque", "body": "15% off em fone de ouvido bluetooth enquanto está disponível enquanto está disponível."},
+     "said twice over"),
+    ({"title": "Ana, voltou ao estoque", "body": "15% off em fone de ouvido bluetooth. Garanta o seu. Prato."}, "one-word sentence"),
+])
+def test_repeated_words_and_stray_one_word_sentences_halve_fluency(copy, fault):
+    degenerate = _push(copy)
+    assert degenerate.components["fluency"] <= 0.5 and fault in degenerate.details["fluency"], degenerate.details
+    assert degenerate.total < _push(HONEST_COPY).total
+
+
+def test_a_name_dropped_as_its_own_sentence_addresses_nobody():
+    """push-v1 of run 63 learned to end the body with the customer's name ("... Vitor.") for the
+    name's credit; the product alone as a lead sentence is the house style and still counts."""
+    tacked = _push({"title": "Voltou ao estoque", "body": "15% off em fone de ouvido bluetooth. Garanta o seu antes que esgote. Ana."})
+    assert tacked.details["personalised"].startswith("1/2") and "'Ana'" in tacked.details["fluency"], tacked.details  # the product only
+    lead = _push({"title": "Ana, voltou ao estoque", "body": "Fone de ouvido bluetooth. 15% off. Garanta o seu antes que esgote de novo."})
+    assert lead.components["personalised"] == 1.0 and lead.components["fluency"] == 1.0, lead.details
+    deadline = {**BACK_IN_STOCK, "deadline": "hoje"}
+    said = _push({**HONEST_COPY, "body": HONEST_COPY["body"] + " Hoje."}, deadline)
+    assert said.components["fluency"] == 1.0, said.details  # a fact of the campaign may stand as its own sentence
+
+
+def test_copy_that_repeats_the_system_prompt_is_no_copy():
+    echoed = _push({"title": "Você escreve notificações push em portug", "body": "O produto voltou ao estoque. Aproveite enquanto está disponível."})
+    assert echoed.components["fluency"] == 0.0 and echoed.details["fluency"] == "the system prompt repeated"
+    assert echoed.total < 0.3
+
+
 def test_copy_that_says_every_campaign_misleads_and_loses_its_intent():
     review = {"campaign": "pedir_avaliacao", "customer_name": "Ana", "product": "tapete"}
     honest = _push({"title": "Ana, conta pra gente", "body": "Avalie o tapete que você recebeu em poucos segundos."}, review)
