@@ -59,14 +59,17 @@ CAMPAIGN_WORDS: dict[str, tuple[str, ...]] = {
     "pedir_avaliacao": ("avali", "opiniao", "conta pra gente", "nota", "conte"),
 }
 # What only one campaign says: copy that says another campaign's message misleads its reader
-# (a price that fell, in a request for a review). Narrower than CAMPAIGN_WORDS, whose general
+# (a price that fell, in a request for a review), and so does another campaign's call to action
+# (version 13: "confira se está tudo certo com a sua compra", which asks about a delivered order,
+# closed push-v2's Black Friday copy in run 64). Narrower than CAMPAIGN_WORDS, whose general
 # words ("carrinho", "estoque", "entrega") other campaigns' copy uses too.
 CAMPAIGN_CLAIMS: dict[str, tuple[str, ...]] = {
     "carrinho_abandonado": ("esquec", "te espera", "deixou no carrinho", "finalize sua compra"),
     "queda_de_preco": ("preco caiu", "caiu o preco", "baixou", "abaixou", "mais barato"),
-    "volta_ao_estoque": ("voltou ao estoque", "de volta ao estoque", "disponivel de novo", "disponivel novamente", "reposto"),
-    "pedido_enviado": ("enviado", "a caminho", "despach", "saiu para entrega", "pedido saiu"),
-    "pedido_entregue": ("entregue",),
+    "volta_ao_estoque": ("voltou ao estoque", "de volta ao estoque", "disponivel de novo", "disponivel novamente", "reposto",
+                         "esgote de novo"),
+    "pedido_enviado": ("enviado", "a caminho", "despach", "saiu para entrega", "pedido saiu", "acompanhe a entrega"),
+    "pedido_entregue": ("entregue", "confira se esta tudo certo"),
     "cupom": ("cupom",),
     "black_friday": ("black friday", "blackfriday"),
     "pedir_avaliacao": ("avali", "opiniao", "conta pra gente", "de uma nota"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import mul
 
-REWARD_VERSION = "12"
+REWARD_VERSION = "13"
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x, on every score

@@ -21,7 +21,7 @@ from trainer import data
 PREVIOUS = Path(__file__).parent / "data" / "previous_store"
 # The tasks whose reference-free score each reward version changed (rewards.scoring.REWARD_VERSION):
 # their stored totals read back as served, and a rescoring gives the new version's.
-REWARD_CHANGES = {"8": {"extraction"}, "9": {"sql"}, "10": {"extraction"}, "11": {"sql"}, "12": {"push"}}
+REWARD_CHANGES = {"8": {"extraction"}, "9": {"sql"}, "10": {"extraction"}, "11": {"sql"}, "12": {"push"}, "13": {"push"}}
 
 
 def stored_bytes(directory: Path) -> dict[str, str]:

@@ -78,6 +78,22 @@ def test_copy_that_says_every_campaign_misleads_and_loses_its_intent():
     assert everything.total < 0.5 * honest.total
 
 
+def test_another_campaigns_call_to_action_misleads_too():
+    """push-v2 of run 64 closed its Black Friday copy with the delivered order's call to action,
+    "confira se está tudo certo com a sua compra", and was paid 0.825 for it."""
+    black_friday = {"campaign": "black_friday", "product": "mouse sem fio", "discount_pct": 25}
+    honest = _push({"title": "Black Friday chegou", "body": "25% off em mouse sem fio. Aproveite as ofertas só hoje."}, black_friday)
+    closed = _push({"title": "Black Friday", "body": "25% off em mouse sem fio. Confira se está tudo certo com a sua compra."}, black_friday)
+    tracked = _push({"title": "Black Friday", "body": "25% off em mouse sem fio. Acompanhe a entrega pelo app."}, black_friday)
+    assert honest.components["intent"] == 1.0
+    assert "pedido_entregue" in closed.details["intent"] and "pedido_enviado" in tracked.details["intent"]
+    assert closed.components["intent"] < 0.5 and tracked.components["intent"] < 0.5
+    assert max(closed.total, tracked.total) < 0.7 * honest.total
+    delivered = {"campaign": "pedido_entregue", "customer_name": "Ana"}
+    own = _push({"title": "Ana, pedido entregue", "body": "Seu pedido foi entregue. Confira se está tudo certo com a sua compra."}, delivered)
+    assert own.components["intent"] == 1.0, own.details  # its own call to action
+
+
 def test_the_discount_counts_in_full_only_when_said_as_a_discount():
     as_discount = _push(HONEST_COPY)
     bare = _push({**HONEST_COPY, "body": "Fone de ouvido bluetooth, 15% do estoque. Garanta o seu antes que esgote de novo."})
