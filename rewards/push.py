@@ -167,10 +167,10 @@ def repeats(text: str) -> int:
     return back_to_back + len(phrases) - len(set(phrases))
 
 
-def _fluency(title: str, body: str, facts: PushInput) -> tuple[float, str]:
+def _fluency(title: str, body: str, facts: PushInput, stray: list[str]) -> tuple[float, str]:
     """Sentences of real PT-BR words: each word that is no Portuguese word (a garble such as
     "voio"; the context's names and codes aside), each repetition within the title or the body,
-    and each one-word sentence that is no fact of the campaign halves the credit."""
+    and each one-word sentence that is no fact of the campaign (`stray`: `fragments`) halves the credit."""
     text = f"{title} {body}"
     if FIELD_DUMP.search(text):
         return 0.0, "field names or identifiers in the copy"
@@ -182,7 +182,7 @@ def _fluency(title: str, body: str, facts: PushInput) -> tuple[float, str]:
     given = " ".join(v or "" for v in (facts.customer_name, facts.product, facts.coupon, facts.deadline))
     faults = [*(f"not a Portuguese word: {w}" for w in unknown_words(text, given)),
               *(f"said twice over in the {part}" for part, said in (("title", title), ("body", body)) for _ in range(repeats(said))),
-              *(f"a one-word sentence: {piece!r}" for piece in fragments(body, facts))]
+              *(f"a one-word sentence: {piece!r}" for piece in stray)]
     if faults:
         return ptbr_score(text) * 0.5 ** len(faults), "; ".join(faults[:4])
     return ptbr_score(text), "sentences of Portuguese words"
@@ -212,14 +212,15 @@ def score(completion: str, reference: dict | None, campaign: PushInput | None) -
 
     # what the copy says of its context
     wanted = [v for v in (facts.customer_name, facts.product) if v]
-    dropped = {fold(piece) for piece in fragments(body, facts)}  # a name as a sentence of its own addresses nobody
+    stray = fragments(body, facts)  # read once: for who the copy addresses and for its fluency
+    dropped = {fold(piece) for piece in stray}  # a name as a sentence of its own addresses nobody
     addressed = fold(" ".join([title, *(p for p in SENTENCE_END.split(body) if fold(p.strip()) not in dropped)]))
     found = [w for w in wanted if re.search(rf"(?<!\w){re.escape(fold(w))}(?!\w)", addressed)]
     components["personalised"] = len(found) / len(wanted) if wanted else 1.0
     details["personalised"] = f"{len(found)}/{len(wanted)} of name/product present"
     components["offer"], details["offer"] = _offer(facts, folded_text)
     components["intent"], details["intent"] = _intent(facts, folded_text)
-    components["fluency"], details["fluency"] = _fluency(title, body, facts)
+    components["fluency"], details["fluency"] = _fluency(title, body, facts, stray)
     # facts dumped without prose are not copy; copy that never says what the campaign is about is weak
     about = 0.25 + 0.75 * components["intent"]
     components["personalised"] *= components["fluency"] * about
