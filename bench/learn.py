@@ -576,7 +576,9 @@ def keep_answers(path: Path, task: str, number: int, version: str, rows: list[di
     with its score against the reference and its served (reference-free) score and their
     components, so that a reader can see what a gain is made of. Returns the lines written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    free = free if len(free) == len(rows) else [None] * len(rows)
+    free = free or [None] * len(rows)  # no served scores taken
+    if not len(rows) == len(scores) == len(free):  # scores of other rows are a bug, not a default: nothing is written
+        raise ValueError(f"{len(rows)} rows, {len(scores)} scores and {len(free)} served scores")
     with path.open("a", encoding="utf-8") as out:
         for row, scored, served in zip(rows, scores, free):
             line = {"round": number, "task": task, "version": version, "id": row["id"], "input": row["input"],

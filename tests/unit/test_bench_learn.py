@@ -385,6 +385,9 @@ def test_a_run_keeps_each_measured_versions_answers_beside_their_references(tmp_
     assert (lines[0]["score"], lines[0]["served_score"], lines[0]["served_components"]) == (0.6, 0.7, {"intent": 1.0})
     assert lines[1]["reference"] is None and lines[1]["served_score"] is None
     assert lines[2]["served_score"] is None and lines[2]["score"] == 0.6
+    with pytest.raises(ValueError, match="2 rows, 2 scores and 1 served scores"):  # refused, not written as None
+        keep_answers(path, "push", 2, "push-v2", rows, scored, free[:1])
+    assert len(path.read_text().splitlines()) == 3  # nothing of the refused call was written
 
 
 def test_a_failed_run_reads_the_gateways_engine_failures_from_its_store():
