@@ -102,7 +102,8 @@ def _train(settings: Settings, task: str, groups: list[RolloutGroup], out: Path)
             "groups_dropped": report.groups_dropped, "kl_to_parent": report.kl_to_parent, "clip_ratio": report.clip_ratio,
             "reward_mean": report.reward_mean, "reward_std": report.reward_std, "entropy": report.entropy,
             "capped_tokens": [report.importance_clipped, report.importance_tokens], "groups_per_batch": report.groups_per_batch,
-            "advantage": settings.grpo_advantage, "entropy_coef": settings.grpo_entropy_coef,
+            "advantage": settings.grpo_advantage, "entropy_coef": settings.grpo_entropy_coef, "beta": settings.grpo_beta,
+            "kl_to_base": report.kl_to_base,
             **{k: outcome.seconds_by_phase[k] for k in ("field_credit_samples", "field_credit_whole") if k in outcome.seconds_by_phase}}
 
 
@@ -208,14 +209,16 @@ def _free_gain(after: list, before: list) -> dict:
 
 def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: list[float], measure_rows: int, say=print,
         temperatures: list[float] | None = None, picks: bool = False, gate_rows: int = 0, sizes: list[int] | None = None,
-        advantages: list[str] | None = None, entropy_coefs: list[float] | None = None) -> dict:
+        advantages: list[str] | None = None, entropy_coefs: list[float] | None = None, betas: list[float] | None = None) -> dict:
     """`task` is one scored with references (the command checks it before anything starts). Each
     temperature with each group size samples its own groups (default: the task's group temperature
     and `grpo_num_generations`); every rate and every number of passes (default one) trains on each,
     so the arms are every temperature and size with every rate, passes and advantage (`advantages`:
     `grpo_advantage` values, default the task's own) and entropy bonus (`entropy_coefs`: `grpo_entropy_coef`
-    values, default the task's own: whether a bonus keeps the policy from collapsing onto one answer),
-    all measured against the same base answers.
+    values, default the task's own: whether a bonus keeps the policy from collapsing onto one answer)
+    and KL penalty to the base model (`betas`: `grpo_beta` values, default the task's own: whether it
+    keeps the policy from writing what only the served score pays), all measured against the same
+    base answers.
     `picks`: each temperature's groups also train one arm of SFT on their served picks (`_train_on_picks`).
     `gate_rows`: the first that many rows of the gate's bootstrap eval split are answered too (module docstring)."""
     from deploy.hotswap import load_everywhere, unload_everywhere
@@ -228,6 +231,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
     sizes = sizes or [own.grpo_num_generations]
     advantages = advantages or [own.grpo_advantage]
     entropy_coefs = entropy_coefs or [own.grpo_entropy_coef]
+    betas = betas or [own.grpo_beta]
     rows = [gate.EvalRow.of(task, row, "bench") for row in load_split(settings.datasets_dir, task, "test")[:measure_rows]]
     if len(rows) < 3:
         raise ValueError(f"{task}'s test split has {len(rows)} rows; at least 3 are needed for an interval")
@@ -287,9 +291,10 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
             say(f"{task}: sampled {len(sampled)} groups of {size} at temperature {temperature:g} without references; "
                 f"with their rows' references: samples {checked['samples']:.3f}, the served score's pick {checked['served_pick']:.3f}, "
                 f"best sample {checked['best_sample']:.3f}, as served {checked['greedy']:.3f}")
-            for rate, passes, advantage, coef in [(r, p, a, e) for r in rates for p in epochs for a in advantages for e in entropy_coefs]:
+            for rate, passes, advantage, coef, beta in [(r, p, a, e, b) for r in rates for p in epochs for a in advantages
+                                                        for e in entropy_coefs for b in betas]:
                 arm_settings = sized.model_copy(update={"grpo_learning_rate": rate, "grpo_max_epochs": passes, "grpo_advantage": advantage,
-                                                        "grpo_entropy_coef": coef})
+                                                        "grpo_entropy_coef": coef, "grpo_beta": beta})
                 measure(GRPO, temperature, size, rate, passes, partial(_train, arm_settings, task, sampled))
             if picks:
                 try:
@@ -299,6 +304,7 @@ def run(settings: Settings, task: str, groups: int, epochs: list[float], rates: 
                     skipped.append(f"{PICKS} at temperature {temperature:g}, {size} samples a group: {reason}")
                     say(f"{task}: skipped {skipped[-1]}")
     return {"task": task, "groups": groups, "group_sizes": sizes, "epochs": epochs, "advantages": advantages, "entropy_coefs": entropy_coefs,
+            "betas": betas,
             "temperatures": temperatures, "measure_rows": len(rows), "gate_rows": len(gated),
             "base_on_gate_rows": measured(base_gated) if gated else None, "greedy_served_on_group_rows": greedy_served,
             "base": {"held_out": measured(base), "scorer": scorer_check(base_free, base), "answers": _answers_kept(rows, base, base_free)},
@@ -330,11 +336,13 @@ def _passes(arm: dict, results: dict) -> str:
 
 def _method(arm: dict) -> str:
     """An arm's method as the table names it: GRPO with its advantages where they are not the sum
-    (older results name none: the sum) and its entropy bonus where it has one (older results: none)."""
+    (older results name none: the sum), its entropy bonus and its KL penalty where it has them (older
+    results: none)."""
     method, advantage, coef = arm.get("method", GRPO), arm.get("advantage", "sum"), arm.get("entropy_coef") or 0.0
+    beta = arm.get("beta") or 0.0
     if method != GRPO:
         return method
-    said = [advantage] * (advantage != "sum") + [f"entropy {coef:g}"] * (coef > 0)
+    said = [advantage] * (advantage != "sum") + [f"entropy {coef:g}"] * (coef > 0) + [f"KL to base {beta:g}"] * (beta > 0)
     return f"{method} ({', '.join(said)})" if said else method
 
 

@@ -218,6 +218,8 @@ def bench_grpo_gain(
         "GRPO advantages, each its own arm (repeatable: sum, gdpo, fields; default the task's TUCANO_GRPO_ADVANTAGE)."))] = None,
     entropy_coef: Annotated[list[float] | None, typer.Option(min=0.0, max=1.0, help=(
         "GRPO entropy bonus coefficients, each its own arm (repeatable; default TUCANO_GRPO_ENTROPY_COEF)."))] = None,
+    beta: Annotated[list[float] | None, typer.Option(min=0.0, max=10.0, help=(
+        "GRPO KL penalties to the base model, each its own arm (repeatable; default the task's TUCANO_GRPO_BETA)."))] = None,
 ) -> None:
     """What a round's GRPO learns from reference-free groups alone, on held-out rows with references, against the base model."""
     from bench import grpo_gain as bench
@@ -235,7 +237,8 @@ def bench_grpo_gain(
     settings = built_settings()
     results = bench.run(settings, task, groups, epochs or [], learning_rate or [], measure_rows, say=lambda text: console.print(text, highlight=False),
                         temperatures=temperature or [], picks=picks, gate_rows=gate_rows, sizes=list(dict.fromkeys(group_size or [])),
-                        advantages=list(dict.fromkeys(advantage or [])), entropy_coefs=list(dict.fromkeys(entropy_coef or [])))
+                        advantages=list(dict.fromkeys(advantage or [])), entropy_coefs=list(dict.fromkeys(entropy_coef or [])),
+                        betas=list(dict.fromkeys(beta or [])))
     report(settings, f"grpo-gain-{task}", results, bench.table(results))
 
 

@@ -212,6 +212,11 @@ class GrpoReport:
     """Groups in each generation batch (`trainer.grpo.groups_per_batch`): more groups, larger batches; 0 in older rounds."""
     group_size: int = 0
     """Samples in each group: the served groups' own size, or `grpo_num_generations` where the run sampled them; 0 in older rounds."""
+    beta: float = 0.0
+    """The KL penalty's coefficient (`grpo_beta`); 0: none, and in older rounds."""
+    kl_to_base: float | None = None
+    """Where `beta` is above 0: the penalised KL(trained || base) per token, k3 estimator on the run's
+    own samples, as TRL logs it (mean over the steps); None without a penalty."""
 
 
 @dataclass

@@ -44,6 +44,7 @@ TimeBudget = Annotated[float, Field(gt=0)]
 LearningRate = Annotated[float, Field(gt=0, le=1)]
 BatchSize = Annotated[int, Field(ge=1)]
 GroupSize = Annotated[int, Field(ge=2)]
+KlCoefficient = Annotated[float, Field(ge=0, le=10)]
 
 
 class TaskTraining(BaseModel):
@@ -59,6 +60,7 @@ class TaskTraining(BaseModel):
     train_gradient_checkpointing: bool | None = None
     grpo_num_generations: GroupSize | None = None
     auto_grpo: bool | None = None
+    grpo_beta: KlCoefficient | None = None
 
 
 class Settings(BaseSettings):
@@ -233,6 +235,9 @@ class Settings(BaseSettings):
                                         "(mean paired difference >= 0, no component worse), so that rounds without a promotion add "
                                         "up their steps (trainer/methods.py: `continued`); 0: a round always continues the active version.")
     grpo_entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient (TRL's entropy_coef).")
+    grpo_beta: KlCoefficient = Field(0.0, description="GRPO's KL penalty to the base model (TRL's beta; the reference is the LoRA's "
+                                     "base with the adapter off, so a lineage's drift adds up against one anchor); 0: none, no "
+                                     "reference pass. A task's own in task_training wins.")
     grpo_adaptive_entropy: bool = Field(False, description="TRL's adaptive entropy coefficient.")
     unlabelled_prompts_per_round: int = Field(64, ge=0, description="Newest distinct unlabelled inputs a round uses for GRPO.")
     lora_rank: int = Field(16, ge=1, le=16, description="LoRA rank (the engines accept up to 16).")

@@ -30,7 +30,14 @@ What makes the recipe act (TRL 1.16 as installed):
 - `scale_rewards="none"`: no division by the group std after aggregation (Dr. GRPO).
 - groups whose rewards did not vary carry no signal: they are counted per group and dropped from
   the loss (their tokens no longer dilute the others'), not left to TRL's batch-wide statistic.
-- `beta=0` (no reference model); an optional entropy term (`entropy_coef`, or TRL's adaptive one).
+- a KL penalty to the base model where the task's `grpo_beta` is above 0 (TRL's `beta`; else no
+  reference pass). Its reference is the LoRA's base with the adapter off, not the version the
+  run starts from (TRL's own choice for a PEFT model that already has weights): a round continues
+  the active version, so a per-round anchor would let the drift of a lineage add up round after
+  round. Reward hacking on push was found that way: with no penalty its policy drifted 0.25 to
+  1.53 nats a token from its parent in a round and learned copy only the served score paid
+  (docs/results.md, run 65).
+- an optional entropy term (`entropy_coef`, or TRL's adaptive one).
 - on the policy's own samples (an engine's or `generate`'s), the run stops once
   `grpo_flat_batches_stop` generation batches in a row had every group flat (`NoSignalLeft`).
 """
@@ -119,7 +126,7 @@ def _config(settings: Settings, size: int, examples: int, temperature: float, ma
         **{**methods.trainer_args(settings, settings.grpo_max_epochs, size * per_forward, examples),
            "learning_rate": settings.grpo_learning_rate, "warmup_steps": 0, "gradient_accumulation_steps": per_batch // per_forward},
         num_generations=size, num_iterations=settings.grpo_iterations, max_completion_length=max_completion,
-        temperature=temperature, top_p=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
+        temperature=temperature, top_p=1.0, beta=settings.grpo_beta, epsilon=0.2, epsilon_high=0.28, scale_rewards="none",
         multi_objective_aggregation="sum_then_normalize", loss_type="dapo", entropy_coef=settings.grpo_entropy_coef,
         use_adaptive_entropy=settings.grpo_adaptive_entropy, shuffle_dataset=True, log_completions=False, **extra)
 
@@ -385,5 +392,6 @@ def report(rollouts: str, trainer, outcome: methods.TrainingRun, iterations: int
         clip_ratio=_mean(steps, "clip_ratio/region_mean") or 0.0, entropy=_mean(steps, "entropy"),
         completion_length=_mean(steps, "completions/mean_length") or 0.0, grad_norm=_mean(steps, "grad_norm"),
         importance_tokens=importance[0], importance_clipped=importance[1], kl_to_parent=float(f"{kl:.3g}") if kl is not None else None,
+        beta=trainer.beta, kl_to_base=_mean(steps, "kl") if trainer.beta else None,
         older_groups=older, groups_per_batch=trainer.args.generation_batch_size // trainer.args.num_generations,
         group_size=trainer.args.num_generations)

@@ -338,7 +338,7 @@ def _recipe(settings: Settings) -> dict:
     """The settings a round's outcome depends on, kept with it."""
     keys = ("train_method", "train_from", "train_time_budget_s", "train_learning_rate", "task_training", "sft_max_epochs", "min_sft_examples",
             "min_dpo_pairs", "min_kto_examples", "grpo_advantage", "grpo_std_floor", "grpo_iterations", "grpo_num_generations",
-            "grpo_entropy_coef", "grpo_learning_rate", "grpo_importance_cap", "grpo_min_groups", "grpo_max_groups",
+            "grpo_entropy_coef", "grpo_beta", "grpo_learning_rate", "grpo_importance_cap", "grpo_min_groups", "grpo_max_groups",
             "grpo_reload_every", "grpo_kept_scan", "grpo_prompts_per_step", "grpo_max_batches", "serve_samples",
             "train_idle_budget_factor", "auto_grpo", "train_with_examples", "examples_tasks", "examples_k",
             "team_eval_share", "promote_margin", "component_tolerance", "gate_max_rows", "gate_look_rows", "shadow_records",

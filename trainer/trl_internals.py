@@ -6,13 +6,16 @@ does the wrong thing on another version. So `check_version()` runs first, and a 
 other TRL fails at once with a message that says which version is installed and which is
 expected, instead of training with a patch that no longer fits.
 
-The two reaches, and why neither has a public equivalent:
+The reaches, and why none has a public equivalent:
 - `project_labelled_positions_only()`: TRL's fused LM head (`trl.trainer.utils._use_triton`)
   projects only labelled positions on Triton devices and every position elsewhere. On a CPU
   nothing is compiled, and a task prompt is mostly context (the SQL prompt: about 480 tokens of
   schema before a 30-token answer), so projecting every position made the LM head about 70% of
   an SFT step here. The labelled rows alone give the same loss and gradients
   (`tests/unit/test_training_on_cpu.py`).
+- `base_as_reference()`: TRL 1.16 takes a PEFT model's KL reference from a copy of the adapter it
+  starts with (an adapter named "ref"), with no option for the base model; the trainers below
+  delete that copy, so TRL falls back to the adapters switched off.
 - `group_dropping_grpo_trainer()`: a `GRPOTrainer` whose `_generate_and_score_completions` drops
   groups whose rewards did not vary from the loss (their tokens would dilute the others'), and
   counts them per group in `_metrics`; TRL's own `frac_reward_zero_std` is batch-wide and drops
@@ -80,6 +83,19 @@ def flat_groups(advantages: torch.Tensor, generations: int) -> torch.Tensor:
     return advantages.view(-1, generations).abs().amax(dim=1) <= FLAT_ADVANTAGE
 
 
+REFERENCE_ADAPTER = "ref"  # the adapter TRL 1.16 copies a PEFT model's weights into, as its KL reference
+
+
+def base_as_reference(model) -> None:
+    """Make the KL penalty's reference the base model (adapters off) instead of TRL's copy of the
+    weights the run starts from: with `beta` above 0 and a PEFT model, TRL 1.16 adds an adapter
+    named "ref" holding that copy, and computes the reference with it where it exists and with
+    the adapters disabled where not. Deleting it leaves the second. It would also be saved beside
+    the trained adapter (`save_pretrained` writes every adapter)."""
+    if REFERENCE_ADAPTER in getattr(model, "peft_config", {}):
+        model.delete_adapter(REFERENCE_ADAPTER)
+
+
 def group_dropping_grpo_trainer() -> type:
     """TRL's `GRPOTrainer` with zero-variance groups dropped from the loss and counted."""
     check_version()
@@ -91,6 +107,10 @@ def group_dropping_grpo_trainer() -> type:
         flat_batches_in_a_row = 0  # generation batches in a row with every group flat (`NoSignalLeft`)
 
         field_credit = None  # a trainer.field_credit.FieldCredit: per-field token advantages (aggregation `fields`)
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            base_as_reference(self.model)
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)

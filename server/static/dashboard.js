@@ -267,7 +267,7 @@ function grpoFacts(run) {
   const size = g.group_size ? ` of ${g.group_size}` : "";  // 0 in rounds before it was recorded
   return `${g.rollouts} · ${g.groups - g.groups_dropped} groups${size} used, ${g.groups_dropped} dropped · ${g.steps} steps · ` +
     `reward ${fixed(g.reward_mean, 3)} ± ${fixed(g.reward_std, 3)} · clip ${fixed(g.clip_ratio, 3)}${clipped} · ` +
-    `KL to parent ${fixed(g.kl_to_parent, 4)} · entropy ${fixed(g.entropy, 3)} · length ${fixed(g.completion_length, 0)} · ` +
+    `KL to parent ${fixed(g.kl_to_parent, 4)}${g.beta ? ` · KL to base ${fixed(g.kl_to_base, 4)} (penalty ${g.beta})` : ""} · entropy ${fixed(g.entropy, 3)} · length ${fixed(g.completion_length, 0)} · ` +
     `grad norm ${fixed(g.grad_norm, 3)} · optimisation ${fixed(g.optimisation_tokens_per_s, 0)} tok/s${generation}`;
 }
 

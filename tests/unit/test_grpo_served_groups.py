@@ -141,6 +141,52 @@ def test_a_large_generation_batch_is_accumulated_in_passes_of_a_few_groups_to_th
     assert max(moved) < 1e-4, moved
 
 
+def test_a_kl_penalty_is_to_the_base_model_not_to_the_weights_the_run_starts_from(monkeypatch, tmp_path):
+    """A round continues the active version, so TRL's own reference for a PEFT model that has
+    weights (a copy of them) would let a lineage drift without bound. The reference is the base
+    model: a policy whose LoRA already moved it reports a KL to the base from its first step, while
+    it barely moves from its own start, and no reference adapter is saved beside the trained one."""
+    import torch
+
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    model = policy()
+    with torch.no_grad():  # a version that already moved away from the base
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(3))
+    good, bad = [GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]
+    groups = [served_group(model, f"g{i}", [good, bad, bad, good], version="push-v1") for i in range(4)]
+    settings = load_settings(grpo_learning_rate=1e-6, grpo_prompts_per_step=2, grpo_iterations=1, grpo_max_epochs=1,
+                             train_cpu_precision="fp32", grpo_beta=0.5)
+    report = grpo.train_on_groups(settings, model, tokenizer(), "push", groups, 600.0, "test", policy="push-v1").grpo
+    assert report.beta == 0.5
+    assert report.kl_to_parent < 1e-4 < 0.01 < report.kl_to_base, report
+    assert "ref" not in model.peft_config
+    model.save_pretrained(tmp_path)
+    assert not (tmp_path / "ref").exists()
+
+
+def test_a_kl_penalty_keeps_the_policy_nearer_the_base_model(monkeypatch):
+    """The same groups from the same start: with `grpo_beta` the trained policy ends nearer the
+    base model than without; without it no reference is computed (no KL reported)."""
+    from trainer import grpo
+
+    monkeypatch.setattr(grpo, "reward_function", counting_reward)
+    good, bad = [GOOD, GOOD, 9, EOS], [10, 11, 12, EOS]
+    reports = {}
+    for beta in (0.0, 2.0):
+        model = policy()  # a fresh LoRA: its start is the base model, so its KL to the parent is its KL to the base
+        groups = [served_group(model, f"g{i}", [good, bad, bad, good]) for i in range(6)]
+        settings = load_settings(grpo_learning_rate=0.05, grpo_prompts_per_step=2, grpo_iterations=2, grpo_max_epochs=2,
+                                 train_cpu_precision="fp32", grpo_beta=beta)
+        reports[beta] = grpo.train_on_groups(settings, model, tokenizer(), "push", groups, 600.0, "test", policy="base").grpo
+    assert reports[0.0].kl_to_base is None and reports[0.0].beta == 0.0
+    assert reports[2.0].kl_to_base is not None
+    assert reports[2.0].kl_to_parent < 0.8 * reports[0.0].kl_to_parent, (reports[0.0], reports[2.0])
+
+
 def test_groups_of_another_size_or_temperature_are_left_out_and_counted():
     from trainer import grpo
 
@@ -249,9 +295,11 @@ def test_bench_grpo_gains_report_flags_a_reference_free_gain_running_ahead_of_th
     credited = table({**results, "arms": [{**results["arms"][0], "advantage": "sum"}, {**results["arms"][0], "advantage": "fields"}]})
     assert "| grpo | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in credited and "| grpo (fields) | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in credited
     bonus = table({**results, "arms": [{**results["arms"][0], "entropy_coef": 0.0}, {**results["arms"][0], "entropy_coef": 0.02},
-                                       {**results["arms"][0], "advantage": "gdpo", "entropy_coef": 0.005}]})
+                                       {**results["arms"][0], "advantage": "gdpo", "entropy_coef": 0.005},
+                                       {**results["arms"][0], "beta": 0.1}, {**results["arms"][0], "beta": 0.0}]})
     assert "| grpo | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in bonus and "| grpo (entropy 0.02) | 0.7 | 4 | 0.0001 | 1 | 24 (400) |" in bonus
     assert "| grpo (gdpo, entropy 0.005) | 0.7 |" in bonus
+    assert "| grpo (KL to base 0.1) | 0.7 |" in bonus and bonus.count("| grpo | 0.7 | 4 | 0.0001 | 1 | 24 (400) |") == 2
 
     gated = {"mean": -0.01, "ci95": [-0.05, 0.03], "n": 32}
     text = table({**results, "gate_rows": 32, "base_on_gate_rows": {"mean": 0.28},
