@@ -516,7 +516,41 @@ def test_learning_from_traffic_alone_is_judged_on_two_structured_tasks_and_the_s
     assert not verdicts["extraction: not lower after the rounds from traffic alone"][0]
     assert verdicts["sql: reference-free gain at most 0.05 above the reference-scored gain"][0]  # +0.10 against +0.08
     assert not verdicts["push: reference-free gain at most 0.05 above the reference-scored gain"][0]  # +0.15 against +0.06
+    assert verdicts["push: reference-free gain at most 0.05 above the reference-scored gain"][1] == "+0.150 against +0.060"
+    for r, part in zip(results["tasks"]["push"]["rounds"], (0.156, 0.161)):  # the overlap's part moved little
+        r["scorer"].update(reference_only=["reference_overlap"], reference_only_mean=part)
+    verdicts = {t["target"]: (t["met"], t["measured"]) for t in targets(results)}
+    assert verdicts["push: reference-free gain at most 0.05 above the reference-scored gain"] == (
+        False, "+0.150 against +0.060; the part only a reference scores (reference_overlap) +0.005")
     assert not verdicts["push: the served score's rank correlation with the references at least 0.7"][0]
     assert verdicts["sql: the served score's rank correlation with the references at least 0.7"] == (True, "0.90, 0.80")
     labelled = {**results, "settings": {"correction_rate": 0.2, "rating_rate": 0.3}}
     assert not any("traffic alone" in t["target"] for t in targets(labelled))  # a run with labels is judged by the others
+
+
+def test_the_scorer_check_reads_the_part_only_a_reference_scores_which_explains_pushs_lead():
+    """Push scored with a reference is 0.65 of its served components plus 0.35 of its overlap with
+    the reference copy: the check reports that part, and an answer's reference-scored total is the
+    served one scaled by 0.65 plus it (to the totals' rounding), so a served gain the overlap does
+    not follow runs ahead by 0.35 of it."""
+    import json
+
+    from bench.learn import scorer_check
+    from tasks import score
+    from tests.unit.conftest import ctx
+
+    context = ctx("push", campaign="cupom", customer_name="Ana", product="mochila", discount_pct=15, coupon="VOLTA10")
+    reference = {"title": "Ana, tem cupom pra você", "body": "15% off em mochila. Use o cupom VOLTA10 e aproveite."}
+    answers = [reference, {"title": "Ana, cupom novo", "body": "Mochila com 15% off. Use VOLTA10 hoje."},
+               {"title": "Oferta", "body": "Confira as novidades da loja."}, {"title": "Ana", "body": "Mochila mochila."}]
+    texts = [json.dumps(a, ensure_ascii=False) for a in answers]
+    scored = [score("push", t, reference, context) for t in texts]
+    free = [score("push", t, None, context) for t in texts]
+    check = scorer_check(free, scored)
+    assert check["reference_only"] == ["reference_overlap"]
+    parts = [0.35 * s.components["reference_overlap"] for s in scored]
+    assert check["reference_only_mean"] == pytest.approx(sum(parts) / len(parts), abs=1e-4)
+    for s, f, part in zip(scored, free, parts):
+        assert s.total == pytest.approx(0.65 * f.total + part, abs=2e-4)
+    # a task whose reference score has nothing of its own reports nothing
+    assert "reference_only" not in scorer_check(free, free)
