@@ -215,8 +215,11 @@ class GrpoReport:
     beta: float = 0.0
     """The KL penalty's coefficient (`grpo_beta`); 0: none, and in older rounds."""
     kl_to_base: float | None = None
-    """Where `beta` is above 0: the penalised KL(trained || base) per token, k3 estimator on the run's
-    own samples, as TRL logs it (mean over the steps); None without a penalty."""
+    """Where `beta` is above 0: the penalised KL term per token as TRL logs it (k3 of the base model's
+    logprob less the policy's, mean over the steps), on the tokens trained on: on served groups the
+    serving version's samples, where the few tokens the policy pushed far below the base model
+    dominate it (push, 60 groups: 4.85 at beta 0.2 while `kl_to_parent` read 0.009). None without a
+    penalty."""
 
 
 @dataclass

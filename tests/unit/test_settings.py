@@ -45,6 +45,9 @@ def test_env_and_toml_file(tmp_path, monkeypatch):
     ("TUCANO_TASK_TRAINING", '{"sql": {"sft_batch_size": 0}}'),
     ("TUCANO_TASK_TRAINING", '{"sql": {"learning_rate": 0.001}}'),
     ("TUCANO_TASK_TRAINING", '{"sql": {"grpo_num_generations": 1}}'),  # a group of one has no spread to learn from
+    ("TUCANO_GRPO_BETA", "-0.1"),  # a KL penalty below 0 would pay drifting from the base model
+    ("TUCANO_GRPO_BETA", "11"),
+    ("TUCANO_TASK_TRAINING", '{"push": {"grpo_beta": -1}}'),
     ("TUCANO_SERVE_SAMPLES", '{"pushh": 2}'),
     ("TUCANO_EXAMPLES_TASKS", '["sql", "translation"]'),
     ("TUCANO_SERVE_SAMPLES_CAP", "2"),  # below push's own 4
