@@ -281,13 +281,13 @@ def scorer_check(free: list[Score | None], scores: list[Score], samples: list | 
     served score (push's base model: most picks are fluent, personal, state the offer and never say
     the campaign, and all score 0.275; the references tell them apart by their template's words).
     None where the task has no reference."""
-    pairs = [(f.total, s.total) for f, s in zip(free, scores) if f is not None]
+    pairs = [(f, s) for f, s in zip(free, scores) if f is not None]
     if len(pairs) < 3:
         return None
-    served, referenced = zip(*pairs)
+    served, referenced = zip(*((f.total, s.total) for f, s in pairs))
     over = samples_check(samples) if samples else None
     common = {"n": len(pairs), "tied": max(Counter(served).values()), "served_mean": round(statistics.fmean(served), 4),
-              **reference_only([(f, s) for f, s in zip(free, scores) if f is not None]),
+              **reference_only(pairs),
               **({"over_samples": over} if over else {})}
     rho, low, high = rank_correlation_interval(served, referenced)
     if rho != rho:  # every answer scored alike on one side: no ranking to compare

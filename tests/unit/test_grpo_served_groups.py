@@ -184,7 +184,7 @@ def test_a_kl_penalty_keeps_the_policy_nearer_the_base_model(monkeypatch):
         reports[beta] = grpo.train_on_groups(settings, model, tokenizer(), "push", groups, 600.0, "test", policy="base").grpo
     assert reports[0.0].kl_to_base is None and reports[0.0].beta == 0.0
     assert reports[2.0].kl_to_base is not None
-    assert reports[2.0].kl_to_parent < 0.8 * reports[0.0].kl_to_parent, (reports[0.0], reports[2.0])
+    assert 0 < reports[2.0].kl_to_parent < 0.8 * reports[0.0].kl_to_parent, (reports[0.0], reports[2.0])  # held back, still trained
 
 
 def test_groups_of_another_size_or_temperature_are_left_out_and_counted():
