@@ -10,11 +10,18 @@ one trainer process runs for the whole run, started as `serve` starts its traini
 - `round`: a round's SFT of `--train-task` on its train rows (trainer/sft.py, the task's own
   training settings and model, a fresh LoRA), with the threads `serve` gives a round (half the
   cores, at least one);
+- `grpo`: a round's GRPO of `--train-task` with its groups sampled on the engine that serves that
+  task (trainer/grpo.py's `train_on_engine`, the task's own training settings, a fresh LoRA, the
+  task's train rows as prompts, pass after pass), as a round runs it where traffic gave too few
+  served groups. Its rollouts decode in the serving engine itself, beside the users' requests;
+  the trainer's own threads are half the cores, as for `round`;
 - `bootstrap`: the demo model's fine-tuning (demo/finetune.py on the bootstrap rows), with every
   core, as `serve` runs it beside the first answers.
 
 It is paused (SIGSTOP) and resumed (SIGCONT) between blocks of requests, so the quiet and busy
-phases share the same engines, gateway, caches and rows; blocks of each held-out test row of the
+phases share the same engines, gateway, caches and rows; after each pause a quiet block waits
+until the engines have nothing running or waiting (a rollout request sent before the pause
+decodes on), so it never measures the load; blocks of each held-out test row of the
 served tasks go out one request at a time (`--concurrency` in flight), in pairs whose order
 alternates (quiet then busy, busy then quiet). Reported per phase: p50 and p95 latency, every
 status that was not a 200 (a 503 counts as served when it carries Retry-After; a 504 is a request
@@ -26,6 +33,7 @@ one, and no request waits out the engine timeout).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import statistics
@@ -43,17 +51,21 @@ from common.processes import usable_cores
 from common.settings import Settings
 from common.stats import block_interval, percentile
 from deploy.vllm_server import TRAINING_NICE
-from tasks import model_path_of, training_settings
+from tasks import TASK_ENGINE, model_path_of, training_settings
+from trainer.idle import engines_idle
 
 LATENCY_TARGET = 1.5  # p95 while training over p95 without
-LOADS = ("round", "bootstrap")
+LOADS = ("round", "grpo", "bootstrap")
+TRAINING_LOADS = ("round", "grpo")  # a round of --train-task; the trainer gets half the cores
 STEP_MARK = "trainer step"  # each step the trainer takes, as a line of its log
 READY_MARK = "trainer training"
 READY_TIMEOUT_S = 600.0
+DRAIN_TIMEOUT_S = 600.0  # the longest a paused trainer's last rollout request may decode on (trainer.rollouts.ROLLOUT_TIMEOUT_S)
 
 
-def train_beside(load: str, task: str) -> None:
-    """The trainer's process: `load`'s training, for ever (the bench stops it), a line per step."""
+def train_beside(load: str, task: str, engine_url: str = "") -> None:
+    """The trainer's process: `load`'s training, for ever (the bench stops it), a line per step.
+    `engine_url`: the engine that serves `task`, where `grpo` samples its groups."""
     from common.settings import load_settings
 
     settings = load_settings()
@@ -81,12 +93,53 @@ def train_beside(load: str, task: str) -> None:
     from trainer import methods, sft
     from trainer.policy import load_policy
 
+    if load == "grpo":
+        _grpo_beside(settings, task, engine_url, step)
+        return
     settings = training_settings(settings, task).model_copy(update={"sft_max_epochs": 10**4})
     examples = reference_examples(settings, task, load_split(settings.datasets_dir, task, "train"))
     model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     print(READY_MARK, flush=True)
     sft.train(settings, model, tokenizer, examples, [], float("inf"), "bench busy", step)
+
+
+def _grpo_beside(settings: Settings, task: str, engine_url: str, step) -> None:
+    """A round's GRPO on engine rollouts, pass after pass over the task's train rows; each pass's
+    reloads get names of their own (an engine never sees a name twice)."""
+    from router.engine_client import ChatTemplate
+    from router.prompts import build_messages
+    from tasks import typed_input
+    from trainer import grpo, methods
+    from trainer.data import GrpoPrompt
+    from trainer.policy import load_policy
+
+    if not engine_url:
+        raise ValueError("the grpo load samples on the engine that serves its task: no engine URL was given")
+    settings = training_settings(settings, task)
+    render = ChatTemplate.load(model_path_of(settings, task)).render
+    rows = load_split(settings.datasets_dir, task, "train")[: settings.unlabelled_prompts_per_round]
+    prompts = []
+    for row in rows:
+        task_input = typed_input(task, row["input"])
+        prompts.append(GrpoPrompt(render(build_messages(task, task_input)), task, row["id"],
+                                  context=settings.reward_context(task_input).to_json()))
+    model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
+                                   methods.bf16(settings), methods.checkpointing(settings), settings.seed)
+    print(READY_MARK, flush=True)
+    for number in itertools.count():
+        grpo.train_on_engine(settings, model, tokenizer, task, prompts, engine_url, f"bench-busy-{os.getpid()}-{number}",
+                             float("inf"), "bench busy", step)
+
+
+def drained(urls: list[str], timeout_s: float = DRAIN_TIMEOUT_S) -> float:
+    """Seconds until every engine at `urls` has nothing running or waiting; RuntimeError past `timeout_s`."""
+    started = time.monotonic()
+    while not engines_idle(urls):
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"the engines at {', '.join(urls)} were still busy {timeout_s:g} s after the trainer was paused")
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
 def _steps(log_path: Path) -> int:
@@ -135,17 +188,20 @@ def run(settings: Settings, tasks: tuple[str, ...], load: str, train_task: str, 
         say=print) -> dict:
     if load not in LOADS:
         raise ValueError(f"unknown load {load!r}: one of {', '.join(LOADS)}")
-    results: dict = {"settings": {"load": load, "train_task": train_task if load == "round" else None, "pairs": pairs,
+    results: dict = {"settings": {"load": load, "train_task": train_task if load in TRAINING_LOADS else None, "pairs": pairs,
                                   "block_rows": block_rows, "concurrency": concurrency, "training_nice": TRAINING_NICE},
                      "tasks": {}}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tucano-busy-")))
-        _bench, _store, _fleet, url = start_stack(settings, scratch, stack, say)
+        bench, _store, _fleet, url = start_stack(settings, scratch, stack, say)
+        engine_urls = [*bench.base_engine_urls, bench.think_engine_url]
+        # the engine a round of the train task samples on: the first of its kind, as trainer.candidate picks it
+        rollout_url = bench.base_engine_urls[0] if TASK_ENGINE[train_task] == "base" else bench.think_engine_url
         log_path = scratch / "trainer.log"
-        threads = str(max(1, usable_cores() // 2)) if load == "round" else str(usable_cores())
+        threads = str(max(1, usable_cores() // 2)) if load in TRAINING_LOADS else str(usable_cores())
         env = {**os.environ, "TUCANO_DATA_DIR": str(settings.root), "OMP_NUM_THREADS": threads}
         env.pop("TUCANO_REDIS_URL", None)
-        trainer = start(stack, "bench.busy:train_beside", log_path, load, train_task, env=env)
+        trainer = start(stack, "bench.busy:train_beside", log_path, load, train_task, rollout_url if load == "grpo" else "", env=env)
         stack.callback(lambda: os.kill(trainer.pid, signal.SIGCONT) if trainer.poll() is None else None)  # a stopped process takes no SIGTERM
         os.setpriority(os.PRIO_PROCESS, trainer.pid, TRAINING_NICE)
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -158,12 +214,14 @@ def run(settings: Settings, tasks: tuple[str, ...], load: str, train_task: str, 
         for task in tasks:
             rows = load_split(settings.datasets_dir, task, "test")
             blocks: list[tuple[list[dict], list[dict]]] = []
-            busy_steps, busy_s = 0, 0.0
+            busy_steps, busy_s, drain_s = 0, 0.0, 0.0
             for number in range(pairs):
                 chosen = [rows[(number * block_rows + i) % len(rows)] for i in range(block_rows)]
                 sides: dict[str, list[dict]] = {}
                 for phase in (("quiet", "busy") if number % 2 == 0 else ("busy", "quiet")):
-                    if phase == "busy":
+                    if phase == "quiet":
+                        drain_s += drained(engine_urls)
+                    else:
                         before, started = _steps(log_path), time.perf_counter()
                         os.kill(trainer.pid, signal.SIGCONT)
                     try:
@@ -180,6 +238,7 @@ def run(settings: Settings, tasks: tuple[str, ...], load: str, train_task: str, 
             entry = measure(blocks)
             entry["trainer_steps_while_busy"] = busy_steps
             entry["busy_seconds"] = round(busy_s, 1)
+            entry["drain_seconds"] = round(drain_s, 1)  # waited for the paused trainer's last engine requests before quiet blocks
             results["tasks"][task] = entry
             say(f"{task}: p95 quiet {entry['quiet']['p95_s']} s, busy {entry['busy']['p95_s']} s, ratio {entry['p95_ratio']['ratio']} "
                 f"{entry['p95_ratio']['ci95']} ({entry['p95_ratio']['verdict']}); {busy_steps} trainer steps in {busy_s:.0f} s; "
@@ -189,7 +248,9 @@ def run(settings: Settings, tasks: tuple[str, ...], load: str, train_task: str, 
 
 def table(results: dict) -> str:
     s = results["settings"]
-    what = f"a round's SFT of {s['train_task']}" if s["load"] == "round" else "the demo model's fine-tuning"
+    what = {"round": f"a round's SFT of {s['train_task']}",
+            "grpo": f"a round's GRPO of {s['train_task']}, its groups sampled on the serving engine",
+            "bootstrap": "the demo model's fine-tuning"}[s["load"]]
     lines = [f"Beside {what} ({results.get('trainer_threads')} threads, nice {s['training_nice']}); {s['pairs']} block pairs of "
              f"{s['block_rows']} requests, {s['concurrency']} in flight:", "",
              f"| task | p50 quiet / busy (s) | p95 quiet / busy (s) | p95 ratio [95%], target <= {LATENCY_TARGET} | not 200, quiet | "

@@ -164,8 +164,9 @@ def bench_samples(
 @app.command("busy")
 def bench_busy(
     task: Annotated[list[str] | None, typer.Option(help="Served tasks (repeatable; default sql and push).")] = None,
-    load: Annotated[str, typer.Option(help="What trains beside them: round (a round's SFT) or bootstrap (the demo model's fine-tuning).")] = "round",
-    train_task: Annotated[str, typer.Option(help="The task whose round's SFT trains (--load round).")] = "sql",
+    load: Annotated[str, typer.Option(help="What trains beside them: round (a round's SFT), grpo (a round's GRPO, its groups "
+                                           "sampled on the serving engine) or bootstrap (the demo model's fine-tuning).")] = "round",
+    train_task: Annotated[str, typer.Option(help="The task whose round trains (--load round or grpo).")] = "sql",
     pairs: Annotated[int, typer.Option(min=2, help="Block pairs (quiet and busy) per task.")] = 8,
     block_rows: Annotated[int, typer.Option(min=1, help="Requests per block.")] = 5,
     concurrency: Annotated[int, typer.Option(min=1, max=64, help="Requests in flight.")] = 1,

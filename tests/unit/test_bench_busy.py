@@ -58,3 +58,61 @@ def test_the_bootstrap_load_runs_a_first_serves_fine_tuning_again_and_again_at_i
         train_beside("bootstrap", "sql")
     assert runs == [bootstrap.DEFAULT_SFT_STEPS["smollm2"]] * 3
     assert capsys.readouterr().out.count(STEP_MARK) == 3
+
+
+def test_the_grpo_load_samples_on_the_engine_it_is_given_pass_after_pass_under_names_never_reused(monkeypatch, tmp_path, capsys):
+    """A round's GRPO beside serving: its groups are sampled on the serving engine (train_on_engine
+    with that URL), from the task's train rows as its prompts, and each pass names its reloads anew."""
+    from bench import busy
+    from router import engine_client
+    from trainer import grpo, policy
+
+    rows = [{"id": f"push-train-{i:05d}", "input": {"campaign": "cupom", "customer_name": "Ana", "coupon": f"CUPOM{i}"}} for i in range(3)]
+    passes: list[tuple] = []
+
+    def train_on_engine(settings, model, tokenizer, task, prompts, engine_url, name_prefix, budget_s, why, progress=None):
+        passes.append((task, [p.source for p in prompts], engine_url, name_prefix, budget_s))
+        progress("grpo", 1)
+        if len(passes) == 3:
+            raise KeyboardInterrupt  # what stops the loop here; the bench stops the process
+    monkeypatch.setenv("TUCANO_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(busy, "load_split", lambda directory, task, split: rows if (task, split) == ("push", "train") else [])
+    monkeypatch.setattr(engine_client.ChatTemplate, "load", classmethod(lambda cls, path: type("T", (), {"render": staticmethod(str)})()))
+    monkeypatch.setattr(policy, "load_policy", lambda *args, **kwargs: ("model", "tokenizer"))
+    monkeypatch.setattr(grpo, "train_on_engine", train_on_engine)
+    with pytest.raises(KeyboardInterrupt):
+        train_beside("grpo", "push", "http://127.0.0.1:9/")
+    assert [p[0] for p in passes] == ["push"] * 3
+    assert all(p[1] == [r["id"] for r in rows] and p[2] == "http://127.0.0.1:9/" and p[4] == float("inf") for p in passes)
+    assert len({p[3] for p in passes}) == 3  # a fresh name prefix per pass
+    assert capsys.readouterr().out.count(STEP_MARK) == 3
+
+
+def test_the_grpo_load_without_an_engine_stops_with_a_message_that_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("TUCANO_DATA_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="engine"):
+        train_beside("grpo", "push", "")
+
+
+def test_a_quiet_block_waits_for_the_paused_trainers_last_engine_requests_and_gives_up_loudly(monkeypatch):
+    """A rollout request sent before the pause decodes on in the engine: the quiet block must not
+    measure it, and an engine that never empties stops the bench rather than measure the load as quiet."""
+    from bench import busy
+
+    answers = iter([False, False, True])
+    monkeypatch.setattr(busy, "engines_idle", lambda urls: next(answers))
+    monkeypatch.setattr(busy.time, "sleep", lambda s: None)
+    assert busy.drained(["http://e"]) >= 0.0
+    with pytest.raises(StopIteration):
+        next(answers)  # polled until the engines were idle, and not after
+    monkeypatch.setattr(busy, "engines_idle", lambda urls: False)
+    with pytest.raises(RuntimeError, match="still busy"):
+        busy.drained(["http://e"], timeout_s=0.0)
+
+
+def test_the_grpo_loads_table_says_what_trained_beside_serving():
+    rng = random.Random(3)
+    result = measure([(side(rng, 1.0), side(rng, 1.3)) for _ in range(4)])
+    text = table({"settings": {"load": "grpo", "train_task": "push", "pairs": 4, "block_rows": 5, "concurrency": 1, "training_nice": 19},
+                  "trainer_threads": 1, "tasks": {"sql": {**result, "trainer_steps_while_busy": 3, "busy_seconds": 20.0}}})
+    assert "a round's GRPO of push, its groups sampled on the serving engine" in text
