@@ -113,6 +113,7 @@ def _grpo_beside(settings: Settings, task: str, engine_url: str, step) -> None:
     from trainer import grpo, methods
     from trainer.data import GrpoPrompt
     from trainer.policy import load_policy
+    from trainer.rollouts import RolloutFailed
 
     if not engine_url:
         raise ValueError("the grpo load samples on the engine that serves its task: no engine URL was given")
@@ -128,8 +129,11 @@ def _grpo_beside(settings: Settings, task: str, engine_url: str, step) -> None:
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     print(READY_MARK, flush=True)
     for number in itertools.count():
-        grpo.train_on_engine(settings, model, tokenizer, task, prompts, engine_url, f"bench-busy-{os.getpid()}-{number}",
-                             float("inf"), "bench busy", step)
+        try:
+            grpo.train_on_engine(settings, model, tokenizer, task, prompts, engine_url, f"bench-busy-{os.getpid()}-{number}",
+                                 float("inf"), "bench busy", step)
+        except RolloutFailed as error:  # serving held the engine past the rollouts' limit: a round would stop here
+            print(f"pass {number} stopped: {error}", flush=True)
 
 
 def drained(urls: list[str], timeout_s: float = DRAIN_TIMEOUT_S) -> float:

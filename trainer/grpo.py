@@ -267,7 +267,7 @@ def train_on_groups(settings: Settings, model, tokenizer, task: str, groups: lis
     outcome.seconds_by_phase = {"generation": round(generation, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - generation - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
-                                **({"samples_completed_on_engine": added} if rollouts else {}),
+                                **({"samples_completed_on_engine": added, **rollouts.serving_first()} if rollouts else {}),
                                 **{f"left out: {k}": v for k, v in left_out.items()}}
     _credited(outcome, credit)
     on_policy = [(g.prompt_token_ids, g.completion_ids) for g in groups if g.version == started_as][:KL_GROUPS]
@@ -312,7 +312,7 @@ def train_on_engine(settings: Settings, model, tokenizer, task: str, prompts: li
     outcome.seconds_by_phase = {"generation": round(rollouts.seconds, 2), "scoring": round(scoring["seconds"], 2),
                                 "optimisation": round(outcome.seconds - rollouts.seconds - scoring["seconds"], 2),
                                 "groups": trainer.seen_groups, "zero_variance_groups_dropped": trainer.dropped_groups,
-                                "reloads": len(rollouts.names)}
+                                "reloads": len(rollouts.names), **rollouts.serving_first()}
     _credited(outcome, credit)
     outcome.grpo = report(f"{ENGINE} ({len(rollouts.names)} reloads under fresh names)", trainer, outcome, settings.grpo_iterations,
                           rollouts.tokens / rollouts.seconds if rollouts.seconds else None,

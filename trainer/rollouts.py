@@ -16,9 +16,21 @@ the run starts, so a best-of-4 task trains on groups of 8 whose first four are i
 
 An engine that fails, or answers with fewer completions than asked, stops the run
 (`RolloutFailed`): a partial group is never trained as if it were whole.
+
+Serving comes first. The engine that samples a round's groups is the one that answers the team,
+and its rollouts decode there at the engine's priority, where a training process's nice does not
+reach (`bench busy --load grpo`: the served p95 rose 2.0-2.1x when they did not yield). So a
+sampling request goes in only once the engine has held no request for `SERVING_QUIET_S` (vLLM's
+own gauges of requests running and waiting), and while it decodes the gauges are watched: when
+they rise above what the request itself put there, a user's request has arrived, and the rollout
+is cancelled (vLLM aborts a request whose client goes away) and sent again once the engine is
+quiet. The run counts the times it yielded and the seconds it waited; waiting longer than
+`SERVING_YIELD_LIMIT_S` for one batch stops the run like a failed engine (the round says why).
+An engine whose /metrics has no gauges cannot be watched: its requests go in at once, counted.
 """
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections import defaultdict
@@ -30,10 +42,14 @@ import httpx
 
 from common.records import Sampling
 from trainer.data import RolloutGroup
+from trainer.idle import GAUGES, requests_in_engine
 
 ROLLOUT_TIMEOUT_S = 600.0
 PARENT_GROUPS_KEPT = 8  # groups sampled from the starting policy, kept to measure how far the run moved from it
 PROMPTS_PER_COMPLETION = 8  # served groups completed in one engine request (vLLM decodes them together)
+SERVING_POLL_S = 0.25  # how often the engine's gauges are read while a rollout waits or decodes
+SERVING_QUIET_S = 1.0  # how long the engine must have held no request before a rollout goes in
+SERVING_YIELD_LIMIT_S = 600.0  # the longest one batch waits for serving before the run stops
 
 
 def whole_groups(prompts: list[str], size: int) -> list[str]:
@@ -64,6 +80,7 @@ class EngineRollouts:
         self.names: list[str] = []  # every name it loaded, in order (never reused)
         self.synced_at_step: int | None = None
         self.tokens, self.seconds = 0, 0.0  # generated completion tokens and the seconds they took
+        self.yielded, self.yield_seconds, self.unwatched = 0, 0.0, 0  # serving first: rollouts cancelled, seconds waited, sent unwatched
         self.parent_groups: list[tuple[list[int], list[list[int]]]] = []  # (prompt ids, completions) sampled before the first reload
         self._dir = directory / f".{name_prefix}"
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -124,9 +141,7 @@ class EngineRollouts:
                 "frequency_penalty": self.sampling.frequency_penalty, "seed": seed}
         if self.json_schema is not None:
             body["structured_outputs"] = {"json": self.json_schema}
-        started = time.perf_counter()
-        response = self._post("/v1/completions", body)
-        self.seconds += time.perf_counter() - started
+        response = self._post_yielding(body, len(prompts) * size)
         if response.status_code != 200:
             raise RolloutFailed(f"the engine at {self.url} did not {what}: HTTP {response.status_code} {response.text[:300]}")
         choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))  # prompt by prompt, n each
@@ -140,6 +155,81 @@ class EngineRollouts:
             self.tokens += sum(len(c["token_ids"]) for c in whole)
             groups.append(whole)
         return groups
+
+    def serving_first(self) -> dict:
+        """What yielding to serving cost this run, for the round's record."""
+        return {"rollouts_yielded_to_serving": self.yielded, "seconds_waited_for_serving": round(self.yield_seconds, 1),
+                "rollouts_unwatched": self.unwatched}
+
+    def _post_yielding(self, body: dict, requests: int) -> httpx.Response:
+        """The completions request, sent while serving leaves the engine alone (module docstring);
+        `requests`: what it puts in the engine's gauges (a prompt's `n` samples are `n` requests)."""
+        waited_from = time.monotonic()
+        while True:
+            self._wait_quiet(waited_from)
+            started = time.perf_counter()
+            response = asyncio.run(self._watched(body, requests))
+            self.seconds += time.perf_counter() - started
+            if response is not None:
+                return response
+            self.yielded += 1  # a user's request reached the engine: it goes first
+
+    def _wait_quiet(self, waited_from: float) -> None:
+        quiet_since, started = None, time.monotonic()
+        try:
+            while True:
+                load = self._load()
+                if load is None:
+                    self.unwatched += 1
+                    return
+                now = time.monotonic()
+                quiet_since = (quiet_since or now) if load == 0 else None
+                if quiet_since is not None and now - quiet_since >= SERVING_QUIET_S:
+                    return
+                if now - waited_from > SERVING_YIELD_LIMIT_S:
+                    raise RolloutFailed(f"serving kept the engine at {self.url} busy for {SERVING_YIELD_LIMIT_S:g} s: "
+                                        "the round's rollouts yield to the team's requests")
+                time.sleep(SERVING_POLL_S)
+        finally:
+            self.yield_seconds += time.monotonic() - started
+
+    def _load(self) -> float | None:
+        """Requests running and waiting in the engine; None where its /metrics has no gauges."""
+        try:
+            response = self._client.get(f"{self.url}/metrics", timeout=5.0)
+        except httpx.HTTPError as error:
+            raise RolloutFailed(f"the engine at {self.url} failed: {type(error).__name__}: {error}") from None
+        if response.status_code != 200 or not any(line.startswith(GAUGES) for line in response.text.splitlines()):
+            return None
+        return requests_in_engine(response.text)
+
+    async def _watched(self, body: dict, requests: int) -> httpx.Response | None:
+        """The request's response, or None once a request that is not its own reached the engine
+        while it decoded (it is then cancelled, and vLLM aborts it). Its own requests only leave
+        the gauges, so once they are all counted any rise is someone else's."""
+        async with httpx.AsyncClient(timeout=ROLLOUT_TIMEOUT_S) as client:
+            post = asyncio.create_task(client.post(f"{self.url}/v1/completions", json=body))
+            counted = None  # the gauges once all its requests are in them
+            while True:
+                done, _ = await asyncio.wait({post}, timeout=SERVING_POLL_S)
+                if done:
+                    try:
+                        return post.result()
+                    except httpx.HTTPError as error:
+                        raise RolloutFailed(f"the engine at {self.url} failed: {type(error).__name__}: {error}") from None
+                try:
+                    page = await client.get(f"{self.url}/metrics", timeout=5.0)
+                except httpx.HTTPError:
+                    continue  # the request itself says whether the engine failed
+                if page.status_code != 200:
+                    continue
+                load = requests_in_engine(page.text)
+                if load > (requests if counted is None else counted):  # more than its own: a user's request arrived
+                    post.cancel()
+                    await asyncio.gather(post, return_exceptions=True)
+                    return None
+                if counted is not None or load == requests:
+                    counted = load
 
     def complete(self, groups: list[RolloutGroup], size: int) -> tuple[list[RolloutGroup], int]:
         """Each group of fewer than `size` samples completed to `size` with samples of its prompt

@@ -6,7 +6,10 @@ group stops the run."""
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -31,11 +34,22 @@ class FakeEngine:
         self.asked: list[dict] = []
         self.short = 0
         self.fail = False
+        self.users = None  # with gauges on /metrics: the team's requests in the engine, a function of the time since it started
+        self.holds: list[float] = []  # seconds each next sampling request decodes before it answers
+        self.in_flight = 0  # the requests (n per prompt) of the sampling request decoding now
+        self.cancelled = 0
+        self.started = self.hold_started = time.monotonic()
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
             def _send(self, status, body):
                 send(self, json.dumps(body).encode(), status=status)
+
+            def do_GET(self):
+                if self.path != "/metrics" or engine.users is None:
+                    return self._send(404, "no gauges")
+                running = engine.in_flight + engine.users(time.monotonic() - engine.started)
+                send(self, f'vllm:num_requests_running{{model_name="m"}} {running}\nvllm:num_requests_waiting{{model_name="m"}} 0\n'.encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -50,6 +64,18 @@ class FakeEngine:
                     return self._send(500, {"error": {"message": "engine core died"}})
                 engine.asked.append(body)
                 prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+                if engine.holds:
+                    engine.in_flight, engine.hold_started = len(prompts) * body["n"], time.monotonic()
+                    try:  # decodes until its time is up, or aborts once its client has gone, as vLLM does
+                        until = time.monotonic() + engine.holds.pop(0)
+                        while time.monotonic() < until:
+                            readable, _, _ = select.select([self.connection], [], [], 0.02)
+                            if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                                engine.cancelled += 1
+                                return
+                        return self._send(200, {"choices": []})
+                    finally:
+                        engine.in_flight = 0
                 choices = [{"index": p * body["n"] + i, "text": "", "prompt_token_ids": [3, 4, 5, 6 + p],
                             "token_ids": [GOOD, GOOD, 9, EOS] if i % 2 == 0 else [10, 11, 12, EOS],
                             "logprobs": {"token_logprobs": [-1.0, -1.0, -1.0, -1.0]}}
@@ -130,6 +156,7 @@ def test_grpo_on_the_engine_trains_from_its_groups_and_reports_it(engine, tmp_pa
     assert engine.unloaded == engine.loaded  # each replaced one, and the last at the end
     assert report.groups == 8 and report.groups_dropped == 0 and report.kl_to_parent is not None and report.kl_to_parent > 0
     assert outcome.seconds_by_phase["reloads"] == 2
+    assert outcome.seconds_by_phase["rollouts_unwatched"] >= 1 and outcome.seconds_by_phase["rollouts_yielded_to_serving"] == 0  # the fake engine has no gauges
 
 
 def short_group(key: str, samples: int, temperature: float = 0.7):
@@ -286,3 +313,60 @@ def make(i: int):
     from tests.unit.test_shapes_and_routing import make_record
 
     return make_record(id=f"r{i}", input={"question": f"Quantos pedidos no lote {i}?"})
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    """Serving-first waits shortened, so a test takes a fraction of a second."""
+    from trainer import rollouts
+    monkeypatch.setattr(rollouts, "SERVING_POLL_S", 0.02)
+    monkeypatch.setattr(rollouts, "SERVING_QUIET_S", 0.1)
+
+
+def test_a_rollout_waits_until_serving_has_left_the_engine_quiet(engine, tmp_path, quick):
+    engine.users = lambda t: 1 if t < 0.3 else 0  # a team's request decoding for 0.3 s
+    rollouts = EngineRollouts(engine.url, policy(), "sql-rollout-r4", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
+    engine.started = time.monotonic()
+    out = rollouts.generate(["p"] * 4 + ["q"] * 4, 4)
+    assert len(out["completion_ids"]) == 8 and len(engine.asked) == 1
+    assert rollouts.yield_seconds >= 0.3 + 0.1 and rollouts.yielded == 0 and rollouts.unwatched == 0
+    rollouts.close()
+
+
+def test_a_rollout_is_cancelled_when_a_users_request_reaches_the_engine_and_sent_again_once_it_is_quiet(engine, tmp_path, quick):
+    """Its own eight requests (two prompts, n=4) are in the gauges; a ninth is someone else's."""
+    arrived = []
+
+    def users(_t):  # a user's request reaches the engine 0.2 s into the rollout, and is answered 0.3 s later
+        since = time.monotonic() - engine.hold_started
+        if engine.in_flight and since > 0.2 and not arrived:
+            arrived.append(time.monotonic())
+        return 1 if arrived and time.monotonic() - arrived[0] < 0.3 else 0
+    engine.users = users
+    engine.holds = [5.0]  # the first sampling request would decode for 5 s
+    rollouts = EngineRollouts(engine.url, policy(), "sql-rollout-r5", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
+    rollouts.sync_weights()
+    started = time.monotonic()
+    out = rollouts.generate(["p"] * 4 + ["q"] * 4, 4)
+    assert time.monotonic() - started < 4.0  # it did not wait out the first request
+    assert len(engine.asked) == 2 and rollouts.yielded == 1 and engine.cancelled == 1  # aborted once, then sent again and answered whole
+    assert len(out["completion_ids"]) == 8 and out["prompt_ids"][0] == [3, 4, 5, 6]
+    rollouts.close()
+
+
+def test_serving_that_never_leaves_the_engine_stops_the_run_like_a_failed_engine(engine, tmp_path, quick, monkeypatch):
+    from trainer import rollouts as module
+    monkeypatch.setattr(module, "SERVING_YIELD_LIMIT_S", 0.2)
+    engine.users = lambda t: 2
+    rollouts = EngineRollouts(engine.url, policy(), "push-rollout-r6", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
+    with pytest.raises(RolloutFailed, match=r"serving kept the engine .* busy"):
+        rollouts.generate(["p"] * 4, 4)
+    assert engine.asked == [] and rollouts.yield_seconds >= 0.2  # nothing was sampled: no partial group
+    rollouts.close()
+
+
+def test_an_engine_without_gauges_is_sampled_at_once_and_counted_as_unwatched(engine, tmp_path):
+    rollouts = EngineRollouts(engine.url, policy(), "push-rollout-r7", SAMPLING, None, reload_every=4, seed=1, directory=tmp_path)
+    rollouts.generate(["p"] * 4, 4)
+    assert rollouts.unwatched == 1 and rollouts.yielded == 0 and len(engine.asked) == 1
+    rollouts.close()
