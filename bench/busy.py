@@ -53,6 +53,7 @@ from common.stats import block_interval, percentile
 from deploy.vllm_server import TRAINING_NICE
 from tasks import TASK_ENGINE, model_path_of, training_settings
 from trainer.idle import engines_idle
+from trainer.rollouts import ROLLOUT_TIMEOUT_S
 
 LATENCY_TARGET = 1.5  # p95 while training over p95 without
 LOADS = ("round", "grpo", "bootstrap")
@@ -60,7 +61,6 @@ TRAINING_LOADS = ("round", "grpo")  # a round of --train-task; the trainer gets 
 STEP_MARK = "trainer step"  # each step the trainer takes, as a line of its log
 READY_MARK = "trainer training"
 READY_TIMEOUT_S = 600.0
-DRAIN_TIMEOUT_S = 600.0  # the longest a paused trainer's last rollout request may decode on (trainer.rollouts.ROLLOUT_TIMEOUT_S)
 
 
 def train_beside(load: str, task: str, engine_url: str = "") -> None:
@@ -107,24 +107,15 @@ def train_beside(load: str, task: str, engine_url: str = "") -> None:
 def _grpo_beside(settings: Settings, task: str, engine_url: str, step) -> None:
     """A round's GRPO on engine rollouts, pass after pass over the task's train rows; each pass's
     reloads get names of their own (an engine never sees a name twice)."""
-    from router.engine_client import ChatTemplate
-    from router.prompts import build_messages
-    from tasks import typed_input
+    from bench.learn import grpo_prompts
     from trainer import grpo, methods
-    from trainer.data import GrpoPrompt
     from trainer.policy import load_policy
     from trainer.rollouts import RolloutFailed
 
     if not engine_url:
         raise ValueError("the grpo load samples on the engine that serves its task: no engine URL was given")
     settings = training_settings(settings, task)
-    render = ChatTemplate.load(model_path_of(settings, task)).render
-    rows = load_split(settings.datasets_dir, task, "train")[: settings.unlabelled_prompts_per_round]
-    prompts = []
-    for row in rows:
-        task_input = typed_input(task, row["input"])
-        prompts.append(GrpoPrompt(render(build_messages(task, task_input)), task, row["id"],
-                                  context=settings.reward_context(task_input).to_json()))
+    prompts = grpo_prompts(settings, task, load_split(settings.datasets_dir, task, "train")[: settings.unlabelled_prompts_per_round])
     model, tokenizer = load_policy(model_path_of(settings, task), None, settings.lora_rank, settings.lora_alpha, "none",
                                    methods.bf16(settings), methods.checkpointing(settings), settings.seed)
     print(READY_MARK, flush=True)
@@ -136,8 +127,9 @@ def _grpo_beside(settings: Settings, task: str, engine_url: str, step) -> None:
             print(f"pass {number} stopped: {error}", flush=True)
 
 
-def drained(urls: list[str], timeout_s: float = DRAIN_TIMEOUT_S) -> float:
-    """Seconds until every engine at `urls` has nothing running or waiting; RuntimeError past `timeout_s`."""
+def drained(urls: list[str], timeout_s: float = ROLLOUT_TIMEOUT_S) -> float:
+    """Seconds until every engine at `urls` has nothing running or waiting; RuntimeError past
+    `timeout_s` (by default the longest a paused trainer's last rollout request may decode on)."""
     started = time.monotonic()
     while not engines_idle(urls):
         if time.monotonic() - started > timeout_s:

@@ -395,6 +395,20 @@ async def _canary_run(settings: Settings, store: Store, fleet: HotSwap, team: Te
 ABLATION_ARMS = (("sum", "grpo"), ("gdpo", "grpo"), ("sum at the supervised rate", "supervised"))
 
 
+def grpo_prompts(settings: Settings, task: str, rows: list[dict]) -> list[GrpoPrompt]:
+    """GRPO prompts of dataset rows, unlabelled: each row's serving prompt (no examples) and its
+    reward context, as a round's prompts are without served groups."""
+    from router.prompts import build_messages
+
+    render = ChatTemplate.load(model_path_of(settings, task)).render
+    prompts = []
+    for row in rows:
+        task_input = typed_input(task, row["input"])
+        prompts.append(GrpoPrompt(render(build_messages(task, task_input)), task, row["id"],
+                                  context=settings.reward_context(task_input).to_json()))
+    return prompts
+
+
 def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task: str, say) -> dict:
     """GRPO from the task's active version (or the base model) on the same prompts (the loop's
     traffic, unlabelled), each arm measured on the held-out rows: `sum` against `gdpo` advantages
@@ -404,13 +418,8 @@ def _ablation(settings: Settings, store: Store, fleet: HotSwap, team: Team, task
     from trainer.candidate import register
     from trainer.policy import load_policy
 
-    render = ChatTemplate.load(model_path_of(settings, task)).render
-    from router.prompts import build_messages
-
     sent = list({r["id"]: r for r in team.sent[task]}.values())[: settings.unlabelled_prompts_per_round]
-    inputs = [typed_input(task, row["input"]) for row in sent]
-    prompts = [GrpoPrompt(render(build_messages(task, task_input)), task, row["id"], context=settings.reward_context(task_input).to_json())
-               for row, task_input in zip(sent, inputs)]
+    prompts = grpo_prompts(settings, task, sent)
     active = store.route(task).active
     parent = store.adapter(active) if active else None
     out = {"task": task, "prompts": len(prompts), "start": active or "base"}

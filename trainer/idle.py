@@ -20,6 +20,15 @@ def requests_in_engine(metrics_text: str) -> float:
     return total
 
 
+def load_of(response: httpx.Response) -> float | None:
+    """Requests running and waiting from an engine's /metrics response; None where it is not a page
+    with the gauges (an error status, or an engine that does not report them)."""
+    text = response.text if response.status_code == 200 else ""
+    if not any(line.startswith(GAUGES) for line in text.splitlines()):
+        return None
+    return requests_in_engine(text)
+
+
 def engines_idle(urls: list[str]) -> bool:
     """True when every engine answers its /metrics with no request running or waiting; an engine
     that does not answer, or a page without the gauges, counts as busy (never train on a guess)."""
@@ -27,10 +36,9 @@ def engines_idle(urls: list[str]) -> bool:
         return False
     for url in urls:
         try:
-            response = httpx.get(f"{url.rstrip('/')}/metrics", timeout=PROBE_TIMEOUT_S)
-            text = response.text if response.status_code == 200 else ""
+            load = load_of(httpx.get(f"{url.rstrip('/')}/metrics", timeout=PROBE_TIMEOUT_S))
         except httpx.HTTPError:
             return False
-        if not any(line.startswith(GAUGES) for line in text.splitlines()) or requests_in_engine(text) > 0:
+        if load is None or load > 0:
             return False
     return True

@@ -42,7 +42,7 @@ import httpx
 
 from common.records import Sampling
 from trainer.data import RolloutGroup
-from trainer.idle import GAUGES, requests_in_engine
+from trainer.idle import PROBE_TIMEOUT_S, load_of
 
 ROLLOUT_TIMEOUT_S = 600.0
 PARENT_GROUPS_KEPT = 8  # groups sampled from the starting policy, kept to measure how far the run moved from it
@@ -196,12 +196,9 @@ class EngineRollouts:
     def _load(self) -> float | None:
         """Requests running and waiting in the engine; None where its /metrics has no gauges."""
         try:
-            response = self._client.get(f"{self.url}/metrics", timeout=5.0)
+            return load_of(self._client.get(f"{self.url}/metrics", timeout=PROBE_TIMEOUT_S))
         except httpx.HTTPError as error:
             raise RolloutFailed(f"the engine at {self.url} failed: {type(error).__name__}: {error}") from None
-        if response.status_code != 200 or not any(line.startswith(GAUGES) for line in response.text.splitlines()):
-            return None
-        return requests_in_engine(response.text)
 
     async def _watched(self, body: dict, requests: int) -> httpx.Response | None:
         """The request's response, or None once a request that is not its own reached the engine
@@ -218,12 +215,11 @@ class EngineRollouts:
                     except httpx.HTTPError as error:
                         raise RolloutFailed(f"the engine at {self.url} failed: {type(error).__name__}: {error}") from None
                 try:
-                    page = await client.get(f"{self.url}/metrics", timeout=5.0)
+                    load = load_of(await client.get(f"{self.url}/metrics", timeout=PROBE_TIMEOUT_S))
                 except httpx.HTTPError:
                     continue  # the request itself says whether the engine failed
-                if page.status_code != 200:
+                if load is None:
                     continue
-                load = requests_in_engine(page.text)
                 if load > (requests if counted is None else counted):  # more than its own: a user's request arrived
                     post.cancel()
                     await asyncio.gather(post, return_exceptions=True)
